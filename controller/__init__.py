@@ -1,0 +1,1 @@
+"""Opus controller: pure scheduling core, OCS driver interface, service and shim."""

@@ -1,0 +1,152 @@
+"""Benchmarks of the emulated OCS (JSON on stdout via ``opus-testbed bench``).
+
+* ``fidelity``: the dark period as the data plane sees it. Rank 0 streams probe frames over one
+  port while its circuit alternates between rank 1 and rank 2; the dark period of each switch is
+  the time from the last frame at the old peer to the first frame at the new one (kernel receive
+  timestamps). Reported per injected delay with its error (measured - injected).
+* ``control``: what a reconfiguration costs beyond its injected delay, measured inside the OCS
+  app from request receipt to the confirming barrier: ``(t_light - t_request) - delay``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.ocs import Circuit, Reconfiguration
+from emulator.network import EmulatedRails, emulated_rails
+from emulator.probe import dark_gaps_s, load_frames, probe_arrivals
+from emulator.topo import RailSpec
+
+Progress = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty sequence."""
+    data = sorted(values)
+    if not data:
+        raise ValueError("percentile of no values")
+    pos = (len(data) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
+    ms = [v * 1e3 for v in values_s]
+    return {"p50": round(percentile(ms, 50), 3), "p99": round(percentile(ms, 99), 3),
+            "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3)}
+
+
+def start_recorders(net: EmulatedRails, ranks: Sequence[int], out_dir: Path,
+                    port_index: int = 0) -> dict[int, Any]:
+    """Start a frame recorder on each rank's rail port; wait until all are bound."""
+    procs = {}
+    for rank in ranks:
+        out = out_dir / f"frames-rank{rank}.jsonl"
+        procs[rank] = net.popen(rank, [sys.executable, "-m", "emulator.probe", "record",
+                                       "--intf", net.rail_intf(rank, port_index),
+                                       "--out", str(out)])
+    for rank, proc in procs.items():
+        line = proc.stdout.readline().decode().strip()
+        if line != "ready":
+            raise RuntimeError(f"recorder on rank {rank} failed: {line} "
+                               f"{proc.stderr.read().decode()[-300:]}")
+    return procs
+
+
+def stop_recorders(procs: dict[int, Any], out_dir: Path) -> dict[int, list[Any]]:
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        proc.wait(timeout=10)
+    return {rank: load_frames(out_dir / f"frames-rank{rank}.jsonl") for rank in procs}
+
+
+def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: int = 20,
+                       interval_us: float = 100.0, settle_ms: float = 15.0,
+                       progress: Progress = _stderr) -> dict[str, Any]:
+    """Measure data-plane dark periods for each injected delay."""
+    spec = RailSpec(servers=3, gpus_per_server=1, ports_per_rank=1, link_mbps=None)
+    results = []
+    with emulated_rails(spec) as net:
+        out_dir = net.run_dir / "fidelity"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        p0, p1, p2 = net.port(0), net.port(1), net.port(2)
+        for delay_ms in delays_ms:
+            net.set_switching_delay_ms(0, delay_ms)
+            net.driver.apply(0, add=[(p0, p1)])
+            recorders = start_recorders(net, [1, 2], out_dir)
+            duration_s = switches * (delay_ms + settle_ms + 10) / 1e3 + 1.0
+            sender = net.popen(0, [sys.executable, "-m", "emulator.probe", "send",
+                                   "--intf", net.rail_intf(0), "--interval-us", str(interval_us),
+                                   "--duration-s", str(duration_s), "--stream", "7"])
+            if sender.stdout.readline().decode().strip() != "sending":
+                raise RuntimeError(f"probe sender failed: {sender.stderr.read().decode()}")
+            time.sleep(settle_ms / 1e3)  # light period before the first switch (pacing)
+            peer = p1
+            injected = []
+            for _ in range(switches):
+                new = p2 if peer == p1 else p1
+                net.driver.apply_many([Reconfiguration.of(0, add=[(p0, new)],
+                                                          remove=[Circuit(0, p0, peer)])])
+                injected.append(delay_ms)
+                peer = new
+                time.sleep(settle_ms / 1e3)  # light period between switches (pacing)
+            sender.wait(timeout=duration_s + 10)
+            frames = stop_recorders(recorders, out_dir)
+            arrivals = [probe_arrivals(frames[1], 7), probe_arrivals(frames[2], 7)]
+            gaps = dark_gaps_s(arrivals)
+            if len(gaps) != switches:
+                raise RuntimeError(f"delay {delay_ms} ms: saw {len(gaps)} receiver changes "
+                                   f"for {switches} reconfigurations")
+            errors = [g - delay_ms / 1e3 for g in gaps]
+            results.append({"delay_ms": delay_ms, "switches": switches,
+                            "measured_ms": summary_ms(gaps), "error_ms": summary_ms(errors)})
+            progress(f"fidelity: delay {delay_ms:g} ms -> measured p50 "
+                     f"{results[-1]['measured_ms']['p50']} ms, p99 error "
+                     f"{results[-1]['error_ms']['p99']} ms")
+            net.driver.apply(0, remove=[Circuit(0, p0, peer)])
+        datapath = net.datapath
+    return {"benchmark": "fidelity", "probe_interval_us": interval_us, "datapath": datapath,
+            "results": results}
+
+
+def run_control_bench(port_counts: Sequence[int] = (8, 16, 64), repeats: int = 30,
+                      delay_ms: float = 1.0, progress: Progress = _stderr) -> dict[str, Any]:
+    """Measure the OCS app's overhead beyond the injected delay."""
+    results = []
+    for ports in port_counts:
+        spec = RailSpec(servers=ports, gpus_per_server=1, ports_per_rank=1, link_mbps=None,
+                        switching_delay=delay_ms)
+        with emulated_rails(spec) as net:
+            all_ports = [net.port(r) for r in range(ports)]
+            # Two perfect matchings that share no circuit: (0,1)(2,3)... and (1,2)(3,4)...(n-1,0)
+            even = [Circuit(0, all_ports[i], all_ports[i + 1]) for i in range(0, ports, 2)]
+            odd = [Circuit(0, all_ports[i], all_ports[(i + 1) % ports])
+                   for i in range(1, ports, 2)]
+            net.driver.apply_many([Reconfiguration.of(0, add=even)])
+            for label, count in (("one", 1), ("all", len(even))):
+                overheads = []
+                current, other = even, odd
+                for _ in range(repeats):
+                    if count == 1:
+                        c = current[0]
+                        res = net.driver.apply(0, remove=[c], add=[c])
+                    else:
+                        res = net.driver.apply(0, remove=current, add=other)
+                        current, other = other, current
+                    overheads.append((res.t_light_s - res.t_request_s) - delay_ms / 1e3)
+                results.append({"ports": ports, "circuits_changed": count,
+                                "overhead_ms": summary_ms(overheads)})
+                progress(f"control: {ports} ports, {label} circuit(s) changed ({count}) -> "
+                         f"p50 {results[-1]['overhead_ms']['p50']} ms")
+    return {"benchmark": "control", "injected_delay_ms": delay_ms, "results": results}

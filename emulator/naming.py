@@ -1,0 +1,118 @@
+"""The naming scheme of an emulated photonic-rail network, written once.
+
+Every object a run creates carries the run's prefix ``ot<xxx>`` (three hex digits, random per
+run, unique among live runs), so concurrent runs never collide and ``opus-testbed clean`` can
+tell our leftovers from anybody else's. With prefix ``ot1a2``:
+
+=================  ====================  ===================================================
+object             name                  notes
+=================  ====================  ===================================================
+rank host          ``ot1a2g<rank>``      a Mininet host (own network namespace) = one GPU rank
+frontend intf      ``ot1a2g<rank>-eth0`` control traffic only (controller, shims, logs)
+rail intf          ``ot1a2g<rank>-eth<1+k>``  NIC port ``k`` (0..K-1) of the rank on its rail
+rail bridge        ``ot1a2r<rail>``      OVS bridge acting as the rail's OCS
+rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1``
+frontend bridge    ``ot1a2fe``           OVS bridge in standalone (learning switch) mode
+root-side intf     ``ot1a2root-eth0``    links the root namespace to the frontend bridge
+=================  ====================  ===================================================
+
+Addresses (RFC 2544 benchmarking ranges, so they never clash with a real network):
+
+* frontend: ``198.18.<slot>.<rank+1>/24``, root namespace ``198.18.<slot>.254``, where ``slot``
+  is chosen per run among subnets unused on this machine;
+* rank address: ``198.19.<rank // 250>.<rank % 250 + 1>``, a /32 on each of the rank's rail
+  interfaces; a peer is reached by a /32 route through the interface whose circuit leads to it.
+  Rail subnets exist only inside the rank namespaces.
+* MAC of rail port ``k`` of rank ``r``: ``02:0f:<r hi>:<r lo>:<k>:01``; frontend ``...:ff:01``.
+
+Rank ``r`` sits on server ``r // G`` with local index ``r % G`` (TP innermost, as TorchTitan and
+Megatron place ranks); its rail is ``(r % G) % R``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+
+PREFIX_RE = re.compile(r"^ot[0-9a-f]{3}$")
+#: Any bridge or interface name the project can create (for `clean`).
+OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|fe|root)(-eth\d+)?$")
+MAX_RANKS = 1000
+MAX_PORTS_PER_RAIL = 999
+
+
+def new_prefix(taken: Iterable[str] = ()) -> str:
+    """A fresh run prefix not in ``taken``."""
+    taken_set = set(taken)
+    for _ in range(10000):
+        prefix = f"ot{secrets.randbelow(0x1000):03x}"
+        if prefix not in taken_set:
+            return prefix
+    raise RuntimeError("no free run prefix: too many runs recorded; try `opus-testbed clean`")
+
+
+def prefix_of(name: str) -> str | None:
+    """The run prefix of a project-owned name, or None for anything else."""
+    m = OWNED_NAME_RE.match(name)
+    return name[:5] if m else None
+
+
+def host_name(prefix: str, rank: int) -> str:
+    return f"{prefix}g{rank}"
+
+
+def rail_bridge(prefix: str, rail: int) -> str:
+    return f"{prefix}r{rail}"
+
+
+def frontend_bridge(prefix: str) -> str:
+    return f"{prefix}fe"
+
+
+def root_node(prefix: str) -> str:
+    return f"{prefix}root"
+
+
+def frontend_intf(prefix: str, rank: int) -> str:
+    return f"{host_name(prefix, rank)}-eth0"
+
+
+def rail_intf(prefix: str, rank: int, port_index: int) -> str:
+    return f"{host_name(prefix, rank)}-eth{1 + port_index}"
+
+
+def bridge_port_intf(prefix: str, rail: int, port: int) -> str:
+    return f"{rail_bridge(prefix, rail)}-eth{port}"
+
+
+def rail_port(server: int, port_index: int, ports_per_rank: int) -> int:
+    """OpenFlow port number on the rail bridge for NIC port ``port_index`` of ``server``."""
+    return server * ports_per_rank + port_index + 1
+
+
+def rank_address(rank: int) -> str:
+    return f"198.19.{rank // 250}.{rank % 250 + 1}"
+
+
+def frontend_address(slot: int, rank: int) -> str:
+    if not 0 <= rank < 250:
+        raise ValueError(f"frontend addresses cover ranks 0..249, not {rank}")
+    return f"198.18.{slot}.{rank + 1}"
+
+
+def frontend_root_address(slot: int) -> str:
+    return f"198.18.{slot}.254"
+
+
+def rail_mac(rank: int, port_index: int) -> str:
+    return f"02:0f:{rank >> 8:02x}:{rank & 0xFF:02x}:{port_index:02x}:01"
+
+
+def frontend_mac(rank: int) -> str:
+    return f"02:0f:{rank >> 8:02x}:{rank & 0xFF:02x}:ff:01"
+
+
+def dpid(prefix: str, rail: int) -> str:
+    """Datapath id of a rail bridge, 16 hex digits, unique per run and rail."""
+    return f"{0x0F << 56 | int(prefix[2:], 16) << 16 | (rail + 1):016x}"

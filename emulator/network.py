@@ -1,0 +1,274 @@
+"""The running emulated photonic-rail network, as a context manager that always tears down.
+
+``with emulated_rails(spec) as net:`` builds the Mininet network of :mod:`emulator.topo` on
+userspace (or kernel, when available) Open vSwitch, starts the OCS app process
+(:mod:`emulator.ocs_service`), waits until every rail bridge is connected, prepares the hosts
+(offloads, addresses, routes) and yields an :class:`EmulatedRails`. On the way out, normal or
+by exception, it stops the processes it started (by pid), the network, and the OCS process,
+checks that no bridge or interface of the run is left, and removes the run record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from emulator import naming, runstate
+from emulator.driver import EmulatedOcsDriver
+from emulator.hostnet import HostRouter, interface_setup_commands, shell_runner
+from emulator.topo import RailSpec, build_topo
+
+LOG = logging.getLogger("opus.emulator")
+
+
+class EmulationError(RuntimeError):
+    """The emulated network could not be built or did not become ready."""
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kernel_datapath_available() -> bool:
+    """True when the openvswitch kernel module is loaded (e.g. in the Vagrant VM)."""
+    return Path("/sys/module/openvswitch").exists()
+
+
+def _taken_slots() -> set[int]:
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                         check=False).stdout
+    slots = set()
+    for word in out.split():
+        if word.startswith("198.18."):
+            with contextlib.suppress(ValueError, IndexError):
+                slots.add(int(word.split(".")[2]))
+    return slots
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; raise naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # keep polling; report the last error on timeout
+            last_exc = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_exc})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class EmulatedRails:
+    """Handle on a running emulated network (valid inside the ``with`` block)."""
+
+    spec: RailSpec
+    prefix: str
+    run_dir: Path
+    net: Any
+    driver: EmulatedOcsDriver
+    record: runstate.RecordedProcess | Any
+    slot: int
+    datapath: str
+    router: HostRouter
+    _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+
+    def host(self, rank: int) -> Any:
+        return self.net.get(naming.host_name(self.prefix, rank))
+
+    def rank_address(self, rank: int) -> str:
+        return naming.rank_address(rank)
+
+    def frontend_address(self, rank: int) -> str:
+        return naming.frontend_address(self.slot, rank)
+
+    @property
+    def root_frontend_address(self) -> str:
+        return naming.frontend_root_address(self.slot)
+
+    def rail_intf(self, rank: int, port_index: int = 0) -> str:
+        return naming.rail_intf(self.prefix, rank, port_index)
+
+    def port(self, rank: int, port_index: int = 0) -> int:
+        """OpenFlow port of ``rank``'s NIC port on its rail bridge."""
+        return self.spec.rank_ports(rank)[port_index].port
+
+    def popen(self, rank: int, args: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a process inside ``rank``'s namespace; it is stopped at teardown."""
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        env = dict(os.environ)
+        env.update(kwargs.pop("env", {}) or {})
+        env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+        proc = self.host(rank).popen(list(args), env=env, **kwargs)
+        self._procs.append(proc)
+        self.record.add_process(proc.pid, args[-1] if args else "")
+        return proc
+
+    def cmd(self, rank: int, command: str) -> str:
+        return str(self.host(rank).cmd(command))
+
+    def dump_flows(self, rail: int) -> list[str]:
+        """The rail bridge's flows without counters, sorted (for comparing configurations)."""
+        out = subprocess.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows",
+             naming.rail_bridge(self.prefix, rail)],
+            capture_output=True, text=True, check=True).stdout
+        return sorted(line.strip() for line in out.splitlines() if line.strip()
+                      and not line.startswith("OFPST_FLOW"))
+
+    def set_switching_delay_ms(self, rail: int, delay_ms: float) -> None:
+        self.driver.set_switching_delay_ms(rail, delay_ms)
+
+    def stop_processes(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=3)
+        self._procs.clear()
+
+
+@contextlib.contextmanager
+def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
+                   ready_timeout_s: float = 30.0) -> Iterator[EmulatedRails]:
+    """Build, yield and always tear down the emulated network for ``spec``."""
+    if os.geteuid() != 0:
+        raise EmulationError("the emulated network needs root (Mininet and Open vSwitch)")
+    from mininet.link import TCLink
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import OVSBridge, OVSSwitch
+
+    setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
+    records = runstate.load_records()
+    prefix = naming.new_prefix(r.prefix for r in records)
+    taken = _taken_slots() | {r.slot for r in records}
+    slot = next((s for s in range(256) if s not in taken), None)
+    if slot is None:
+        raise EmulationError("no free 198.18.x.0/24 frontend subnet; run `opus-testbed clean`")
+    own_dir = run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix=f"opus-{prefix}-")) if run_dir is None else run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = runstate.RunRecord(prefix=prefix, owner_pid=os.getpid(), slot=slot)
+    record.bridges = [naming.frontend_bridge(prefix)] + [
+        naming.rail_bridge(prefix, r) for r in range(spec.num_rails)]
+    record.save()
+
+    datapath = "kernel" if kernel_datapath_available() else "user"
+    of_port, mgmt_port = free_tcp_port(), free_tcp_port()
+    ocs_config = {
+        "of_port": of_port,
+        "mgmt_port": mgmt_port,
+        "event_log": str(run_dir / "ocs-events.jsonl"),
+        "rails": [
+            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail)} for d in spec.describe()
+        ],
+    }
+    config_path = run_dir / prefix / "ocs.json"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(json.dumps(ocs_config, indent=1))
+
+    ocs_proc: subprocess.Popen[Any] | None = None
+    net: Any = None
+    handle: EmulatedRails | None = None
+    driver: EmulatedOcsDriver | None = None
+    try:
+        ocs_log = (run_dir / "ocs-service.log").open("w")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+        ocs_proc = subprocess.Popen(
+            [sys.executable, "-m", "emulator.ocs_service", "--config", str(config_path)],
+            stdout=ocs_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        record.add_process(ocs_proc.pid, str(config_path))
+
+        dp = "user" if datapath == "user" else "kernel"
+        rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
+                              datapath=dp, inband=False)
+        topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
+                          frontend_switch=partial(OVSBridge, datapath=dp))
+        net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
+                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        net.build()
+        for node in net.hosts + net.switches:
+            if getattr(node, "pid", None):
+                record.add_process(node.pid, f"mininet:{node.name}")
+        net.start()
+        for rail in range(spec.num_rails):
+            subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller",
+                            naming.rail_bridge(prefix, rail), f"tcp:127.0.0.1:{of_port}"],
+                           check=True, capture_output=True)
+        root_intf = f"{naming.root_node(prefix)}-eth0"
+        subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
+                       check=False)
+
+        hosts = {r: net.get(naming.host_name(prefix, r)) for r in range(spec.num_ranks)}
+        run = shell_runner(hosts)
+        for rank in hosts:
+            run(rank, interface_setup_commands(spec, prefix, rank))
+        router = HostRouter(spec, prefix, run)
+        router.install_static()
+        driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)
+
+        def rails_ready() -> bool:
+            if ocs_proc is not None and ocs_proc.poll() is not None:
+                raise EmulationError(f"OCS process exited with {ocs_proc.returncode}; see "
+                                     f"{run_dir / 'ocs-service.log'}")
+            assert driver is not None
+            return len(driver.health()["connected_rails"]) == spec.num_rails
+
+        try:
+            wait_for(rails_ready, ready_timeout_s, "every rail bridge to connect to the OCS app")
+        except TimeoutError as exc:
+            raise EmulationError(f"{exc}; see {run_dir / 'ocs-service.log'}") from exc
+        handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
+                               router)
+        yield handle
+    finally:
+        if handle is not None:
+            handle.stop_processes()
+        if driver is not None:
+            driver.close()
+        if net is not None:
+            try:
+                net.stop()
+            except Exception:  # keep tearing down; leftovers are removed below
+                LOG.exception("mininet stop failed")
+        if ocs_proc is not None:
+            runstate.stop_process(ocs_proc.pid, str(config_path))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                ocs_proc.wait(timeout=3)
+        for proc in record.processes:
+            runstate.stop_process(proc.pid, proc.marker)
+        for bridge in runstate.owned_bridges():
+            if naming.prefix_of(bridge) == prefix:
+                runstate.remove_bridge(bridge)
+        for link in runstate.owned_links():
+            if naming.prefix_of(link) == prefix:
+                runstate.remove_link(link)
+        record.remove()
+        if own_dir and not os.environ.get("OPUS_KEEP_RUN_DIR"):
+            shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,203 @@
+"""The emulated OCS as a process: os-ken app + a JSON-over-HTTP management API.
+
+Run as ``python -m emulator.ocs_service --config ocs.json``. The config names the OpenFlow
+listen port, the management port (both on 127.0.0.1), the rails (dpid, ports, switching delay,
+mode) and the event log. The management API (stdlib ``http.server``, HTTP/1.1 keep-alive):
+
+====== ============================ ========================================================
+GET    /v1/health                   ``{"connected_rails": [...], "rails": N}``
+GET    /v1/switch                   ``{"rails": [RailDescription...]}``
+GET    /v1/rails/<r>/circuits       ``{"circuits": [[a, b], ...]}``
+GET    /v1/rails/<r>/ports          ``{"ports": {"<port>": "lit" | "dark" | "idle"}}``
+PUT    /v1/rails/<r>/delay          body ``{"switching_delay_ms": D}``
+POST   /v1/reconfigure              body ``{"reconfigurations": [Reconfiguration...]}`` ->
+                                    ``{"results": [ApplyResult...]}``; a rejected request
+                                    answers 409 with ``{"error", "rail", "ports", "reason"}``
+POST   /v1/submit                   same body; answers once the batch is checked and queued:
+                                    ``{"ticket": T}`` (or 409); the switching goes on
+GET    /v1/tickets/<T>              waits for ticket ``T``: ``{"results": [...]}``
+====== ============================ ========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import Future
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from controller.ocs import ApplyResult, RailDescription, Reconfiguration, ReconfigurationRejected
+
+_RAIL_PATH = re.compile(r"^/v1/rails/(\d+)/(circuits|ports|delay)$")
+_TICKET_PATH = re.compile(r"^/v1/tickets/(\d+)$")
+
+
+def make_handler(fabric: Any) -> type[BaseHTTPRequestHandler]:
+    """An HTTP handler class bound to ``fabric`` (an :class:`emulator.ocs_app.OcsFabric`)."""
+    from emulator.ocs_app import SwitchUnavailable
+
+    tickets: dict[int, list[Future[ApplyResult]]] = {}
+    ticket_ids = itertools.count(1)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # Replies are small: without NODELAY, Nagle and delayed ACKs add ~40 ms per call.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logging.getLogger("opus.ocs.http").debug(format, *args)
+
+        def _reply(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b"{}"
+            return json.loads(raw)
+
+        def _guard(self, fn: Any) -> None:
+            try:
+                status, body = fn()
+            except ReconfigurationRejected as exc:
+                status, body = HTTPStatus.CONFLICT, exc.to_json()
+            except SwitchUnavailable as exc:
+                status, body = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
+            except (ValueError, KeyError, TypeError) as exc:
+                status, body = HTTPStatus.BAD_REQUEST, {"error": f"bad request: {exc}"}
+            self._reply(status, body)
+
+        def do_GET(self) -> None:
+            self._guard(self._get)
+
+        def do_POST(self) -> None:
+            self._guard(self._post)
+
+        def do_PUT(self) -> None:
+            self._guard(self._put)
+
+        def _get(self) -> tuple[int, dict[str, Any]]:
+            if self.path == "/v1/health":
+                return HTTPStatus.OK, {"connected_rails": fabric.connected_rails(),
+                                       "rails": len(fabric.rails), "pid": os.getpid()}
+            if self.path == "/v1/switch":
+                return HTTPStatus.OK, {"rails": [d.to_json() for d in fabric.describe()]}
+            t = _TICKET_PATH.match(self.path)
+            if t:
+                futures = tickets.pop(int(t.group(1)), None)
+                if futures is None:
+                    return HTTPStatus.NOT_FOUND, {"error": f"no pending ticket {t.group(1)}"}
+                return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
+            m = _RAIL_PATH.match(self.path)
+            if m and m.group(2) == "circuits":
+                circuits = fabric.circuits(int(m.group(1)))
+                return HTTPStatus.OK, {"circuits": [c.to_json() for c in sorted(circuits)]}
+            if m and m.group(2) == "ports":
+                states = fabric.port_states(int(m.group(1)))
+                return HTTPStatus.OK, {"ports": {str(p): s.value for p, s in states.items()}}
+            return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
+
+        def _post(self) -> tuple[int, dict[str, Any]]:
+            if self.path not in ("/v1/reconfigure", "/v1/submit"):
+                return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
+            body = self._body()
+            items = body.get("reconfigurations") if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise ValueError("body needs a 'reconfigurations' list")
+            futures = fabric.submit([Reconfiguration.from_json(item) for item in items])
+            if self.path == "/v1/submit":
+                ticket = next(ticket_ids)
+                tickets[ticket] = futures
+                return HTTPStatus.OK, {"ticket": ticket}
+            return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
+
+        def _put(self) -> tuple[int, dict[str, Any]]:
+            m = _RAIL_PATH.match(self.path)
+            if not m or m.group(2) != "delay":
+                return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
+            body = self._body()
+            fabric.set_delay_ms(int(m.group(1)), float(body["switching_delay_ms"]))
+            return HTTPStatus.OK, {"rail": int(m.group(1)),
+                                   "switching_delay_ms": fabric.delay_ms[int(m.group(1))]}
+
+    return Handler
+
+
+def serve(config: dict[str, Any]) -> None:
+    """Start os-ken and the management server; block until SIGTERM/SIGINT."""
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+
+    from emulator.ocs_app import OcsApp, OcsFabric
+
+    # Barrier replies hop os-ken's receive thread -> app thread -> rail worker; with the default
+    # 5 ms GIL switch interval each hop can wait that long behind a busy thread.
+    sys.setswitchinterval(0.0002)
+    rails = [RailDescription.from_json(r) for r in config["rails"]]
+    dpids = {int(r["rail"]): int(str(r["dpid"]), 16) for r in config["rails"]}
+    log_path = Path(config["event_log"]) if config.get("event_log") else None
+    fabric = OcsFabric(rails, dpids, event_log=log_path)
+    OcsApp.fabric = fabric
+
+    cfg.CONF(args=[f"--ofp-tcp-listen-port={int(config['of_port'])}",
+                   "--ofp-listen-host=127.0.0.1"], project="os_ken")
+    manager = AppManager.get_instance()
+    manager.load_apps(["emulator.ocs_app"])
+    services = manager.instantiate_apps(**manager.create_contexts())
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", int(config["mgmt_port"])), make_handler(fabric))
+    httpd.daemon_threads = True
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    threading.Thread(target=httpd.serve_forever, name="ocs-mgmt", daemon=True).start()
+    print(f"ready mgmt=127.0.0.1:{httpd.server_address[1]} of=127.0.0.1:{config['of_port']}",
+          flush=True)
+    stop.wait()
+    httpd.shutdown()
+    fabric.close()
+    # os-ken's native hub threads are not daemons and have no stop flag: leave without them.
+    del services, manager
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulator.ocs_service",
+        description="Emulated OCS: os-ken OpenFlow 1.3 app with a JSON/HTTP management API.")
+    parser.add_argument("--config", required=True, type=Path, help="JSON config written by "
+                        "the network (ports, rails, event log)")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(json.loads(args.config.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Data-plane probes: a timestamped raw-frame stream and a frame recorder, run inside ranks.
+
+``python -m emulator.probe send --intf I --interval-us 100 --duration-s 5`` sends numbered
+Ethernet frames (ethertype 0x88B5, IEEE local experimental; broadcast destination, since a
+circuit forwards by port, not address). ``python -m emulator.probe record --intf I --out F``
+records every frame seen on an interface with its kernel receive time (``SO_TIMESTAMPNS``), its
+direction and, for probe frames, the stream and sequence number; it prints ``ready`` once bound
+and writes ``F`` (JSON lines) when terminated. Analysis helpers are pure functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ETH_P_ALL = 0x0003
+PROBE_ETHERTYPE = 0x88B5
+MAGIC = b"OPUS"
+_PAYLOAD = struct.Struct("!4sIQd")  # magic, stream id, sequence number, send time (s)
+SO_TIMESTAMPNS = 35
+PACKET_OUTGOING = 4
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One recorded frame."""
+
+    t_s: float
+    outgoing: bool
+    ethertype: int
+    src: str
+    dst: str
+    length: int
+    stream: int | None = None
+    seq: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+def _mac(raw: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def parse_frame(data: bytes, t_s: float, outgoing: bool) -> Frame:
+    ethertype = int.from_bytes(data[12:14], "big") if len(data) >= 14 else 0
+    stream = seq = None
+    if ethertype == PROBE_ETHERTYPE and len(data) >= 14 + _PAYLOAD.size:
+        magic, stream_id, seq_no, _ = _PAYLOAD.unpack_from(data, 14)
+        if magic == MAGIC:
+            stream, seq = stream_id, seq_no
+    return Frame(t_s, outgoing, ethertype, _mac(data[6:12]), _mac(data[0:6]), len(data),
+                 stream, seq)
+
+
+def send(intf: str, interval_us: float, duration_s: float, stream: int,
+         dst_mac: str = "ff:ff:ff:ff:ff:ff") -> int:
+    """Send probe frames until ``duration_s`` elapses; returns the number sent."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.bind((intf, 0))
+    src = sock.getsockname()[4][:6]
+    header = bytes.fromhex(dst_mac.replace(":", "")) + src + PROBE_ETHERTYPE.to_bytes(2, "big")
+    pad = b"\0" * max(0, 60 - len(header) - _PAYLOAD.size)
+    with contextlib.suppress(OSError):  # a steadier stream where the kernel allows it
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))
+    interval_s = interval_us / 1e6
+    stop = time.monotonic() + duration_s
+    seq = 0
+    print("sending", flush=True)
+    next_t = time.monotonic()
+    while next_t < stop:
+        sock.send(header + _PAYLOAD.pack(MAGIC, stream, seq, time.time()) + pad)
+        seq += 1
+        next_t += interval_s
+        delay = next_t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            next_t = time.monotonic()  # fell behind: do not burst
+    return seq
+
+
+def record(intf: str, out: Path, duration_s: float | None = None) -> int:
+    """Record frames on ``intf`` until SIGTERM (or ``duration_s``); write JSON lines to ``out``."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind((intf, 0))
+    sock.settimeout(0.05)
+    stopping = False
+
+    def _stop(_sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print("ready", flush=True)
+    frames: list[Frame] = []
+    deadline = time.monotonic() + duration_s if duration_s else None
+    while not stopping and (deadline is None or time.monotonic() < deadline):
+        try:
+            data, ancdata, _flags, addr = sock.recvmsg(2048, 64)
+        except TimeoutError:
+            continue
+        except InterruptedError:
+            continue
+        t_s = time.time()
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                sec, nsec = struct.unpack("qq", payload[:16])
+                t_s = sec + nsec / 1e9
+        frames.append(parse_frame(data, t_s, addr[2] == PACKET_OUTGOING))
+    with out.open("w") as fh:
+        for f in frames:
+            fh.write(json.dumps(f.to_json()) + "\n")
+    return len(frames)
+
+
+def load_frames(path: Path) -> list[Frame]:
+    with path.open() as fh:
+        return [Frame(**json.loads(line)) for line in fh if line.strip()]
+
+
+def probe_arrivals(frames: Iterable[Frame], stream: int) -> list[tuple[float, int]]:
+    """(receive time, seq) of incoming probe frames of ``stream``, in time order."""
+    return sorted((f.t_s, f.seq) for f in frames
+                  if not f.outgoing and f.stream == stream and f.seq is not None)
+
+
+def dark_gaps_s(receivers: Sequence[Sequence[tuple[float, int]]]) -> list[float]:
+    """Dark periods of a stream whose receiver changes at each reconfiguration.
+
+    ``receivers[i]`` are the arrivals at receiver ``i``. Merging them in time order gives runs
+    of one receiver; each change of receiver is one reconfiguration, and its dark period is the
+    time from the last frame of the old run to the first frame of the new one.
+    """
+    merged = sorted((t, i) for i, arrivals in enumerate(receivers) for t, _ in arrivals)
+    gaps = []
+    for (t0, r0), (t1, r1) in itertools.pairwise(merged):
+        if r0 != r1:
+            gaps.append(t1 - t0)
+    return gaps
+
+
+def missing_seqs(arrivals: Sequence[tuple[float, int]]) -> list[int]:
+    """Sequence numbers lost between the first and last arrival."""
+    seqs = sorted({s for _, s in arrivals})
+    if not seqs:
+        return []
+    have = set(seqs)
+    return [s for s in range(seqs[0], seqs[-1] + 1) if s not in have]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulator.probe",
+                                     description="Data-plane probe stream and frame recorder.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("send", help="send a numbered, timestamped frame stream")
+    s.add_argument("--intf", required=True)
+    s.add_argument("--interval-us", type=float, default=100.0)
+    s.add_argument("--duration-s", type=float, required=True)
+    s.add_argument("--stream", type=int, default=1)
+    s.add_argument("--dst-mac", default="ff:ff:ff:ff:ff:ff")
+    r = sub.add_parser("record", help="record every frame on an interface until SIGTERM")
+    r.add_argument("--intf", required=True)
+    r.add_argument("--out", required=True, type=Path)
+    r.add_argument("--duration-s", type=float, default=None)
+    args = parser.parse_args(argv)
+    if args.cmd == "send":
+        n = send(args.intf, args.interval_us, args.duration_s, args.stream, args.dst_mac)
+        print(json.dumps({"sent": n}), flush=True)
+    else:
+        n = record(args.intf, args.out, args.duration_s)
+        print(json.dumps({"recorded": n}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Run records and cleanup: what a run created, so that it and only it can be removed.
+
+A live run keeps ``/run/opus-testbed/<prefix>.json`` (``OPUS_STATE_DIR`` overrides): its owner
+pid, the pids of every process it started (with a marker that must appear in the process's
+command line, guarding against pid reuse), and its bridges. :func:`clean` removes the leftovers
+of runs whose owner is gone: processes by recorded pid, bridges and root-namespace interfaces by
+our name pattern (:data:`emulator.naming.OWNED_NAME_RE`). Nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from emulator import naming
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("OPUS_STATE_DIR", "/run/opus-testbed"))
+
+
+@dataclass
+class RecordedProcess:
+    pid: int
+    marker: str  # substring of /proc/<pid>/cmdline that identifies our process
+
+
+@dataclass
+class RunRecord:
+    prefix: str
+    owner_pid: int
+    slot: int = 0
+    created_s: float = field(default_factory=time.time)
+    processes: list[RecordedProcess] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return state_dir() / f"{self.prefix}.json"
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.replace(self.path)
+
+    def add_process(self, pid: int, marker: str) -> None:
+        self.processes.append(RecordedProcess(pid, marker))
+        self.save()
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> RunRecord:
+        data = json.loads(path.read_text())
+        procs = [RecordedProcess(**p) for p in data.pop("processes", [])]
+        return cls(processes=procs, **data)
+
+
+def load_records() -> list[RunRecord]:
+    out = []
+    directory = state_dir()
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("ot???.json")):
+        try:
+            out.append(RunRecord.load(path))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def stop_process(pid: int, marker: str, timeout_s: float = 3.0) -> bool:
+    """SIGTERM then SIGKILL one recorded process, only if its command line has ``marker``."""
+    if not pid_alive(pid) or marker not in cmdline(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid) or marker not in cmdline(pid):
+            return True
+        _reap(pid)
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def owned_bridges() -> list[str]:
+    try:
+        out = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True,
+                             text=True, check=False).stdout
+    except FileNotFoundError:
+        return []
+    return [b for b in out.split() if naming.OWNED_NAME_RE.match(b)]
+
+
+def owned_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
+                         check=False).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if naming.OWNED_NAME_RE.match(name):
+                names.append(name)
+    return names
+
+
+def live_prefixes() -> set[str]:
+    return {r.prefix for r in load_records() if pid_alive(r.owner_pid)}
+
+
+def remove_bridge(name: str) -> None:
+    subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", name],
+                   capture_output=True, check=False)
+
+
+def remove_link(name: str) -> None:
+    subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+
+
+def clean(include_live: bool = False) -> dict[str, list[str]]:
+    """Remove leftovers of dead runs (or of every run with ``include_live``)."""
+    removed: dict[str, list[str]] = {"processes": [], "bridges": [], "links": [], "records": []}
+    live = set() if include_live else live_prefixes()
+    for record in load_records():
+        if record.prefix in live:
+            continue
+        for proc in record.processes:
+            if stop_process(proc.pid, proc.marker):
+                removed["processes"].append(f"{proc.pid} ({proc.marker})")
+        record.remove()
+        removed["records"].append(record.prefix)
+    for bridge in owned_bridges():
+        if naming.prefix_of(bridge) not in live:
+            remove_bridge(bridge)
+            removed["bridges"].append(bridge)
+    for link in owned_links():
+        if naming.prefix_of(link) not in live:
+            remove_link(link)
+            removed["links"].append(link)
+    return removed
+
+
+def leftovers(prefix: str) -> dict[str, list[str]]:
+    """What of run ``prefix`` still exists on this machine (for tests and teardown checks)."""
+    procs = []
+    for pid_dir in Path("/proc").iterdir():
+        if pid_dir.name.isdigit():
+            line = cmdline(int(pid_dir.name))
+            if f"mininet:{prefix}" in line or f"{prefix}/ocs.json" in line or \
+                    f"--run-prefix {prefix}" in line:
+                procs.append(f"{pid_dir.name}: {line.strip()}")
+    return {
+        "bridges": [b for b in owned_bridges() if naming.prefix_of(b) == prefix],
+        "links": [link for link in owned_links() if naming.prefix_of(link) == prefix],
+        "processes": procs,
+        "records": [str(p) for p in state_dir().glob(f"{prefix}.json")],
+    }

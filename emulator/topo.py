@@ -1,0 +1,165 @@
+"""Photonic-rail topology: the static description (pure) and its Mininet ``Topo``.
+
+:class:`RailSpec` is plain data (servers, GPUs per server, rails, ports per rank per rail, link
+rate, mode) and knows the mapping rank -> server/rail/ports. :class:`PhotonicRailTopo` turns it
+into Mininet nodes and links, using the names of :mod:`emulator.naming`. The running network
+lives in :mod:`emulator.network`; the topology object never starts anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.ocs import RailDescription, resolve_switching_delay_ms
+from emulator import naming
+
+#: Mininet's TCLink takes Mbit/s and caps HTB at 1000.
+MAX_LINK_MBPS = 1000.0
+MODES = ("ocs", "electrical")
+
+
+@dataclass(frozen=True)
+class RankPort:
+    """One NIC port of a rank on its rail."""
+
+    rank: int
+    rail: int
+    port_index: int  # k in 0..K-1
+    port: int  # OpenFlow port number on the rail bridge
+
+
+@dataclass(frozen=True)
+class RailSpec:
+    """What to emulate: S servers x G GPUs, R rails, K ports per rank per rail."""
+
+    servers: int
+    gpus_per_server: int
+    rails: int | None = None  # default: one rail per local GPU index
+    ports_per_rank: int = 1  # NIC port split: 1, 2 or 4
+    link_mbps: float | None = 100.0  # per-port rate (None: unshaped)
+    mode: str = "ocs"  # "ocs" or "electrical"
+    switching_delay: float | str = 0.0  # ms, or a Table 3 technology name
+    per_rail_delay: dict[int, float | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.servers < 1:
+            problems.append(f"servers must be >= 1, got {self.servers}")
+        if self.gpus_per_server < 1:
+            problems.append(f"gpus_per_server must be >= 1, got {self.gpus_per_server}")
+        if self.rails is not None and not 1 <= self.rails <= max(self.gpus_per_server, 1):
+            problems.append(f"rails must be in 1..gpus_per_server ({self.gpus_per_server}), "
+                            f"got {self.rails}")
+        if self.ports_per_rank not in (1, 2, 4):
+            problems.append(f"ports_per_rank must be 1, 2 or 4, got {self.ports_per_rank}")
+        if self.link_mbps is not None and not 0 < self.link_mbps <= MAX_LINK_MBPS:
+            problems.append(f"link_mbps must be in (0, {MAX_LINK_MBPS:g}] (Mininet's HTB limit), "
+                            f"got {self.link_mbps}")
+        if self.mode not in MODES:
+            problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
+        ranks = self.servers * self.gpus_per_server
+        if ranks > 249:
+            problems.append(f"at most 249 ranks fit one emulated network, got {ranks}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        for rail, value in {None: self.switching_delay, **self.per_rail_delay}.items():
+            try:
+                resolve_switching_delay_ms(value)
+            except ValueError as exc:
+                where = "switching_delay" if rail is None else f"per_rail_delay[{rail}]"
+                raise ValueError(f"{where}: {exc}") from None
+        bad_rails = [r for r in self.per_rail_delay if not 0 <= r < self.num_rails]
+        if bad_rails:
+            raise ValueError(
+                f"per_rail_delay names rails {bad_rails} outside 0..{self.num_rails - 1}")
+
+    @property
+    def num_rails(self) -> int:
+        return self.rails if self.rails is not None else self.gpus_per_server
+
+    @property
+    def num_ranks(self) -> int:
+        return self.servers * self.gpus_per_server
+
+    def server_of(self, rank: int) -> int:
+        return rank // self.gpus_per_server
+
+    def rail_of(self, rank: int) -> int:
+        return (rank % self.gpus_per_server) % self.num_rails
+
+    def ranks_on_rail(self, rail: int) -> list[int]:
+        return [r for r in range(self.num_ranks) if self.rail_of(r) == rail]
+
+    def rank_ports(self, rank: int) -> list[RankPort]:
+        """The K ports of ``rank`` on its rail, in NIC port order."""
+        rail = self.rail_of(rank)
+        server = self.server_of(rank)
+        # Several local GPUs can share a rail when R < G: give each its own block of ports.
+        slot = (rank % self.gpus_per_server) // self.num_rails
+        slots = -(-self.gpus_per_server // self.num_rails)
+        return [
+            RankPort(rank, rail, k,
+                     naming.rail_port(server * slots + slot, k, self.ports_per_rank))
+            for k in range(self.ports_per_rank)
+        ]
+
+    def ports_of_rail(self, rail: int) -> list[RankPort]:
+        return [p for r in self.ranks_on_rail(rail) for p in self.rank_ports(r)]
+
+    def port_owner(self, rail: int, port: int) -> RankPort:
+        for p in self.ports_of_rail(rail):
+            if p.port == port:
+                return p
+        raise KeyError(f"rail {rail} has no port {port}")
+
+    def delay_ms(self, rail: int) -> float:
+        return resolve_switching_delay_ms(self.per_rail_delay.get(rail, self.switching_delay))
+
+    def describe(self) -> list[RailDescription]:
+        return [
+            RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail)),
+                            self.delay_ms(rail), self.mode)
+            for rail in range(self.num_rails)
+        ]
+
+
+def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
+               frontend_switch: Any = None) -> Any:
+    """A Mininet ``Topo`` for ``spec``; Mininet is imported lazily so pure users never load it.
+
+    ``rail_switch``/``frontend_switch`` are the Mininet switch classes (the network picks the
+    datapath); ``slot`` picks the frontend subnet.
+    """
+    from mininet.topo import Topo
+
+    rail_opts: dict[str, Any] = {"cls": rail_switch} if rail_switch else {}
+    fe_opts: dict[str, Any] = {"cls": frontend_switch} if frontend_switch else {}
+
+    class PhotonicRailTopo(Topo):
+        """One host per rank, one bridge per rail, one frontend bridge and the root link."""
+
+        def build(self, **_params: Any) -> None:
+            link_opts: dict[str, Any] = {}
+            if spec.link_mbps is not None:
+                link_opts["bw"] = spec.link_mbps
+            fe = self.addSwitch(naming.frontend_bridge(prefix), **fe_opts)
+            root = self.addHost(naming.root_node(prefix), inNamespace=False,
+                                ip=f"{naming.frontend_root_address(slot)}/24")
+            self.addLink(root, fe, intfName1=f"{naming.root_node(prefix)}-eth0")
+            for rail in range(spec.num_rails):
+                self.addSwitch(naming.rail_bridge(prefix, rail), dpid=naming.dpid(prefix, rail),
+                               **rail_opts)
+            for rank in range(spec.num_ranks):
+                host = self.addHost(naming.host_name(prefix, rank),
+                                    ip=f"{naming.frontend_address(slot, rank)}/24")
+                self.addLink(host, fe, intfName1=naming.frontend_intf(prefix, rank),
+                             addr1=naming.frontend_mac(rank))
+                for rp in spec.rank_ports(rank):
+                    bridge = naming.rail_bridge(prefix, rp.rail)
+                    self.addLink(host, bridge, port2=rp.port,
+                                 intfName1=naming.rail_intf(prefix, rank, rp.port_index),
+                                 intfName2=naming.bridge_port_intf(prefix, rp.rail, rp.port),
+                                 addr1=naming.rail_mac(rank, rp.port_index), **link_opts)
+
+    return PhotonicRailTopo()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up for a fresh Debian 12 machine (run as root):
+#   1. apt packages (Mininet, Open vSwitch, tools),
+#   2. a virtual environment at .venv/ that also sees Debian's mininet package,
+#   3. the project and its Python dependencies installed into it,
+#   4. Open vSwitch started when it is not running (no systemd needed).
+# Each step is skipped when already done, so `make test` and `make demo` can call it every time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(mininet openvswitch-switch openvswitch-common ethtool iproute2 iputils-ping
+              iperf3 tcpdump procps python3-venv python3-dev python3-pip make git)
+VENV=.venv
+PY=/usr/bin/python3
+
+log() { printf '[setup] %s\n' "$*"; }
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "[setup] error: must run as root (apt, Open vSwitch and Mininet need it); try: sudo $0" >&2
+    exit 1
+  fi
+}
+
+install_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then log "apt packages present"; return; fi
+  need_root
+  log "installing apt packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+make_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV (with system site packages, for Debian's mininet)"
+    "$PY" -m venv --system-site-packages "$VENV"
+  fi
+  local stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+  if [ ! -f "$stamp" ]; then
+    log "installing the project and its Python dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+    rm -f "$VENV"/.installed-* && touch "$stamp"
+  else
+    log "python dependencies present"
+  fi
+}
+
+start_ovs() {
+  if ovs-vsctl --timeout=5 show >/dev/null 2>&1; then log "Open vSwitch running"; return; fi
+  need_root
+  log "starting Open vSwitch"
+  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 \
+    || /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random
+  ovs-vsctl --timeout=10 show >/dev/null
+}
+
+install_apt
+make_venv
+if [ "${OPUS_SKIP_OVS:-0}" != "1" ]; then start_ovs; fi
+log "ready: $VENV/bin/opus-testbed"

@@ -1,0 +1,91 @@
+"""JSON round trip, the CLI hook and the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+from wl_helpers import TINY_MOE, tiny
+
+from workloads import Schedule, WorkloadConfigError
+from workloads.bench import run_workload_bench
+from workloads.cli import add_arguments, run
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 2**20
+
+
+def test_json_round_trip_is_exact(paper_schedule: Schedule, tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    paper_schedule.to_json(str(path))
+    back = Schedule.from_json(str(path))
+    assert back == paper_schedule
+    assert back.ops_of(9) == paper_schedule.ops_of(9)
+
+
+def test_json_round_trip_with_uneven_experts(tmp_path: Path) -> None:
+    s = tiny(2, 2, model=TINY_MOE, fsdp=4, ep=4, microbatches=1)
+    s.to_json(str(tmp_path / "m.json"))
+    back = Schedule.from_json(str(tmp_path / "m.json"))
+    assert back == s and back.programs[3].ops == s.programs[3].ops
+
+
+def test_hand_edited_forward_dependency_is_rejected(tmp_path: Path) -> None:
+    s = tiny(1, 2, dp=2, microbatches=1)
+    path = tmp_path / "s.json"
+    s.to_json(str(path))
+    doc = json.loads(path.read_text())
+    doc["programs"][0]["ops"]["deps"][0] = [5]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(WorkloadConfigError, match="later or missing"):
+        Schedule.from_json(str(path))
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = io.StringIO()
+    return run(parser.parse_args(list(argv)), out), out.getvalue()
+
+
+def test_cli_json_phases_of_the_example(tmp_path: Path) -> None:
+    code, text = _cli(str(ROOT / "examples" / "llama3-8b-workload.yaml"), "--json",
+                      "--out", str(tmp_path / "s.json"))
+    assert code == 0 and (tmp_path / "s.json").exists()
+    rep = json.loads(text)
+    assert rep["ranks"] == 16 and rep["ops"] > 0
+    by = {(p["axis"], p["kind"]): p for p in rep["phases"]}
+    assert int(by[("dp", "allgather")]["message_bytes"] / MIB) == 957
+    assert int(by[("dp", "reducescatter")]["message_bytes"] / MIB) == 3829
+    assert by[("pp", "sendrecv")]["max_call_bytes"] == 64 * MIB
+    assert rep["windows"]["count"] >= 2
+
+
+def test_cli_summary_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, text = _cli(str(ROOT / "examples" / "llama3-8b-workload.yaml"), "--rank", "8")
+    assert code == 0 and "rank 8 (server 2, rail 0)" in text and "allgather" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {servers: 1, gpus_per_server: 2}\nworkload: {model: x}\n")
+    code, _ = _cli(str(bad))
+    assert code == 2 and "bad.yaml:2:19: workload.model" in capsys.readouterr().err
+
+
+def test_benchmark_meets_its_targets() -> None:
+    res = run_workload_bench()
+    assert res["gpus"] == 16384 and res["ops"] > 10_000_000
+    assert res["wall_s"] < 10 and res["peak_rss_mb"] < 2048
+
+
+def test_package_imports_nothing_from_the_other_packages() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, workloads, workloads.cli, workloads.bench, workloads.timing; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('emulator', 'controller', 'testbed', 'mininet', 'os_ken')]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

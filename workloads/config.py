@@ -1,0 +1,158 @@
+"""Workload configuration: model, parallelism, batch, cluster and GPU, with validation.
+
+The device mesh is ``[pp, dp, fsdp, cp, tp]`` from outermost to innermost (TP innermost so that
+a TP group sits inside one server, as TorchTitan and Megatron-LM lay it out). Expert
+parallelism does not add ranks: EP groups are carved out of the data-parallel ranks
+(``dp * fsdp``), as Megatron-LM's expert-data-parallel layout does, so ``ep`` must divide
+``dp * fsdp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workloads.errors import WorkloadConfigError
+from workloads.hardware import Cluster, GpuSpec, get_gpu
+from workloads.models import ModelSpec
+
+PP_SCHEDULES = ("1f1b", "interleaved")
+FSDP_UNITS = ("block", "stage")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Degrees of each parallelism axis and the options that change their traffic.
+
+    ``fsdp`` is the ZeRO-3 sharding degree (1 = no sharding; gradients then sync by DDP
+    all-reduce buckets over ``dp``); ``dp`` > 1 together with ``fsdp`` > 1 is HSDP (shard inside,
+    replicate across). ``reshard_after_forward=None`` follows TorchTitan: reshard when PP is off,
+    keep the gathered parameters when PP is on. ``fsdp_unit`` is the FSDP wrapping: one unit per
+    transformer block plus one for the stage's leftover parameters (TorchTitan), or one unit
+    holding the whole stage.
+    """
+
+    tp: int = 1
+    sp: bool = False
+    dp: int = 1
+    fsdp: int = 1
+    reshard_after_forward: bool | None = None
+    fsdp_unit: str = "block"
+    pp: int = 1
+    pp_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp * self.fsdp * self.cp * self.tp
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that see different samples (``dp * fsdp``)."""
+        return self.dp * self.fsdp
+
+    @property
+    def reshard(self) -> bool:
+        """Effective reshard-after-forward policy."""
+        if self.reshard_after_forward is None:
+            return self.pp == 1
+        return self.reshard_after_forward
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks in the pipeline (``pp * virtual_stages``)."""
+        return self.pp * self.virtual_stages
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Everything the generator needs for one training iteration."""
+
+    model: ModelSpec
+    cluster: Cluster
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    seq_len: int = 8192
+    micro_batch_size: int = 1
+    num_microbatches: int = 1
+    gpu: GpuSpec = field(default_factory=lambda: get_gpu("a100"))
+    mfu: float = 0.4
+    ddp_bucket_mb: float = 25.0  # PyTorch DDP's bucket_cap_mb default
+    param_dtype_bytes: int = 2  # bf16 parameters for compute / FSDP all-gather
+    reduce_dtype_bytes: int = 4  # fp32 gradient reduction (TorchTitan's mixed precision)
+    act_dtype_bytes: int = 2  # bf16 activations
+
+    def validate(self) -> None:
+        """Raise :class:`WorkloadConfigError` naming the field of the first problem found."""
+        self.model.validate()
+        p, c = self.parallel, self.cluster
+        pre = "workload.parallelism"
+        for name in ("tp", "dp", "fsdp", "pp", "cp", "ep", "virtual_stages"):
+            if int(getattr(p, name)) < 1:
+                raise WorkloadConfigError("must be an integer >= 1", f"{pre}.{name}")
+        for name, low in (("servers", 1), ("gpus_per_server", 1)):
+            if int(getattr(c, name)) < low:
+                raise WorkloadConfigError("must be an integer >= 1", f"cluster.{name}")
+        for name in ("seq_len", "micro_batch_size", "num_microbatches"):
+            if int(getattr(self, name)) < 1:
+                raise WorkloadConfigError("must be an integer >= 1", f"workload.{name}")
+        if not 0.0 < self.mfu <= 1.0:
+            raise WorkloadConfigError("must be in (0, 1]", "workload.mfu")
+        if self.ddp_bucket_mb <= 0:
+            raise WorkloadConfigError("must be positive", "workload.ddp_bucket_mb")
+        if p.tp > c.gpus_per_server:
+            raise WorkloadConfigError(
+                f"tp={p.tp} is larger than a server ({c.gpus_per_server} GPUs); TP must stay "
+                "inside the scale-up domain", f"{pre}.tp")
+        if c.gpus_per_server % p.tp:
+            raise WorkloadConfigError(
+                f"tp={p.tp} does not divide gpus_per_server={c.gpus_per_server}", f"{pre}.tp")
+        if p.world_size != c.world_size:
+            raise WorkloadConfigError(
+                f"pp*dp*fsdp*cp*tp = {p.pp}*{p.dp}*{p.fsdp}*{p.cp}*{p.tp} = {p.world_size} "
+                f"does not equal the world size {c.servers}*{c.gpus_per_server} = "
+                f"{c.world_size}", f"{pre}.{_first_non_unit(p)}")
+        if p.ep > 1 and not self.model.is_moe:
+            raise WorkloadConfigError(
+                f"ep={p.ep} but model {self.model.name!r} has no experts", f"{pre}.ep")
+        if p.data_parallel % p.ep:
+            raise WorkloadConfigError(
+                f"ep={p.ep} does not divide dp*fsdp={p.data_parallel} (EP groups are carved "
+                "out of the data-parallel ranks)", f"{pre}.ep")
+        if self.model.is_moe and p.ep > self.model.n_experts:
+            raise WorkloadConfigError(
+                f"ep={p.ep} exceeds the {self.model.n_experts} experts", f"{pre}.ep")
+        if p.pp_schedule not in PP_SCHEDULES:
+            raise WorkloadConfigError(f"must be one of {', '.join(PP_SCHEDULES)}",
+                                      f"{pre}.pp_schedule")
+        if p.fsdp_unit not in FSDP_UNITS:
+            raise WorkloadConfigError(f"must be one of {', '.join(FSDP_UNITS)}",
+                                      f"{pre}.fsdp_unit")
+        if p.pp_schedule == "1f1b" and p.virtual_stages != 1:
+            raise WorkloadConfigError("virtual stages need pp_schedule 'interleaved'",
+                                      f"{pre}.virtual_stages")
+        if p.pp_schedule == "interleaved":
+            if p.pp < 2:
+                raise WorkloadConfigError("interleaved schedule needs pp >= 2",
+                                          f"{pre}.pp_schedule")
+            if self.num_microbatches % p.pp:
+                raise WorkloadConfigError(
+                    f"the interleaved schedule needs num_microbatches "
+                    f"({self.num_microbatches}) to be a multiple of pp ({p.pp})",
+                    "workload.num_microbatches")
+        if p.chunks > self.model.n_layers:
+            raise WorkloadConfigError(
+                f"pp*virtual_stages={p.chunks} exceeds the {self.model.n_layers} layers",
+                f"{pre}.pp")
+        if self.seq_len % p.cp:
+            raise WorkloadConfigError(f"seq_len={self.seq_len} is not a multiple of cp={p.cp}",
+                                      f"{pre}.cp")
+        if p.sp and (self.seq_len // p.cp) % p.tp:
+            raise WorkloadConfigError(
+                f"sequence parallelism needs seq_len/cp divisible by tp={p.tp}", f"{pre}.sp")
+
+
+def _first_non_unit(p: ParallelConfig) -> str:
+    """The degree to blame for a world-size mismatch: the largest non-TP degree."""
+    degrees = {"pp": p.pp, "dp": p.dp, "fsdp": p.fsdp, "cp": p.cp, "tp": p.tp}
+    return max(degrees, key=lambda k: (k != "tp", degrees[k]))

@@ -1,0 +1,224 @@
+"""Load the workload part of an experiment YAML file, with positions in every error.
+
+Layout of the file (other top-level keys belong to the rest of the testbed and are ignored
+here, anything else is rejected)::
+
+    cluster: {servers: 4, gpus_per_server: 4}     # other keys of cluster are not read here
+    workload:
+      model: llama3-8b            # a preset, a path to a model YAML, or a mapping
+      gpu: a100                   # a100 | h100 | h200 | b200
+      mfu: 0.4
+      seq_len: 8192
+      micro_batch_size: 1
+      num_microbatches: 8
+      parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b, ...}
+
+A model mapping takes the fields of :class:`workloads.models.ModelSpec`; with ``base: NAME``
+it overrides a preset. The YAML node tree is composed (not just loaded) so that each value
+keeps its ``line:column`` for error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.errors import WorkloadConfigError
+from workloads.hardware import Cluster, get_gpu
+from workloads.models import ModelSpec, get_preset
+
+TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description")
+WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
+                 "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
+                 "act_dtype_bytes")
+
+
+class _Doc:
+    """A composed YAML document: values by dotted path, and their marks."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self.marks: dict[str, yaml.Mark] = {}
+        try:
+            loader = yaml.SafeLoader(text)
+            try:
+                node = loader.get_single_node()
+                self.loader = loader
+                self.root = self._value(node, "") if node is not None else None
+            finally:
+                loader.dispose()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            pos = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+            raise WorkloadConfigError(f"invalid YAML: {exc.problem}", "", pos) from exc
+
+    def _value(self, node: yaml.Node, path: str) -> Any:
+        self.marks[path] = node.start_mark
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.loader.construct_object(key_node)
+                sub = f"{path}.{key}" if path else str(key)
+                if key in out:
+                    raise WorkloadConfigError("duplicate key", sub, self.pos_of_mark(
+                        key_node.start_mark))
+                out[key] = self._value(value_node, sub)
+                self.marks.setdefault(f"{sub}#key", key_node.start_mark)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self._value(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
+        return self.loader.construct_object(node)
+
+    def pos_of_mark(self, mark: yaml.Mark) -> str:
+        return f"{self.source}:{mark.line + 1}:{mark.column + 1}"
+
+    def pos(self, path: str) -> str:
+        """Position of ``path``, or of its closest ancestor present in the file."""
+        while path:
+            if path in self.marks:
+                return self.pos_of_mark(self.marks[path])
+            path = path.rsplit(".", 1)[0] if "." in path else ""
+        return self.pos_of_mark(self.marks[""]) if "" in self.marks else self.source
+
+    def error(self, path: str, message: str) -> WorkloadConfigError:
+        return WorkloadConfigError(message, path, self.pos(path))
+
+
+def _mapping(doc: _Doc, value: Any, path: str, allowed: tuple[str, ...] | None) -> dict:
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping")
+    if allowed is not None:
+        for key in value:
+            if key not in allowed:
+                sub = f"{path}.{key}" if path else str(key)
+                raise WorkloadConfigError(
+                    f"unknown key {key!r}; allowed: {', '.join(allowed)}", sub,
+                    doc.pos_of_mark(doc.marks.get(f"{sub}#key", doc.marks[sub])))
+    return value
+
+
+def _typed(doc: _Doc, value: Any, path: str, kind: type) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool):
+        raise doc.error(path, f"must be an integer, got {value!r}")
+    if not isinstance(value, kind):
+        raise doc.error(path, f"must be {_TYPE_WORDS[kind]}, got {value!r}")
+    return value
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+_TYPES = {int: int, float: float, bool: bool, str: str, "int": int, "float": float,
+          "bool": bool, "str": str}
+
+
+def _fields_of(cls: type, doc: _Doc, data: dict, path: str) -> dict[str, Any]:
+    """Typed keyword arguments of dataclass ``cls`` from a mapping (unknown keys rejected)."""
+    spec = {f.name: f for f in fields(cls)}
+    _mapping(doc, data, path, tuple(spec))
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}"
+        type_name = str(spec[key].type).replace(" ", "")
+        if value is None and "None" in type_name:
+            out[key] = None
+            continue
+        base = type_name.split("|")[0]
+        out[key] = _typed(doc, value, sub, _TYPES.get(base, str))
+    return out
+
+
+def _model(doc: _Doc, value: Any, base_dir: Path) -> ModelSpec:
+    path = "workload.model"
+    if isinstance(value, str):
+        if value.endswith((".yaml", ".yml")):
+            file = (base_dir / value).resolve()
+            try:
+                text = file.read_text()
+            except OSError as exc:
+                raise doc.error(path, f"cannot read model file {file}: {exc}") from exc
+            sub = _Doc(text, str(file))
+            data = _mapping(sub, sub.root, "", None)
+            return _model_mapping(sub, data, "")
+        try:
+            return get_preset(value)
+        except WorkloadConfigError as exc:
+            raise doc.error(path, exc.reason) from exc
+    return _model_mapping(doc, _mapping(doc, value, path, None), path)
+
+
+def _model_mapping(doc: _Doc, data: dict, path: str) -> ModelSpec:
+    data = dict(data)
+    base_name = data.pop("base", None)
+    kwargs = _fields_of(ModelSpec, doc, data, path or "model")
+    try:
+        if base_name is not None:
+            base = get_preset(_typed(doc, base_name, f"{path}.base", str)).to_dict()
+            base.update(kwargs)
+            base.setdefault("name", base_name)
+            kwargs = base
+        if "name" not in kwargs:
+            raise doc.error(f"{path}.name", "required for a custom model")
+        spec = ModelSpec(**kwargs)
+        spec.validate(path or "model")
+    except WorkloadConfigError as exc:
+        raise doc.error(exc.field or path, exc.reason) from exc
+    except TypeError as exc:
+        raise doc.error(path, f"missing architecture numbers: {exc}") from exc
+    return spec
+
+
+def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = None
+                   ) -> WorkloadConfig:
+    """Parse and validate the workload of an experiment YAML document."""
+    doc = _Doc(text, source)
+    top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
+    if "workload" not in top:
+        raise doc.error("workload", "required top-level mapping is missing")
+    if "cluster" not in top:
+        raise doc.error("cluster", "required top-level mapping is missing")
+    cl = _mapping(doc, top["cluster"], "cluster", None)
+    for key in ("servers", "gpus_per_server"):
+        if key not in cl:
+            raise doc.error(f"cluster.{key}", "required")
+        _typed(doc, cl[key], f"cluster.{key}", int)
+    cluster = Cluster(cl["servers"], cl["gpus_per_server"])
+    wl = _mapping(doc, top["workload"], "workload", WORKLOAD_KEYS)
+    if "model" not in wl:
+        raise doc.error("workload.model", "required")
+    model = _model(doc, wl["model"], base_dir or Path("."))
+    par = ParallelConfig(**_fields_of(ParallelConfig, doc, wl.get("parallelism", {}),
+                                      "workload.parallelism"))
+    kwargs: dict[str, Any] = {}
+    for key in ("seq_len", "micro_batch_size", "num_microbatches", "param_dtype_bytes",
+                "reduce_dtype_bytes", "act_dtype_bytes"):
+        if key in wl:
+            kwargs[key] = _typed(doc, wl[key], f"workload.{key}", int)
+    for key in ("mfu", "ddp_bucket_mb"):
+        if key in wl:
+            kwargs[key] = _typed(doc, wl[key], f"workload.{key}", float)
+    if "gpu" in wl:
+        try:
+            kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
+        except WorkloadConfigError as exc:
+            raise doc.error("workload.gpu", exc.reason) from exc
+    cfg = WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs)
+    try:
+        cfg.validate()
+    except WorkloadConfigError as exc:
+        raise doc.error(exc.field, exc.reason) from exc
+    return cfg
+
+
+def load_experiment_workload(path: str | Path) -> WorkloadConfig:
+    """Read ``path`` and return its validated workload configuration."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise WorkloadConfigError(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
+    return parse_workload(text, str(p), p.parent)

@@ -1,0 +1,102 @@
+"""JSON form of a :class:`~workloads.schedule.Schedule` (described in ``workloads/FORMAT.md``).
+
+Programs are stored column-wise (one list per op field) to keep 16k-rank schedules small; a
+load of a dump compares equal to the original.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.errors import WorkloadConfigError
+from workloads.hardware import Cluster, GpuSpec
+from workloads.layout import AXES, GroupSet
+from workloads.models import ModelSpec
+from workloads.schedule import Program, Schedule, TemplateOp
+
+FORMAT = "opus-testbed/workload-schedule"
+VERSION = 1
+OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
+
+
+def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
+    return asdict(cfg)
+
+
+def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
+    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu")}
+    return WorkloadConfig(model=ModelSpec(**d["model"]), cluster=Cluster(**d["cluster"]),
+                          parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
+                          **rest)
+
+
+def program_to_dict(p: Program) -> dict[str, Any]:
+    cols: dict[str, list[Any]] = {c: [] for c in OP_COLUMNS}
+    for op in p.ops:
+        for c in OP_COLUMNS:
+            v = getattr(op, c)
+            cols[c].append(list(v) if isinstance(v, tuple) else v)
+    return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
+
+
+def program_from_dict(d: dict[str, Any]) -> Program:
+    cols = d["ops"]
+    n = len(cols["kind"])
+    ops = tuple(
+        TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
+                   duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
+                   size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
+                   split=tuple(cols["split"][i]))
+        for i in range(n))
+    return Program(int(d["stage"]), int(d["ep_index"]), ops)
+
+
+def to_dict(s: Schedule) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": config_to_dict(s.config),
+        "groups": {axis: s.groups[axis].ranks.tolist() for axis in AXES},
+        "programs": [program_to_dict(p) for p in s.programs],
+        "program_of_rank": s.program_of.tolist(),
+    }
+
+
+def from_dict(d: dict[str, Any]) -> Schedule:
+    if d.get("format") != FORMAT or d.get("version") != VERSION:
+        raise WorkloadConfigError(
+            f"not a version-{VERSION} {FORMAT} document", "format")
+    cfg = config_from_dict(d["config"])
+    groups = {axis: GroupSet(axis, np.asarray(d["groups"][axis], dtype=np.int64).reshape(
+        -1, len(d["groups"][axis][0]) if d["groups"][axis] else 1)) for axis in AXES}
+    programs = [program_from_dict(p) for p in d["programs"]]
+    program_of = np.asarray(d["program_of_rank"], dtype=np.int32)
+    if program_of.shape != (cfg.cluster.world_size,):
+        raise WorkloadConfigError("needs one entry per rank", "program_of_rank")
+    _check_programs(programs)
+    return Schedule(cfg, groups, programs, program_of)
+
+
+def _check_programs(programs: list[Program]) -> None:
+    for pi, p in enumerate(programs):
+        for i, op in enumerate(p.ops):
+            if any(not 0 <= dep < i for dep in op.deps):
+                raise WorkloadConfigError(
+                    f"op {i} ({op.tag}) depends on a later or missing op",
+                    f"programs[{pi}].ops.deps")
+
+
+def dump(s: Schedule, path: str | Path) -> None:
+    with open(path, "w") as fh:
+        json.dump(to_dict(s), fh, separators=(",", ":"))
+
+
+def load(path: str | Path) -> Schedule:
+    with open(path) as fh:
+        return from_dict(json.load(fh))

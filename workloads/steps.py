@@ -1,0 +1,138 @@
+"""Lowering of collectives to per-step transfers, and the wire bytes each rank sends.
+
+Algorithms (chosen because an optical rail gives each GPU only a few circuits, so the
+bandwidth-optimal, degree-2 ring is what a photonic rail can carry; Patarasuk & Yuan 2009,
+NCCL's ring algorithms):
+
+* ``all_gather`` (ring): ``n - 1`` steps; at step ``k`` position ``i`` forwards chunk
+  ``(i - k) mod n`` to position ``i + 1``. Chunk ``j`` is member ``j``'s input, so each rank
+  sends ``(n - 1) * input`` bytes = ``(n - 1) / n`` of the gathered output.
+* ``reduce_scatter`` (ring): the input is cut into ``n`` near-equal chunks; at step ``k``
+  position ``i`` sends its partial sum of chunk ``(i - k - 1) mod n`` to ``i + 1``. A rank
+  sends every chunk but its own: ``(n - 1) / n`` of the input when ``n`` divides it.
+* ``all_reduce`` (ring): reduce-scatter then all-gather of the reduced chunks, ``2 (n - 1)``
+  steps, ``2 (n - 1) / n`` of the input on the wire.
+* ``send``/``recv`` (pairwise): one step, the sender sends the whole message.
+* ``all_to_all`` (pairwise exchange): ``n - 1`` steps; at step ``k`` position ``i`` sends its
+  block for position ``i + k`` and receives from ``i - k``. Block sizes come from each
+  member's ``split`` (bytes per destination position); the own block never hits the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+P2P_KINDS = ("send", "recv")
+COLLECTIVE_KINDS = (*RING_KINDS, *P2P_KINDS, "all_to_all")
+ALGORITHM = {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring",
+             "send": "pairwise", "recv": "pairwise", "all_to_all": "pairwise_exchange"}
+
+
+def chunk_sizes(size_bytes: int, n: int) -> list[int]:
+    """``size_bytes`` cut into ``n`` chunks that differ by at most one byte."""
+    base, extra = divmod(size_bytes, n)
+    return [base + (j < extra) for j in range(n)]
+
+
+def wire_bytes(kind: str, n: int, position: int, size_bytes: int,
+               split: Sequence[int] = ()) -> int:
+    """Bytes the member at ring ``position`` of an ``n``-rank collective puts on the wire.
+
+    ``size_bytes`` is the member's message (its input tensor). Equals what
+    :func:`lower` makes that member send, byte for byte.
+    """
+    if n < 2 and kind not in P2P_KINDS:
+        return 0
+    if kind == "all_gather":
+        return (n - 1) * size_bytes
+    if kind == "reduce_scatter":
+        return size_bytes - chunk_sizes(size_bytes, n)[position]
+    if kind == "all_reduce":
+        c = chunk_sizes(size_bytes, n)
+        return 2 * size_bytes - c[position] - c[(position + 1) % n]
+    if kind == "send":
+        return size_bytes
+    if kind == "recv":
+        return 0
+    if kind == "all_to_all":
+        return sum(split) - split[position]
+    raise ValueError(f"unknown collective kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``size_bytes`` from rank ``src`` to rank ``dst`` within one step."""
+
+    src: int
+    dst: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A collective lowered to steps; transfers of one step run concurrently.
+
+    A step ends when all its transfers have arrived; the next step may start then (ring
+    algorithms pipeline chunks, but the step boundary is where data dependencies lie).
+    """
+
+    collective_id: str
+    kind: str
+    algorithm: str
+    ranks: tuple[int, ...]
+    steps: tuple[tuple[Transfer, ...], ...]
+
+    def sent_bytes(self, rank: int) -> int:
+        """Total bytes ``rank`` sends over all steps."""
+        return sum(t.size_bytes for step in self.steps for t in step if t.src == rank)
+
+    def received_bytes(self, rank: int) -> int:
+        return sum(t.size_bytes for step in self.steps for t in step if t.dst == rank)
+
+    def peers(self, rank: int) -> list[tuple[int, int, int]]:
+        """Per step: (peer sent to or -1, peer received from or -1, bytes sent)."""
+        out = []
+        for step in self.steps:
+            to = next((t for t in step if t.src == rank), None)
+            frm = next((t for t in step if t.dst == rank), None)
+            out.append((to.dst if to else -1, frm.src if frm else -1,
+                        to.size_bytes if to else 0))
+        return out
+
+
+def lower(collective_id: str, kind: str, ranks: tuple[int, ...], sizes: Sequence[int],
+          splits: Sequence[Sequence[int]] | None = None) -> StepPlan:
+    """Lower one collective over ``ranks`` (ring order) to a step plan.
+
+    ``sizes[i]`` is member ``i``'s message size; for send/recv ``ranks`` is
+    ``(sender, receiver)`` and ``sizes[0]`` the message; for all-to-all ``splits[i][j]`` is
+    what member ``i`` sends to member ``j``.
+    """
+    n = len(ranks)
+    steps: list[tuple[Transfer, ...]] = []
+    if kind in P2P_KINDS:
+        steps.append((Transfer(ranks[0], ranks[1], sizes[0]),))
+    elif kind == "all_to_all":
+        assert splits is not None
+        for k in range(1, n):
+            steps.append(tuple(Transfer(ranks[i], ranks[(i + k) % n], splits[i][(i + k) % n])
+                               for i in range(n)))
+    elif n >= 2:
+        if kind == "all_gather":
+            for k in range(n - 1):
+                steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n], sizes[(i - k) % n])
+                                   for i in range(n)))
+        else:
+            c = chunk_sizes(sizes[0], n)
+            for k in range(n - 1):
+                steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n], c[(i - k - 1) % n])
+                                   for i in range(n)))
+            if kind == "all_reduce":
+                for k in range(n - 1):
+                    steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n],
+                                                c[(i - k) % n]) for i in range(n)))
+            elif kind != "reduce_scatter":
+                raise ValueError(f"unknown collective kind {kind!r}")
+    return StepPlan(collective_id, kind, ALGORITHM[kind], ranks, tuple(steps))
