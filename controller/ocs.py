@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -55,14 +56,16 @@ def resolve_switching_delay_ms(value: float | int | str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"switching delay must be a number of ms or a technology, not {value!r}")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"switching delay must be >= 0 ms, got {value}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"switching delay must be a finite number >= 0 ms, got {value}")
         return float(value)
     key = str(value).strip().lower()
     try:
-        return float(key)
+        number = float(key)
     except ValueError:
         pass
+    else:
+        return resolve_switching_delay_ms(number)
     key = _TECHNOLOGY_ALIASES.get(key, key)
     if key not in TECHNOLOGIES:
         known = ", ".join(sorted(TECHNOLOGIES))
@@ -159,6 +162,7 @@ class Reconfiguration:
                     not isinstance(item, list | tuple)
                     or len(item) != 2
                     or not all(isinstance(p, int) and not isinstance(p, bool) for p in item)
+                    or item[0] == item[1]
                 ):
                     raise ValueError(
                         f"rail {rail}: '{key}' entry {item!r} is not a [port, port] pair")

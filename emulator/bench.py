@@ -14,12 +14,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from controller.ocs import Circuit, Reconfiguration
-from emulator.network import EmulatedRails, emulated_rails
-from emulator.probe import dark_gaps_s, load_frames, probe_arrivals
+from emulator.dataplane import Recorders, start_stream
+from emulator.network import emulated_rails
+from emulator.probe import dark_gaps_s, probe_arrivals
 from emulator.topo import RailSpec
 
 Progress = Callable[[str], None]
@@ -46,31 +46,6 @@ def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
             "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3)}
 
 
-def start_recorders(net: EmulatedRails, ranks: Sequence[int], out_dir: Path,
-                    port_index: int = 0) -> dict[int, Any]:
-    """Start a frame recorder on each rank's rail port; wait until all are bound."""
-    procs = {}
-    for rank in ranks:
-        out = out_dir / f"frames-rank{rank}.jsonl"
-        procs[rank] = net.popen(rank, [sys.executable, "-m", "emulator.probe", "record",
-                                       "--intf", net.rail_intf(rank, port_index),
-                                       "--out", str(out)])
-    for rank, proc in procs.items():
-        line = proc.stdout.readline().decode().strip()
-        if line != "ready":
-            raise RuntimeError(f"recorder on rank {rank} failed: {line} "
-                               f"{proc.stderr.read().decode()[-300:]}")
-    return procs
-
-
-def stop_recorders(procs: dict[int, Any], out_dir: Path) -> dict[int, list[Any]]:
-    for proc in procs.values():
-        proc.terminate()
-    for proc in procs.values():
-        proc.wait(timeout=10)
-    return {rank: load_frames(out_dir / f"frames-rank{rank}.jsonl") for rank in procs}
-
-
 def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: int = 20,
                        interval_us: float = 100.0, settle_ms: float = 15.0,
                        progress: Progress = _stderr) -> dict[str, Any]:
@@ -84,26 +59,23 @@ def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: i
         for delay_ms in delays_ms:
             net.set_switching_delay_ms(0, delay_ms)
             net.driver.apply(0, add=[(p0, p1)])
-            recorders = start_recorders(net, [1, 2], out_dir)
-            duration_s = switches * (delay_ms + settle_ms + 10) / 1e3 + 1.0
-            sender = net.popen(0, [sys.executable, "-m", "emulator.probe", "send",
-                                   "--intf", net.rail_intf(0), "--interval-us", str(interval_us),
-                                   "--duration-s", str(duration_s), "--stream", "7"])
-            if sender.stdout.readline().decode().strip() != "sending":
-                raise RuntimeError(f"probe sender failed: {sender.stderr.read().decode()}")
+            recorders = Recorders(net, {1: [net.rail_intf(1)], 2: [net.rail_intf(2)]},
+                                  out_dir / f"delay{delay_ms:g}")
+            sender = start_stream(net, 0, net.rail_intf(0), 3600, interval_us, stream=7)
             time.sleep(settle_ms / 1e3)  # light period before the first switch (pacing)
             peer = p1
-            injected = []
             for _ in range(switches):
                 new = p2 if peer == p1 else p1
                 net.driver.apply_many([Reconfiguration.of(0, add=[(p0, new)],
                                                           remove=[Circuit(0, p0, peer)])])
-                injected.append(delay_ms)
                 peer = new
                 time.sleep(settle_ms / 1e3)  # light period between switches (pacing)
-            sender.wait(timeout=duration_s + 10)
-            frames = stop_recorders(recorders, out_dir)
-            arrivals = [probe_arrivals(frames[1], 7), probe_arrivals(frames[2], 7)]
+            time.sleep(settle_ms / 1e3)
+            sender.terminate()
+            sender.wait(timeout=10)
+            frames = recorders.stop()
+            arrivals = [probe_arrivals(frames[(1, net.rail_intf(1))], 7),
+                        probe_arrivals(frames[(2, net.rail_intf(2))], 7)]
             gaps = dark_gaps_s(arrivals)
             if len(gaps) != switches:
                 raise RuntimeError(f"delay {delay_ms} ms: saw {len(gaps)} receiver changes "

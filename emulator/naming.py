@@ -45,10 +45,9 @@ MAX_PORTS_PER_RAIL = 999
 def new_prefix(taken: Iterable[str] = ()) -> str:
     """A fresh run prefix not in ``taken``."""
     taken_set = set(taken)
-    for _ in range(10000):
-        prefix = f"ot{secrets.randbelow(0x1000):03x}"
-        if prefix not in taken_set:
-            return prefix
+    free = [p for p in (f"ot{i:03x}" for i in range(0x1000)) if p not in taken_set]
+    if free:
+        return secrets.choice(free)
     raise RuntimeError("no free run prefix: too many runs recorded; try `opus-testbed clean`")
 
 

@@ -44,6 +44,8 @@ class Frame:
     length: int
     stream: int | None = None
     seq: int | None = None
+    ip_src: str | None = None
+    ip_dst: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return self.__dict__.copy()
@@ -56,12 +58,16 @@ def _mac(raw: bytes) -> str:
 def parse_frame(data: bytes, t_s: float, outgoing: bool) -> Frame:
     ethertype = int.from_bytes(data[12:14], "big") if len(data) >= 14 else 0
     stream = seq = None
+    ip_src = ip_dst = None
+    if ethertype == 0x0800 and len(data) >= 34:
+        ip_src = socket.inet_ntoa(data[26:30])
+        ip_dst = socket.inet_ntoa(data[30:34])
     if ethertype == PROBE_ETHERTYPE and len(data) >= 14 + _PAYLOAD.size:
         magic, stream_id, seq_no, _ = _PAYLOAD.unpack_from(data, 14)
         if magic == MAGIC:
             stream, seq = stream_id, seq_no
     return Frame(t_s, outgoing, ethertype, _mac(data[6:12]), _mac(data[0:6]), len(data),
-                 stream, seq)
+                 stream, seq, ip_src, ip_dst)
 
 
 def send(intf: str, interval_us: float, duration_s: float, stream: int,

@@ -60,6 +60,10 @@ class RunRecord:
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not naming.PREFIX_RE.match(str(data.get("prefix"))):
+            raise ValueError(f"{path}: not a run record")
+        if path.stem != data["prefix"]:
+            raise ValueError(f"{path}: record of {data['prefix']} under another name")
         procs = [RecordedProcess(**p) for p in data.pop("processes", [])]
         return cls(processes=procs, **data)
 

@@ -1,0 +1,167 @@
+"""Benchmarks of the controller (``opus-testbed bench intents --json``).
+
+* ``ack_ms``: intent -> ack latency through the real service over loopback TCP when the circuits
+  are already lit (no reconfiguration): two shims (two threads of a child process) call a
+  two-rank group; a call is served once both asked, so the later ask of each call measures the
+  controller's response;
+* ``core_intents_per_s``: decision throughput of the pure core for a 1024-rank job (8 GPUs per
+  server, 8 rails, 2 ports per rank and rail) alternating DP rings and PP pairs, switching
+  circuits at the first call of every phase (4 calls per phase, as per-layer collectives); the
+  driver is replaced by immediate light. Best of 3 runs (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import threading
+import time
+from typing import Any
+
+from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.job import CommGroup, JobSpec
+from controller.ocs import ApplyResult, Circuit, Reconfiguration
+from controller.service import ControllerService
+from controller.shim import Shim
+from controller.sim_driver import SimOcsDriver
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def _ack_client(endpoint: str, job_id: str, n_calls: int, conn: Any) -> None:
+    """Child process: two shims in two threads call a two-rank group ``n_calls`` times."""
+    waits: dict[int, list[float]] = {0: [], 1: []}
+
+    def rank_loop(shim: Shim, rank: int) -> None:
+        for _ in range(n_calls):
+            with shim.collective("g", "allreduce", 1024) as grant:
+                waits[rank].append(grant.wait_s * 1e3)
+
+    with Shim(endpoint, job_id, 0) as a, Shim(endpoint, job_id, 1) as b:
+        other = threading.Thread(target=rank_loop, args=(b, 1))
+        other.start()
+        rank_loop(a, 0)
+        other.join()
+    conn.send(waits)
+    conn.close()
+
+
+def bench_ack_latency(n_calls: int = 2000, warmup: int = 50) -> dict[str, float]:
+    """p50/p99 of intent -> ack over loopback with the circuits already lit (ms).
+
+    The shims run in a child process (as ranks do), the service in this one.
+    """
+    job = JobSpec.rail_optimized("bench-ack", 2, 1, 1, [CommGroup("g", "dp", (0, 1))])
+    driver = SimOcsDriver(job.ports_by_rail, 0.0)
+    driver.begin([Reconfiguration.of(0, add=[(1, 2)])])
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    with ControllerService(driver) as svc:
+        svc.register_job(job)
+        proc = ctx.Process(target=_ack_client,
+                           args=(svc.endpoint, job.job_id, n_calls + warmup, child))
+        proc.start()
+        try:
+            if not parent.poll(120):
+                raise TimeoutError("ack benchmark client did not finish in 120 s")
+            waits = parent.recv()
+        finally:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+    # a call is served once both ranks asked: the later ask sees the controller's response
+    lat_ms = [min(w0, w1) for w0, w1 in zip(waits[0][warmup:], waits[1][warmup:], strict=True)]
+    return {"p50": _percentile(lat_ms, 50), "p99": _percentile(lat_ms, 99),
+            "mean": statistics.fmean(lat_ms), "n": float(len(lat_ms))}
+
+
+def bench_job(n_ranks: int = 1024, gpus_per_server: int = 8, ring_servers: int = 8,
+              ports_per_rank: int = 2) -> JobSpec:
+    """DP rings of ``ring_servers`` servers per rail, PP pairs across the two halves."""
+    n_servers = n_ranks // gpus_per_server
+    groups = []
+    for local in range(gpus_per_server):
+        for start in range(0, n_servers, ring_servers):
+            ranks = tuple((start + i) * gpus_per_server + local for i in range(ring_servers))
+            groups.append(CommGroup(f"dp-{local}-{start}", "dp", ranks))
+        half = n_servers // 2
+        for s in range(half):
+            a, b = s * gpus_per_server + local, (s + half) * gpus_per_server + local
+            groups.append(CommGroup(f"pp-{local}-{s}", "pp", (a, b), "pairs"))
+    return JobSpec.rail_optimized("bench-core", n_ranks, gpus_per_server, ports_per_rank, groups)
+
+
+def bench_core(iterations: int = 4, calls_per_phase: int = 4,
+               config: CoreConfig | None = None) -> dict[str, float]:
+    """Intents per second of the pure core for a 1024-rank job (plan, switch, ack, complete).
+
+    Each phase issues ``calls_per_phase`` calls per group (per-layer collectives, as FSDP does);
+    the first call of a phase switches the circuits, the others find them lit.
+    """
+    job = bench_job()
+    from controller.ocs import RailDescription
+
+    rails = [RailDescription(rail, tuple(sorted(ps)), 10.0)
+             for rail, ps in sorted(job.ports_by_rail.items())]
+    core = OpusCore(rails, config or CoreConfig())
+    core.register_job(job, 0.0)
+    phases = [[g for g in job.groups.values() if g.axis == axis] for axis in ("dp", "pp")]
+    seqs: dict[str, int] = {}
+    n_intents = 0
+    now = 0.0
+    t0 = time.perf_counter()
+    rounds = [groups for _ in range(iterations) for groups in phases
+              for _call in range(calls_per_phase)]
+    for groups in rounds:
+        pending: list[Output] = []
+        calls = []
+        for g in groups:
+            seq = seqs.get(g.group_id, 0)
+            seqs[g.group_id] = seq + 1
+            calls.append((g, seq))
+            for r in g.ranks:
+                now += 1e-6
+                pending.append(core.intent(Intent(job.job_id, r, g.group_id, seq, "x", 1), now))
+                n_intents += 1
+        while pending:
+            out = pending.pop()
+            for d in out.decisions:
+                res = [_lit(rc, now) for rc in d.reconfs]
+                pending.append(core.reconfig_done(d.decision_id, res, now))
+        for g, seq in calls:
+            for r in g.ranks:
+                now += 1e-6
+                core.complete(job.job_id, r, g.group_id, seq, now)
+    dt = time.perf_counter() - t0
+    return {"intents": float(n_intents), "seconds": dt, "intents_per_s": n_intents / dt,
+            "decisions": float(core.counters["decisions"]), "acks": float(core.counters["acks"])}
+
+
+def _lit(rc: Reconfiguration, now: float) -> ApplyResult:
+    added: frozenset[Circuit] = rc.add
+    return ApplyResult(rc.rail, added, rc.remove, now, now, now)
+
+
+def run_intents_bench(n_calls: int = 2000, iterations: int = 4,
+                      repeats: int = 3) -> dict[str, Any]:
+    """The figures of ``opus-testbed bench intents --json`` (core: best of ``repeats`` runs)."""
+    ack = bench_ack_latency(n_calls)
+    core = max((bench_core(iterations) for _ in range(repeats)),
+               key=lambda r: r["intents_per_s"])
+    return {
+        "ack_ms": {"p50": round(ack["p50"], 4), "p99": round(ack["p99"], 4)},
+        "core_intents_per_s": round(core["intents_per_s"]),
+        "detail": {"ack_samples": int(ack["n"]), "ack_mean_ms": round(ack["mean"], 4),
+                   "core_intents": int(core["intents"]), "core_decisions": int(core["decisions"]),
+                   "core_acks": int(core["acks"]), "core_ranks": 1024},
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import json
+
+    print(json.dumps(run_intents_bench()))

@@ -1,0 +1,894 @@
+r"""The Opus scheduler: a pure core that turns events into decisions (DESIGN.md, principle 1).
+
+Every public method takes the current time ``now`` (seconds) and returns an :class:`Output`:
+acknowledgements and rejections to send to shims, reconfiguration decisions for the OCS driver
+and event-log records. The core never sleeps and never does I/O; the service, the simulator and
+the tests are shells around it.
+
+Model. A collective call of a comm group is an *instance* ``(job, group, seq)``; ``seq`` counts
+the group's calls at each rank, so all members name the same call with the same number. As in the
+paper, an instance is served once all its members have asked; with provisioning, speculative asks
+count too, so the switch can start before the real intents arrive. The ack goes to every member
+once all have really asked and the circuits are lit; until then no member can move data, so early
+members lose nothing by waiting, and a call holds (protects) circuits only while it can actually
+run, which keeps valid programs free of controller-induced deadlock. Life cycle::
+
+    GATHER --all members asked--> QUEUED --plan fits--> SWITCHING --light--> ACTIVE --all done-->
+       \-- all asked really and circuits already lit ---------------------> ACTIVE
+
+Rules (paper §4 and the issue):
+
+* a group's demand is a set of rank pairs per rail; each pair needs one circuit between a port of
+  each rank, within the ranks' K-port budget (:mod:`controller.job`);
+* minimal change: circuits that the group still needs stay lit; circuits of ACTIVE instances are
+  *protected* and are never touched; the ports of a reconfiguration in flight are *dark* and are
+  not touched either; a plan that would need such a port waits;
+* first-come-first-served: queued requests are served in the order they became ready; a request
+  that waits blocks later requests that share a rank with it; speculative requests come last;
+* all rails of a group switch as one decision (one ``apply_many``);
+* no decision when the demand is already lit;
+* base mode (the paper): when a group needs new circuits, every idle circuit on its members' ports
+  that it does not use is removed, so one rail configuration serves one parallelism;
+* degree-aware mode (beyond the paper): idle circuits stay lit while spare ports exist and are
+  evicted least-recently-used first only when ports run out; a call served without switching on
+  a rail where its ranks were last used by another group (where the paper's Opus switches, since
+  it reconfigures whenever the parallelism changes) counts as an avoided reconfiguration;
+* provisioning: a completion may carry the rank's predicted next call (from the shim's profile);
+  it counts as a speculative ask, so the switch starts as soon as the last member finished its
+  previous call. Speculative circuits are not protected, so a wrong prediction only costs an
+  on-demand switch later; a rank's real intent for another group cancels its speculative ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.job import Edge, JobError, JobSpec
+from controller.ocs import ApplyResult, Circuit, CrossconnectState, RailDescription, Reconfiguration
+
+Event = dict[str, object]
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Scheduling modes: provisioning (paper §4.1) and degree-aware assignment (ours)."""
+
+    provisioning: bool = False
+    degree_aware: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One rank's request for the circuits of one collective call."""
+
+    job_id: str
+    rank: int
+    group_id: str
+    seq: int
+    kind: str = ""
+    size_bytes: int = 0
+    axis: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"job": self.job_id, "rank": self.rank, "group": self.group_id, "seq": self.seq,
+                "kind": self.kind, "size_bytes": self.size_bytes, "axis": self.axis}
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The circuits of ``group_id``'s call ``seq`` are lit: ``rank`` may start."""
+
+    ref: object
+    job_id: str
+    rank: int
+    group_id: str
+    seq: int
+    reconfigured: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A request refused (bad input, lost peer, failed switch); nothing changed for others."""
+
+    ref: object
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Reconfigure these rails as one ``apply_many`` call; report back with its id."""
+
+    decision_id: int
+    job_id: str
+    group_id: str
+    seq: int
+    reconfs: tuple[Reconfiguration, ...]
+    speculative: bool
+
+
+@dataclass(slots=True)
+class Output:
+    """Everything one event produced."""
+
+    acks: list[Ack] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def extend(self, other: Output) -> None:
+        self.acks.extend(other.acks)
+        self.rejects.extend(other.rejects)
+        self.decisions.extend(other.decisions)
+        self.events.extend(other.events)
+
+
+class _State(enum.Enum):
+    GATHER = "gather"
+    QUEUED = "queued"
+    SWITCHING = "switching"
+    ACTIVE = "active"
+
+
+_NO_REF = object()
+
+
+@dataclass(eq=False, slots=True)
+class _Instance:
+    group: _Group
+    seq: int
+    kind: str = ""
+    size_bytes: int = 0
+    axis: str = ""
+    real: dict[int, object] = field(default_factory=dict)  # rank -> reply ref
+    spec: set[int] = field(default_factory=set)
+    acked: set[int] = field(default_factory=set)
+    completed: set[int] = field(default_factory=set)
+    state: _State = _State.GATHER
+    order: int = 0
+    circuits: frozenset[Circuit] = frozenset()
+    decision_id: int = -1
+    spec_tried: bool = False
+    t_first_s: float = 0.0
+
+    @property
+    def asked(self) -> int:
+        return len(self.real) + len(self.spec)
+
+    @property
+    def ready(self) -> bool:
+        return self.asked >= len(self.group.members)
+
+
+@dataclass(eq=False, slots=True)
+class _Group:
+    job_id: str
+    group_id: str
+    axis: str
+    members: frozenset[int]
+    demand: dict[int, frozenset[Edge]]  # optical rails only
+    instances: dict[int, _Instance] = field(default_factory=dict)
+    cache: dict[tuple[int, Edge], Circuit] = field(default_factory=dict)
+    lit_version: int = -1
+    lit_circuits: frozenset[Circuit] | None = None
+    rail_members: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rail_members = {rail: tuple(sorted({r for e in edges for r in e}))
+                             for rail, edges in self.demand.items()}
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    spec: JobSpec
+    groups: dict[str, _Group]
+    done_seq: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, group) -> seq
+
+
+class OpusCore:
+    """The pure Opus scheduler for one set of rails (one OCS driver)."""
+
+    def __init__(
+        self,
+        rails: Sequence[RailDescription],
+        config: CoreConfig | None = None,
+        circuits: Iterable[Circuit] = (),
+    ) -> None:
+        self.config = config or CoreConfig()
+        self.rails = {r.rail: r for r in rails}
+        self.optical = {r.rail for r in rails if r.mode == "ocs"}
+        self.state = CrossconnectState({r.rail: r.ports for r in rails})
+        self._pairs: dict[tuple[int, int, int], set[Circuit]] = {}  # (rail, rank a, rank b)
+        self._owner: dict[tuple[int, int], tuple[str, int]] = {}  # (rail, port) -> (job, rank)
+        self._jobs: dict[str, _Job] = {}
+        self._protect: dict[Circuit, int] = {}
+        self._dark: dict[tuple[int, int], int] = {}  # (rail, port) -> decision id
+        self._dark_keys: dict[int, list[tuple[int, int]]] = {}
+        self._inflight: dict[int, tuple[Decision, _Instance]] = {}
+        self._queue: list[_Instance] = []
+        self._deferred: dict[_Instance, None] = {}  # lit-on-arrival asks waiting for FCFS
+        self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
+        self._last_used_s: dict[Circuit, float] = {}
+        self._last_group: dict[tuple[int, str, int], str] = {}  # (rail, job, rank) -> group
+        self._version = 0
+        self._order = 0
+        self._next_decision = 1
+        self.counters: dict[str, int] = {
+            "intents": 0, "acks": 0, "decisions": 0, "reconfigurations": 0,
+            "avoided_reconfigurations": 0, "speculative_decisions": 0, "mispredictions": 0,
+            "rejects": 0,
+        }
+        initial: dict[int, set[Circuit]] = {}
+        for c in circuits:
+            initial.setdefault(c.rail, set()).add(c)
+        for rail, cs in initial.items():
+            self._commit(Reconfiguration(rail, add=frozenset(cs)))
+
+    # ------------------------------------------------------------------ jobs
+
+    def register_job(self, job: JobSpec, now: float, ref: object = None) -> Output:
+        """Add a job; a clash with the rails or another job's ports is rejected, nothing changes."""
+        out = Output()
+        try:
+            self._check_job(job)
+        except JobError as exc:
+            return self._reject(out, now, ref, "bad_job", str(exc), job=job.job_id)
+        groups = {}
+        for gid, grp in job.groups.items():
+            demand = {rail: edges for rail, edges in job.demand[gid].items()
+                      if rail in self.optical}
+            groups[gid] = _Group(job.job_id, gid, grp.axis, frozenset(grp.ranks), demand)
+        self._jobs[job.job_id] = _Job(job, groups)
+        for rank_ports in job.ranks.values():
+            for p in rank_ports.ports:
+                self._owner[(rank_ports.rail, p)] = (job.job_id, rank_ports.rank)
+        self._rekey_pairs()
+        out.events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
+                           "ranks": len(job.ranks), "groups": len(job.groups)})
+        return out
+
+    def _check_job(self, job: JobSpec) -> None:
+        if job.job_id in self._jobs:
+            raise JobError(f"job {job.job_id} is already registered")
+        for rp in job.ranks.values():
+            if rp.rail not in self.rails:
+                raise JobError(f"job {job.job_id}: rank {rp.rank} is on rail {rp.rail}, "
+                               f"which the OCS does not have (rails: {sorted(self.rails)})")
+            known = self.state.ports(rp.rail)
+            bad = [p for p in rp.ports if p not in known]
+            if bad:
+                raise JobError(f"job {job.job_id}: rank {rp.rank} names ports {bad} that rail "
+                               f"{rp.rail} does not have")
+            for p in rp.ports:
+                other = self._owner.get((rp.rail, p))
+                if other is not None:
+                    raise JobError(f"job {job.job_id}: rank {rp.rank} claims rail {rp.rail} port "
+                                   f"{p}, owned by job {other[0]} rank {other[1]}")
+
+    def unregister_job(self, job_id: str, now: float) -> Output:
+        """Drop a job: its waiting ranks get an error; its circuits stay as they are."""
+        out = Output()
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return self._reject(out, now, None, "unknown_job", f"no job {job_id!r}")
+        for grp in job.groups.values():
+            for inst in grp.instances.values():
+                for rank, ref in inst.real.items():
+                    if rank not in inst.acked:
+                        self._reject(out, now, ref, "job_unregistered",
+                                     f"job {job_id} was unregistered")
+                if inst.state is _State.ACTIVE:
+                    self._unprotect(inst, now)
+        self._queue = [i for i in self._queue if i.group.job_id != job_id]
+        for key in [k for k, v in self._owner.items() if v[0] == job_id]:
+            del self._owner[key]
+        self._rekey_pairs()
+        for spec_key in [k for k in self._spec_of if k[0] == job_id]:
+            del self._spec_of[spec_key]
+        out.events.append({"event": "job_unregistered", "t_s": now, "job": job_id})
+        self._pump(now, out)
+        return out
+
+    def job(self, job_id: str) -> JobSpec | None:
+        j = self._jobs.get(job_id)
+        return j.spec if j else None
+
+    # --------------------------------------------------------------- intents
+
+    def intent(self, intent: Intent, now: float, ref: object = None) -> Output:
+        """A rank asks for the circuits of one call; ack now, later, or reject."""
+        out = Output()
+        self.counters["intents"] += 1
+        found = self._lookup(intent, out, now, ref)
+        if found is None:
+            return out
+        job, grp = found
+        rank, seq = intent.rank, intent.seq
+        out.events.append({"event": "intent", "t_s": now, "job": intent.job_id, "rank": rank,
+                           "group": intent.group_id, "seq": seq, "kind": intent.kind,
+                           "size_bytes": intent.size_bytes, "axis": intent.axis})
+        inst = grp.instances.get(seq)
+        if inst is not None and rank in inst.real:
+            return self._reject(out, now, ref, "duplicate",
+                                f"rank {rank} already asked for group {grp.group_id} call {seq}")
+        self._cancel_speculation(job.spec.job_id, rank, grp, seq, now, out)
+        if inst is None:
+            inst = self._new_instance(grp, seq, now)
+        inst.kind, inst.size_bytes, inst.axis = intent.kind, intent.size_bytes, intent.axis
+        inst.spec.discard(rank)
+        inst.real[rank] = ref
+        if inst.state is _State.ACTIVE:
+            self._ack(inst, out, now)
+        elif inst.state is _State.GATHER:
+            self._advance(inst, now, out)
+        return out
+
+    def complete(self, job_id: str, rank: int, group_id: str, seq: int, now: float,
+                 ref: object = None, next_intent: Intent | None = None) -> Output:
+        """A rank finished its part of a call; ``next_intent`` is its predicted next call."""
+        out = Output()
+        job = self._jobs.get(job_id)
+        grp = job.groups.get(group_id) if job else None
+        inst = grp.instances.get(seq) if grp else None
+        if job is None or grp is None or inst is None or rank not in inst.acked:
+            return self._reject(out, now, ref, "bad_completion",
+                                f"job {job_id} rank {rank}: no acknowledged call {seq} of group "
+                                f"{group_id} to complete")
+        if rank in inst.completed:
+            return self._reject(out, now, ref, "duplicate",
+                                f"rank {rank} already completed group {group_id} call {seq}")
+        inst.completed.add(rank)
+        job.done_seq[(rank, group_id)] = max(seq, job.done_seq.get((rank, group_id), -1))
+        out.events.append({"event": "complete", "t_s": now, "job": job_id, "rank": rank,
+                           "group": group_id, "seq": seq})
+        if len(inst.completed) >= len(grp.members):
+            self._finish(inst, now, out)
+        if next_intent is not None and self.config.provisioning:
+            self._speculate(next_intent, now, out, ref)
+        self._pump(now, out)
+        return out
+
+    def rank_lost(self, job_id: str, rank: int, now: float) -> Output:
+        """A rank's shim is gone: release its running calls and fail the calls waiting on it."""
+        out = Output()
+        job = self._jobs.get(job_id)
+        if job is None or rank not in job.spec.ranks:
+            return out
+        out.events.append({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
+        for grp in job.groups.values():
+            if rank not in grp.members:
+                continue
+            for inst in list(grp.instances.values()):
+                if inst.state is _State.ACTIVE:
+                    inst.completed.add(rank)
+                    if len(inst.completed) >= len(grp.members):
+                        self._finish(inst, now, out)
+                elif inst.state in (_State.GATHER, _State.QUEUED):
+                    for r, ref in inst.real.items():
+                        if r != rank:
+                            self._reject(out, now, ref, "peer_lost",
+                                         f"rank {rank} of group {grp.group_id} disconnected")
+                    self._drop(inst)
+                else:  # SWITCHING: finishes, then the survivors get their ack
+                    inst.real.pop(rank, None)
+                    inst.spec.discard(rank)
+        self._spec_of.pop((job_id, rank), None)
+        self._pump(now, out)
+        return out
+
+    # ------------------------------------------------------- driver feedback
+
+    def reconfig_done(self, decision_id: int, results: Sequence[ApplyResult],
+                      now: float) -> Output:
+        """The driver lit the circuits of a decision: ack its waiting ranks, serve the queue."""
+        out = Output()
+        entry = self._inflight.pop(decision_id, None)
+        if entry is None:
+            return out
+        _decision, inst = entry
+        self._undark(decision_id)
+        for res in results:
+            out.events.append({"event": "reconfig_end", "t_s": now, "decision": decision_id,
+                               "rail": res.rail, "added": [c.to_json() for c in sorted(res.added)],
+                               "removed": [c.to_json() for c in sorted(res.removed)],
+                               "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
+                               "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
+        if inst.group.instances.get(inst.seq) is inst:
+            inst.state = _State.GATHER
+            if len(inst.real) >= len(inst.group.members):
+                lit = self._lit(inst.group)
+                if lit is not None:
+                    self._activate(inst, lit, now, out, reconfigured=True)
+                else:
+                    self._advance(inst, now, out)
+            else:
+                inst.spec_tried = True
+                out.events.append({"event": "provisioned", "t_s": now, "job": inst.group.job_id,
+                                   "group": inst.group.group_id, "seq": inst.seq})
+                if not inst.spec and not inst.real:
+                    self._drop(inst)
+        self._pump(now, out)
+        return out
+
+    def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
+        """The driver refused or failed: undo the plan, tell the waiting ranks, go on."""
+        out = Output()
+        entry = self._inflight.pop(decision_id, None)
+        if entry is None:
+            return out
+        decision, inst = entry
+        self._undark(decision_id)
+        for rc in decision.reconfs:
+            with contextlib.suppress(ValueError):  # state diverged; the driver is the truth
+                self._commit(Reconfiguration(rc.rail, add=rc.remove, remove=rc.add))
+        out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
+                           "error": error})
+        for _rank, ref in inst.real.items():
+            self._reject(out, now, ref, "reconfig_failed",
+                         f"switching for group {inst.group.group_id} failed: {error}")
+        self._drop(inst)
+        self._pump(now, out)
+        return out
+
+    # ------------------------------------------------------------ internals
+
+    def _lookup(self, intent: Intent, out: Output, now: float,
+                ref: object) -> tuple[_Job, _Group] | None:
+        job = self._jobs.get(intent.job_id)
+        if job is None:
+            self._reject(out, now, ref, "unknown_job", f"no job {intent.job_id!r} is registered")
+            return None
+        if intent.rank not in job.spec.ranks:
+            self._reject(out, now, ref, "unknown_rank",
+                         f"job {intent.job_id} has no rank {intent.rank}")
+            return None
+        grp = job.groups.get(intent.group_id)
+        if grp is None:
+            self._reject(out, now, ref, "unknown_group",
+                         f"job {intent.job_id} has no comm group {intent.group_id!r}")
+            return None
+        if intent.rank not in grp.members:
+            self._reject(out, now, ref, "not_a_member",
+                         f"rank {intent.rank} is not in group {intent.group_id}")
+            return None
+        if intent.seq <= job.done_seq.get((intent.rank, intent.group_id), -1):
+            self._reject(out, now, ref, "stale_seq",
+                         f"rank {intent.rank} already completed call {intent.seq} of group "
+                         f"{intent.group_id}")
+            return None
+        return job, grp
+
+    def _new_instance(self, grp: _Group, seq: int, now: float) -> _Instance:
+        inst = _Instance(grp, seq, t_first_s=now)
+        grp.instances[seq] = inst
+        return inst
+
+    def _reject(self, out: Output, now: float, ref: object, code: str, message: str,
+                **fields: object) -> Output:
+        self.counters["rejects"] += 1
+        out.rejects.append(Reject(ref, code, message))
+        out.events.append({"event": "error", "t_s": now, "code": code, "message": message,
+                           **fields})
+        return out
+
+    def _advance(self, inst: _Instance, now: float, out: Output) -> None:
+        """A GATHER instance got a new ask: ack when all asked and lit, else queue when ready."""
+        if len(inst.real) >= len(inst.group.members):
+            if self._queued_conflict(inst):
+                self._deferred[inst] = None  # an earlier request on its ranks goes first
+            else:
+                lit = self._lit(inst.group)
+                if lit is not None:
+                    self._activate(inst, lit, now, out, reconfigured=False)
+                    return
+        if inst.ready and (inst.real or not inst.spec_tried):
+            self._order += 1
+            inst.order = self._order
+            inst.state = _State.QUEUED
+            self._queue.append(inst)
+            self._pump(now, out)
+
+    def _queued_conflict(self, inst: _Instance) -> bool:
+        if not self._queue:
+            return False
+        members = inst.group.members
+        job_id = inst.group.job_id
+        return any(q.real and q.group.job_id == job_id and not members.isdisjoint(q.group.members)
+                   for q in self._queue)
+
+    def _lit(self, grp: _Group) -> frozenset[Circuit] | None:
+        """The circuits that realise the group's demand now, or None if some are missing/dark."""
+        if grp.lit_version == self._version:
+            return grp.lit_circuits
+        found: list[Circuit] = []
+        result: frozenset[Circuit] | None = None
+        ok = True
+        for rail, edges in grp.demand.items():
+            for a, b in edges:
+                cands = self._pairs.get((rail, a, b))
+                c = self._pick(grp, rail, (a, b), cands) if cands else None
+                if c is None:
+                    ok = False
+                    break
+                found.append(c)
+            if not ok:
+                break
+        if ok:
+            result = frozenset(found)
+        grp.lit_version, grp.lit_circuits = self._version, result
+        return result
+
+    def _pick(self, grp: _Group, rail: int, edge: Edge, cands: set[Circuit]) -> Circuit | None:
+        cached = grp.cache.get((rail, edge))
+        dark = self._dark
+        if cached in cands and (rail, cached.port_a) not in dark and (
+            rail, cached.port_b) not in dark:
+            return cached
+        for c in cands:
+            if (rail, c.port_a) not in dark and (rail, c.port_b) not in dark:
+                return c
+        return None
+
+    def _activate(self, inst: _Instance, circuits: frozenset[Circuit], now: float, out: Output,
+                  reconfigured: bool) -> None:
+        inst.state = _State.ACTIVE
+        inst.circuits = circuits
+        grp = inst.group
+        protect = self._protect
+        avoided_rails = set()
+        last = self._last_group
+        job_id, gid = grp.job_id, grp.group_id
+        for rail, ranks in grp.rail_members.items():
+            for r in ranks:
+                key = (rail, job_id, r)
+                prev = last.get(key)
+                if prev != gid:
+                    if prev is not None:
+                        avoided_rails.add(rail)
+                    last[key] = gid
+        if not self.config.degree_aware or reconfigured:
+            avoided_rails.clear()
+        for c in circuits:
+            protect[c] = protect.get(c, 0) + 1
+        if reconfigured:
+            owner = self._owner
+            for c in circuits:
+                a = owner[(c.rail, c.port_a)][1]
+                b = owner[(c.rail, c.port_b)][1]
+                grp.cache[(c.rail, (a, b) if a < b else (b, a))] = c
+        if avoided_rails:
+            self.counters["avoided_reconfigurations"] += len(avoided_rails)
+            out.events.append({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
+                               "group": grp.group_id, "seq": inst.seq,
+                               "rails": sorted(avoided_rails)})
+        self._ack(inst, out, now, reconfigured)
+        if len(inst.completed) >= len(grp.members):
+            self._finish(inst, now, out)
+
+    def _ack(self, inst: _Instance, out: Output, now: float, reconfigured: bool = False) -> None:
+        grp = inst.group
+        for rank, ref in inst.real.items():
+            if rank in inst.acked:
+                continue
+            inst.acked.add(rank)
+            self.counters["acks"] += 1
+            out.acks.append(Ack(ref, grp.job_id, rank, grp.group_id, inst.seq, reconfigured))
+            out.events.append({"event": "ack", "t_s": now, "job": grp.job_id, "rank": rank,
+                               "group": grp.group_id, "seq": inst.seq,
+                               "reconfigured": reconfigured,
+                               "wait_s": now - inst.t_first_s})
+
+    def _finish(self, inst: _Instance, now: float, out: Output) -> None:
+        self._unprotect(inst, now)
+        self._drop(inst)
+        out.events.append({"event": "collective_done", "t_s": now, "job": inst.group.job_id,
+                           "group": inst.group.group_id, "seq": inst.seq})
+
+    def _unprotect(self, inst: _Instance, now: float) -> None:
+        protect = self._protect
+        for c in inst.circuits:
+            n = protect.get(c, 0) - 1
+            if n <= 0:
+                protect.pop(c, None)
+            else:
+                protect[c] = n
+            self._last_used_s[c] = now
+        inst.circuits = frozenset()
+
+    def _drop(self, inst: _Instance) -> None:
+        grp = inst.group
+        if grp.instances.get(inst.seq) is inst:
+            del grp.instances[inst.seq]
+        if inst.state is _State.QUEUED:
+            self._queue.remove(inst)
+        self._deferred.pop(inst, None)
+        for rank in inst.spec:
+            s = self._spec_of.get((grp.job_id, rank))
+            if s is not None:
+                s.discard(inst)
+
+    # ---------------------------------------------------------- speculation
+
+    def _speculate(self, nxt: Intent, now: float, out: Output, ref: object) -> None:
+        job = self._jobs.get(nxt.job_id)
+        grp = job.groups.get(nxt.group_id) if job else None
+        if job is None or grp is None or nxt.rank not in grp.members or (
+            nxt.seq <= job.done_seq.get((nxt.rank, nxt.group_id), -1)
+        ):
+            out.events.append({"event": "error", "t_s": now, "code": "bad_prediction",
+                               "message": f"ignored prediction {nxt.to_json()}"})
+            return
+        inst = grp.instances.get(nxt.seq)
+        if inst is None:
+            inst = self._new_instance(grp, nxt.seq, now)
+            inst.kind, inst.size_bytes, inst.axis = nxt.kind, nxt.size_bytes, nxt.axis
+        if nxt.rank in inst.real or inst.state is _State.ACTIVE:
+            return
+        inst.spec.add(nxt.rank)
+        self._spec_of.setdefault((nxt.job_id, nxt.rank), set()).add(inst)
+        out.events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
+                           "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
+                           "kind": nxt.kind, "size_bytes": nxt.size_bytes})
+        if inst.state is _State.GATHER:
+            self._advance(inst, now, out)
+
+    def _cancel_speculation(self, job_id: str, rank: int, grp: _Group, seq: int, now: float,
+                            out: Output) -> None:
+        insts = self._spec_of.get((job_id, rank))
+        if not insts:
+            return
+        for inst in list(insts):
+            if inst.group is grp and inst.seq == seq:
+                insts.discard(inst)
+                continue
+            insts.discard(inst)
+            inst.spec.discard(rank)
+            self.counters["mispredictions"] += 1
+            out.events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
+                               "predicted_group": inst.group.group_id, "predicted_seq": inst.seq,
+                               "actual_group": grp.group_id, "actual_seq": seq})
+            if inst.state is _State.QUEUED and not inst.ready:
+                self._queue.remove(inst)
+                inst.state = _State.GATHER
+            if inst.state is _State.GATHER and not inst.real and not inst.spec:
+                self._drop(inst)
+
+    # ------------------------------------------------------------- planning
+
+    def _pump(self, now: float, out: Output) -> None:
+        """Serve the queue in FCFS order; a waiting real request blocks later ones it overlaps."""
+        if self._queue:
+            self._serve_queue(now, out)
+        if self._deferred:
+            for inst in list(self._deferred):
+                if inst.state is not _State.GATHER or not inst.real:
+                    del self._deferred[inst]
+                elif not self._queued_conflict(inst):
+                    del self._deferred[inst]
+                    lit = self._lit(inst.group)
+                    if lit is not None:
+                        self._activate(inst, lit, now, out, reconfigured=False)
+
+    def _serve_queue(self, now: float, out: Output) -> None:
+        blocked: dict[str, set[int]] = {}
+        queue = sorted(self._queue, key=lambda i: (not i.real, i.order))
+        for inst in queue:
+            grp = inst.group
+            held = blocked.get(grp.job_id)
+            if held and not held.isdisjoint(grp.members):
+                if inst.real:
+                    held.update(grp.members)
+                continue
+            if inst.state is not _State.QUEUED:
+                continue
+            lit = self._lit(grp)
+            if lit is not None:
+                self._queue.remove(inst)
+                inst.state = _State.GATHER
+                if len(inst.real) >= len(grp.members):
+                    self._activate(inst, lit, now, out, reconfigured=False)
+                else:
+                    inst.spec_tried = True  # provisioned already; ack once everyone asked
+                continue
+            plan = self._plan(grp, now)
+            if plan is None:
+                if inst.real:
+                    blocked.setdefault(grp.job_id, set()).update(grp.members)
+                continue
+            self._queue.remove(inst)
+            self._dispatch(inst, plan, now, out)
+
+    def _dispatch(self, inst: _Instance, plan: list[Reconfiguration], now: float,
+                  out: Output) -> None:
+        did = self._next_decision
+        self._next_decision += 1
+        grp = inst.group
+        spec = not inst.real
+        decision = Decision(did, grp.job_id, grp.group_id, inst.seq, tuple(plan), spec)
+        inst.state = _State.SWITCHING
+        inst.decision_id = did
+        inst.spec_tried = inst.spec_tried or spec
+        self._inflight[did] = (decision, inst)
+        self.counters["decisions"] += 1
+        self.counters["reconfigurations"] += len(plan)
+        if spec:
+            self.counters["speculative_decisions"] += 1
+        out.decisions.append(decision)
+        out.events.append({"event": "decision", "t_s": now, "decision": did, "job": grp.job_id,
+                           "group": grp.group_id, "seq": inst.seq, "speculative": spec,
+                           "rails": [rc.rail for rc in plan], "waited_s": now - inst.t_first_s})
+        keys = self._dark_keys.setdefault(did, [])
+        for rc in plan:
+            self._commit(rc)
+            for p in rc.touched_ports:
+                self._dark[(rc.rail, p)] = did
+                keys.append((rc.rail, p))
+            out.events.append({"event": "reconfig_start", "t_s": now, "decision": did,
+                               "rail": rc.rail, "ports": sorted(rc.touched_ports),
+                               "add": [c.to_json() for c in sorted(rc.add)],
+                               "remove": [c.to_json() for c in sorted(rc.remove)]})
+        self._version += 1
+
+    def _undark(self, decision_id: int) -> None:
+        dark = self._dark
+        for key in self._dark_keys.pop(decision_id, ()):
+            if dark.get(key) == decision_id:  # not re-targeted by a later decision
+                del dark[key]
+        self._version += 1
+
+    def _commit(self, rc: Reconfiguration) -> None:
+        self.state.apply(rc)
+        pairs = self._pairs
+        owner = self._owner
+        for c in rc.remove:
+            key = self._pair_key(c, owner)
+            s = pairs.get(key)
+            if s is not None:
+                s.discard(c)
+                if not s:
+                    del pairs[key]
+            self._last_used_s.pop(c, None)
+        for c in rc.add:
+            pairs.setdefault(self._pair_key(c, owner), set()).add(c)
+        self._version += 1
+
+    def _rekey_pairs(self) -> None:
+        """Rebuild the rank-pair index after port ownership changed."""
+        self._pairs = {}
+        for c in self.state.all_circuits():
+            self._pairs.setdefault(self._pair_key(c, self._owner), set()).add(c)
+        self._version += 1
+
+    @staticmethod
+    def _pair_key(c: Circuit, owner: Mapping[tuple[int, int], tuple[str, int]]
+                  ) -> tuple[int, int, int]:
+        oa = owner.get((c.rail, c.port_a))
+        ob = owner.get((c.rail, c.port_b))
+        a = oa[1] if oa else -c.port_a - 1  # unowned ports never match a rank pair
+        b = ob[1] if ob else -c.port_b - 1
+        return (c.rail, a, b) if a < b else (c.rail, b, a)
+
+    def _plan(self, grp: _Group, now: float) -> list[Reconfiguration] | None:
+        """The minimal per-rail changes that light the group's demand, or None if it must wait."""
+        job = self._jobs[grp.job_id].spec
+        state = self.state
+        dark = self._dark
+        protect = self._protect
+        degree_aware = self.config.degree_aware
+        plan = []
+        for rail, edges in grp.demand.items():
+            keep: set[Circuit] = set()
+            missing: list[Edge] = []
+            for edge in edges:
+                cands = self._pairs.get((rail, edge[0], edge[1]))
+                if cands:
+                    c = self._pick(grp, rail, edge, cands)
+                    if c is None:
+                        return None  # its circuit is being switched on: wait for the light
+                    keep.add(c)
+                else:
+                    missing.append(edge)
+            if not missing:
+                continue
+            taken: set[int] = {p for c in keep for p in c.ports}
+            remove: set[Circuit] = set()
+            members = {r for e in edges for r in e}
+            idle_extra: set[Circuit] = set()
+            for r in members:
+                for p in job.ranks[r].ports:
+                    peer = state.peer(rail, p)
+                    if peer is None:
+                        continue
+                    c = Circuit(rail, p, peer)
+                    if c in keep or c in protect or (rail, p) in dark or (rail, peer) in dark:
+                        continue
+                    idle_extra.add(c)
+            if not degree_aware:
+                remove |= idle_extra
+
+            rp = _RailPlan(rail, state, dark, protect, keep, taken, remove, self._last_used_s)
+            usable, free_port = rp.usable, rp.free_port
+
+            add: list[Circuit] = []
+            for a, b in missing:
+                cached = grp.cache.get((rail, (a, b)))
+                if cached is not None and usable(cached.port_a) and usable(cached.port_b):
+                    pa, pb = cached.port_a, cached.port_b
+                else:
+                    pa_opt = free_port(job.ranks[a].ports)
+                    if pa_opt is None:
+                        return None
+                    taken.add(pa_opt)
+                    pb_opt = free_port(job.ranks[b].ports)
+                    taken.discard(pa_opt)
+                    if pb_opt is None:
+                        return None
+                    pa, pb = pa_opt, pb_opt
+                for p in (pa, pb):
+                    peer = state.peer(rail, p)
+                    if peer is not None:
+                        remove.add(Circuit(rail, p, peer))
+                    taken.add(p)
+                add.append(Circuit(rail, pa, pb))
+            plan.append(Reconfiguration(rail, add=frozenset(add), remove=frozenset(remove)))
+        return plan
+
+    # ---------------------------------------------------------------- views
+
+    def active_circuits(self) -> frozenset[Circuit]:
+        """Circuits that running calls use now (never touched by a decision)."""
+        return frozenset(self._protect)
+
+    def dark_ports(self) -> frozenset[tuple[int, int]]:
+        return frozenset(self._dark)
+
+    def pending(self) -> list[tuple[str, str, int, str]]:
+        """(job, group, seq, state) of every call not finished yet, for diagnostics."""
+        return [(g.job_id, g.group_id, i.seq, i.state.value)
+                for j in self._jobs.values() for g in j.groups.values()
+                for i in g.instances.values()]
+
+
+@dataclass(slots=True)
+class _RailPlan:
+    """Port choice on one rail while planning: which ports a new circuit may use."""
+
+    rail: int
+    state: CrossconnectState
+    dark: Mapping[tuple[int, int], int]
+    protect: Mapping[Circuit, int]
+    keep: set[Circuit]
+    taken: set[int]
+    remove: set[Circuit]
+    last_used_s: Mapping[Circuit, float]
+
+    def usable(self, p: int) -> bool:
+        """Free, being freed, or holding an idle circuit that may be evicted."""
+        if p in self.taken:
+            return False
+        peer = self.state.peer(self.rail, p)
+        if peer is None:
+            return True  # idle, or being freed by a switch in flight (re-targeted)
+        if (self.rail, p) in self.dark or (self.rail, peer) in self.dark:
+            return False  # being lit for another call
+        c = Circuit(self.rail, p, peer)
+        return c in self.remove or (c not in self.keep and c not in self.protect)
+
+    def free_port(self, ports: Sequence[int]) -> int | None:
+        """An idle port, else one whose circuit goes anyway, else the least recently used."""
+        best: int | None = None
+        best_key = (2, 0.0)
+        for p in ports:
+            if not self.usable(p):
+                continue
+            peer = self.state.peer(self.rail, p)
+            if peer is None:
+                return p
+            c = Circuit(self.rail, p, peer)
+            key = (0, 0.0) if c in self.remove else (1, self.last_used_s.get(c, float("-inf")))
+            if key < best_key:
+                best, best_key = p, key
+        return best

@@ -1,0 +1,379 @@
+"""The Opus controller service: the pure core behind a ZeroMQ ROUTER socket.
+
+One loop thread owns the core and the socket: it decodes shim messages (:mod:`controller.protocol`),
+feeds them to :class:`~controller.core.OpusCore` with the current time, sends the acks and errors
+the core returns, writes its events to the :class:`~controller.events.EventLog`, and hands each
+decision to a worker thread that calls the driver's blocking ``apply_many``; the worker reports the
+result back to the loop over an in-process socket, so the loop never waits for light.
+
+Shims send heartbeats; a shim that stops (its process died) is declared lost after
+``heartbeat_timeout_s`` and the core releases its calls. Bad input is answered with an error to
+its sender and logged; the service keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from controller.clock import Clock, WallClock
+from controller.core import CoreConfig, Decision, OpusCore, Output
+from controller.events import EventLog
+from controller.job import JobError, JobSpec
+from controller.ocs import ApplyResult, OcsDriver
+from controller.protocol import (
+    ProtocolError,
+    decode,
+    encode,
+    field_int,
+    field_str,
+    parse_intent,
+    parse_next,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Session:
+    job_id: str
+    rank: int
+    last_seen_s: float  # time.monotonic()
+
+
+class ControllerService:
+    """Serve shims on ``bind`` (``tcp://HOST:PORT``; port 0 picks a free one)."""
+
+    def __init__(
+        self,
+        driver: OcsDriver,
+        *,
+        bind: str = "tcp://127.0.0.1:0",
+        config: CoreConfig | None = None,
+        event_log: EventLog | None = None,
+        clock: Clock | None = None,
+        heartbeat_timeout_s: float = 5.0,
+        max_workers: int = 8,
+    ) -> None:
+        self.driver = driver
+        self.clock: Clock = clock or WallClock()
+        rails = driver.describe()
+        self.core = OpusCore(rails, config,
+                             circuits=[c for r in rails for c in driver.circuits(r.rail)])
+        self.events = event_log or EventLog()
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.controller_id = uuid.uuid4().hex[:12]
+        self._bind = bind
+        self._ctx = zmq.Context()
+        self._router: zmq.Socket[bytes] | None = None
+        self._wake_addr = f"inproc://opus-wake-{self.controller_id}"
+        self._wake_push: zmq.Socket[bytes] | None = None
+        self._wake_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="opus-ocs")
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._sessions: dict[str, _Session] = {}
+        self._inflight = 0
+        self.endpoint = ""
+        self.error: BaseException | None = None
+
+    # --------------------------------------------------------------- life
+
+    def start(self) -> ControllerService:
+        """Bind and serve in a background thread; returns once the socket is bound."""
+        router = self._ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.bind(self._bind)
+        self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._router = router
+        pull = self._ctx.socket(zmq.PULL)
+        pull.bind(self._wake_addr)
+        push = self._ctx.socket(zmq.PUSH)
+        push.connect(self._wake_addr)
+        self._wake_push = push
+        self._thread = threading.Thread(target=self._loop, args=(router, pull),
+                                        name="opus-controller", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop serving; waits for switching in progress, then closes sockets and the log."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._pool.shutdown(wait=True)
+        with self._wake_lock:
+            if self._wake_push is not None:
+                self._wake_push.close(0)
+                self._wake_push = None
+        self._ctx.term()
+        self.events.close()
+
+    def __enter__(self) -> ControllerService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def register_job(self, job: JobSpec, timeout_s: float = 5.0) -> None:
+        """Register a job through the service's own protocol (same path as a remote client)."""
+        with ControllerClient(self.endpoint, timeout_s=timeout_s) as client:
+            client.register_job(job)
+
+    # --------------------------------------------------------------- loop
+
+    def _loop(self, router: zmq.Socket[bytes], pull: zmq.Socket[bytes]) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(pull, zmq.POLLIN)
+        self._started.set()
+        next_check = time.monotonic() + 0.1
+        try:
+            while not self._stop.is_set():
+                ready = dict(poller.poll(100))
+                if pull in ready:
+                    while True:
+                        try:
+                            item = pull.recv_pyobj(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._on_driver(item)
+                if router in ready:
+                    for _ in range(1000):
+                        try:
+                            frames = router.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._on_message(frames)
+                now_mono = time.monotonic()
+                if now_mono >= next_check:
+                    next_check = now_mono + 0.1
+                    self._expire_sessions(now_mono)
+        except BaseException as exc:  # pragma: no cover - reported, never silent
+            self.error = exc
+            log.exception("controller loop crashed")
+            raise
+        finally:
+            # let switching in progress finish so the driver is consistent, then close
+            deadline = time.monotonic() + 30
+            while self._inflight and time.monotonic() < deadline:
+                if pull.poll(100):
+                    self._inflight -= 1
+                    pull.recv()
+            router.close(0)
+            pull.close(0)
+
+    def _send(self, identity: bytes, msg: dict[str, Any]) -> None:
+        assert self._router is not None
+        try:
+            self._router.send_multipart([identity, encode(msg)], zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError) as exc:  # peer gone: nothing to deliver
+            log.debug("reply to %r dropped: %s", identity, exc)
+
+    def _emit(self, out: Output) -> None:
+        now = self.clock.now()
+        for ack in out.acks:
+            assert isinstance(ack.ref, tuple)
+            identity, req = ack.ref
+            self._send(identity, {"type": "ack", "req": req, "group": ack.group_id,
+                                  "seq": ack.seq, "reconfigured": ack.reconfigured, "t_s": now})
+        for rej in out.rejects:
+            if isinstance(rej.ref, tuple):
+                rej_identity, rej_req = rej.ref
+                self._send(rej_identity, {"type": "error", "req": rej_req, "code": rej.code,
+                                      "message": rej.message})
+        self.events.write(out.events)
+        for dec in out.decisions:
+            self._inflight += 1
+            self._pool.submit(self._run_decision, dec)
+
+    def _run_decision(self, dec: Decision) -> None:
+        """Worker thread: block in the driver, then post the outcome to the loop."""
+        try:
+            results = self.driver.apply_many(dec.reconfs)
+            item: tuple[Any, ...] = ("done", dec.decision_id, [r.to_json() for r in results])
+        except Exception as exc:  # any driver failure becomes a failed decision, never a hang
+            item = ("failed", dec.decision_id, f"{type(exc).__name__}: {exc}")
+        with self._wake_lock:
+            if self._wake_push is not None:
+                self._wake_push.send_pyobj(item)
+
+    def _on_driver(self, item: tuple[Any, ...]) -> None:
+        self._inflight -= 1
+        kind, did, payload = item
+        now = self.clock.now()
+        if kind == "done":
+            results = [ApplyResult.from_json(r) for r in payload]
+            self._emit(self.core.reconfig_done(did, results, now))
+        else:
+            self._emit(self.core.reconfig_failed(did, payload, now))
+
+    def _error(self, identity: bytes, req: object, code: str, message: str) -> None:
+        self._send(identity, {"type": "error", "req": req, "code": code, "message": message})
+        self.events.write([{"event": "error", "t_s": self.clock.now(), "code": code,
+                            "message": message}])
+
+    def _on_message(self, frames: Sequence[bytes]) -> None:
+        if len(frames) != 2:
+            if frames:
+                self._error(frames[0], None, "malformed", "expected exactly one message frame")
+            return
+        identity, data = frames
+        req: object = None
+        try:
+            msg = decode(data)
+            req = msg.get("req")
+            self._dispatch(identity, msg, req)
+        except ProtocolError as exc:
+            self._error(identity, req, exc.code, str(exc))
+        except Exception as exc:  # a bug must not stop the service for everyone else
+            log.exception("error while handling %r", data[:200])
+            self._error(identity, req, "internal", f"{type(exc).__name__}: {exc}")
+
+    def _touch(self, msg: dict[str, Any]) -> None:
+        shim = msg.get("shim")
+        if isinstance(shim, str) and shim:
+            job_id, rank = field_str(msg, "job"), field_int(msg, "rank")
+            s = self._sessions.get(shim)
+            if s is None:
+                self._sessions[shim] = _Session(job_id, rank, time.monotonic())
+            else:
+                s.last_seen_s = time.monotonic()
+
+    def _dispatch(self, identity: bytes, msg: dict[str, Any], req: object) -> None:
+        kind = msg["type"]
+        now = self.clock.now()
+        if kind == "intent":
+            intent = parse_intent(msg)
+            field_int(msg, "req")
+            self._touch(msg)
+            self._emit(self.core.intent(intent, now, ref=(identity, req)))
+        elif kind == "complete":
+            job_id, rank = field_str(msg, "job"), field_int(msg, "rank")
+            group, seq = field_str(msg, "group"), field_int(msg, "seq")
+            nxt = parse_next(msg, job_id, rank)
+            self._touch(msg)
+            self._emit(self.core.complete(job_id, rank, group, seq, now, ref=(identity, req),
+                                          next_intent=nxt))
+        elif kind == "heartbeat":
+            self._touch(msg)
+            self._send(identity, {"type": "heartbeat_ok", "controller": self.controller_id})
+        elif kind == "hello":
+            job_id, rank = field_str(msg, "job"), field_int(msg, "rank")
+            spec = self.core.job(job_id)
+            if spec is None:
+                raise ProtocolError(f"no job {job_id!r} is registered with this controller",
+                                    "unknown_job")
+            if rank not in spec.ranks:
+                raise ProtocolError(f"job {job_id} has no rank {rank}", "unknown_rank")
+            self._touch(msg)
+            rp = spec.ranks[rank]
+            self._send(identity, {"type": "welcome", "req": req, "controller": self.controller_id,
+                                  "rail": rp.rail, "ports": list(rp.ports)})
+        elif kind == "bye":
+            shim = msg.get("shim")
+            if isinstance(shim, str):
+                self._sessions.pop(shim, None)
+        elif kind == "register":
+            try:
+                job = JobSpec.from_json(msg.get("job"))  # type: ignore[arg-type]
+            except JobError as exc:
+                raise ProtocolError(str(exc), "bad_job") from exc
+            out = self.core.register_job(job, now, ref=(identity, req))
+            if not out.rejects:
+                self._send(identity, {"type": "registered", "req": req, "job": job.job_id})
+            self._emit(out)
+        elif kind == "unregister":
+            job_id = field_str(msg, "job_id")
+            out = self.core.unregister_job(job_id, now)
+            if not out.rejects:
+                self._send(identity, {"type": "unregistered", "req": req, "job": job_id})
+            else:
+                out.rejects[:] = [r.__class__((identity, req), r.code, r.message)
+                                  for r in out.rejects]
+            self._emit(out)
+        elif kind == "ping":
+            self._send(identity, {"type": "pong", "req": req, "controller": self.controller_id})
+        elif kind == "stats":
+            self._send(identity, {"type": "stats", "req": req,
+                                  "counters": dict(self.core.counters)})
+        else:
+            raise ProtocolError(f"unknown message type {kind!r}", "unknown_type")
+
+    def _expire_sessions(self, now_mono: float) -> None:
+        dead = [k for k, s in self._sessions.items()
+                if now_mono - s.last_seen_s > self.heartbeat_timeout_s]
+        for key in dead:
+            s = self._sessions.pop(key)
+            alive = any(o.job_id == s.job_id and o.rank == s.rank for o in self._sessions.values())
+            if not alive:
+                self._emit(self.core.rank_lost(s.job_id, s.rank, self.clock.now()))
+
+
+class ControllerClient:
+    """A small synchronous client for the runner: register jobs, ping, read counters."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 5.0) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._req = 0
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and wait for its reply; raises on timeout or an error reply."""
+        from controller.shim import ControllerUnavailable, IntentRejected
+
+        self._req += 1
+        msg = {**msg, "req": self._req}
+        self._sock.send(encode(msg))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+            if not self._sock.poll(left_ms):
+                raise ControllerUnavailable(
+                    f"no answer from the Opus controller at {self.endpoint} within "
+                    f"{self.timeout_s} s to a {msg['type']!r} request")
+            reply = decode(self._sock.recv())
+            if reply.get("req") != self._req:
+                continue
+            if reply["type"] == "error":
+                raise IntentRejected(str(reply.get("code")), str(reply.get("message")))
+            return reply
+
+    def register_job(self, job: JobSpec) -> None:
+        self.request({"type": "register", "job": job.to_json()})
+
+    def unregister_job(self, job_id: str) -> None:
+        self.request({"type": "unregister", "job_id": job_id})
+
+    def stats(self) -> dict[str, int]:
+        counters = self.request({"type": "stats"})["counters"]
+        assert isinstance(counters, dict)
+        return counters
+
+    def ping(self) -> str:
+        return str(self.request({"type": "ping"})["controller"])
+
+    def close(self) -> None:
+        self._sock.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

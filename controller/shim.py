@@ -1,0 +1,245 @@
+"""The Opus shim: the client library a rank process wraps its collectives with.
+
+::
+
+    shim = Shim("tcp://10.0.0.254:5555", job_id="llama", rank=3)
+    for it in range(iterations):
+        shim.mark_iteration()
+        with shim.collective("dp0", "allgather", size_bytes=957 << 20, axis="fsdp"):
+            run_allgather()   # the circuits are lit here
+    shim.close()
+
+``collective`` sends an intent, blocks until the controller acknowledges that the circuits are
+lit, runs the body and reports completion (also when the body raises). The shim profiles the
+first iteration (:class:`~controller.profile.CallProfile`) and attaches its prediction of the
+next call to each completion, which the controller uses when provisioning is on.
+
+Failures are explicit: :class:`IntentRejected` (the controller refused; the message says why),
+:class:`ControllerUnavailable` (no answer in time, or the controller stopped answering
+heartbeats). ZeroMQ reconnects by itself; after a failure the shim also starts a fresh
+connection and greets the controller again, so a restarted controller is picked up by the next
+call. One shim per thread: calls of one shim are sequential.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from controller.profile import CallProfile, CallSignature
+from controller.protocol import ProtocolError, decode, encode
+
+
+class ShimError(RuntimeError):
+    """Base class of the shim's errors."""
+
+
+class ControllerUnavailable(ShimError):
+    """The controller did not answer in time or stopped answering heartbeats."""
+
+
+class IntentRejected(ShimError):
+    """The controller refused a request; ``code`` is machine-readable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class CollectiveGrant:
+    """What the ack said: the call, whether circuits had to switch, and the wait."""
+
+    group_id: str
+    seq: int
+    reconfigured: bool
+    wait_s: float
+
+
+class Shim:
+    """One rank's connection to the Opus controller."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        job_id: str,
+        rank: int,
+        *,
+        ack_timeout_s: float = 60.0,
+        connect_timeout_s: float = 10.0,
+        heartbeat_interval_s: float = 0.5,
+        controller_silence_s: float = 5.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.job_id = job_id
+        self.rank = rank
+        self.ack_timeout_s = ack_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.controller_silence_s = controller_silence_s
+        self.session = uuid.uuid4().hex
+        self.profile = CallProfile()
+        self.rail: int | None = None
+        self.ports: tuple[int, ...] = ()
+        self._seq: dict[str, int] = {}
+        self._req = 0
+        self._ctx = zmq.Context()
+        self._sock: zmq.Socket[bytes] | None = None
+        self._last_pong = time.monotonic()
+        self._closed = threading.Event()
+        self._hb_thread = threading.Thread(target=self._heartbeat, daemon=True,
+                                           name=f"opus-shim-hb-{rank}")
+        self._hb_thread.start()
+
+    # ----------------------------------------------------------- public
+
+    def mark_iteration(self) -> None:
+        """A training iteration starts (the first one is profiled)."""
+        self.profile.mark_iteration()
+
+    @contextlib.contextmanager
+    def collective(self, group: str, kind: str = "", size_bytes: int = 0,
+                   axis: str = "") -> Iterator[CollectiveGrant]:
+        """Wait until the circuits of this call are lit, run the body, report completion."""
+        seq = self._seq.get(group, 0)
+        self._seq[group] = seq + 1
+        self.profile.observe(CallSignature(group, kind, size_bytes, axis))
+        t0 = time.monotonic()
+        try:
+            reply = self._request(
+                {"type": "intent", "group": group, "seq": seq, "kind": kind,
+                 "size_bytes": size_bytes, "axis": axis},
+                self.ack_timeout_s, f"circuits for group {group!r} call {seq}")
+        except ShimError:
+            self._seq[group] = seq  # the call did not happen: keep numbering aligned with peers
+            raise
+        grant = CollectiveGrant(group, seq, bool(reply.get("reconfigured")),
+                                time.monotonic() - t0)
+        try:
+            yield grant
+        finally:
+            nxt = self.profile.predict_next()
+            nxt_msg = None
+            if nxt is not None and nxt.group_id != group:
+                nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),
+                           "kind": nxt.kind, "size_bytes": nxt.size_bytes, "axis": nxt.axis}
+            self._post({"type": "complete", "group": group, "seq": seq, "next": nxt_msg})
+
+    def close(self) -> None:
+        """Say goodbye (the controller forgets this session) and release the sockets."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._hb_thread.join(2 * self.heartbeat_interval_s + 1)
+        if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.send(encode({"type": "bye", "shim": self.session}), zmq.NOBLOCK)
+            self._sock.close(linger=200)
+            self._sock = None
+        self._ctx.term()
+
+    def __enter__(self) -> Shim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --------------------------------------------------------- internals
+
+    def _base(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {**msg, "job": self.job_id, "rank": self.rank, "shim": self.session}
+
+    def _socket(self) -> zmq.Socket[bytes]:
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.endpoint)
+            self._sock = sock
+            try:
+                welcome = self._exchange(sock, {"type": "hello"}, self.connect_timeout_s,
+                                         "the greeting")
+            except ShimError:
+                self._reset()
+                raise
+            self.rail = welcome.get("rail")
+            self.ports = tuple(welcome.get("ports", ()))
+        return self._sock
+
+    def _reset(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def _request(self, msg: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
+        if self._closed.is_set():
+            raise ShimError("the shim is closed")
+        sock = self._socket()
+        try:
+            return self._exchange(sock, msg, timeout_s, what)
+        except ControllerUnavailable:
+            self._reset()  # start afresh next time (ZeroMQ would also reconnect by itself)
+            raise
+
+    def _exchange(self, sock: zmq.Socket[bytes], msg: dict[str, Any], timeout_s: float,
+                  what: str) -> dict[str, Any]:
+        self._req += 1
+        req = self._req
+        sock.send(encode(self._base({**msg, "req": req})))
+        t_start = time.monotonic()
+        deadline = t_start + timeout_s
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise ControllerUnavailable(
+                    f"rank {self.rank} of job {self.job_id}: no answer from the Opus controller "
+                    f"at {self.endpoint} for {timeout_s:.1f} s while waiting for {what}")
+            silence = now - max(self._last_pong, t_start)
+            if silence > self.controller_silence_s:
+                raise ControllerUnavailable(
+                    f"rank {self.rank} of job {self.job_id}: the Opus controller at "
+                    f"{self.endpoint} stopped answering heartbeats ({silence:.1f} s) while "
+                    f"waiting for {what}")
+            if not sock.poll(int(min(deadline - now, 0.25) * 1000) + 1):
+                continue
+            try:
+                reply = decode(sock.recv())
+            except ProtocolError:
+                continue
+            if reply.get("req") != req:
+                continue  # a late reply to an earlier request, or an error about a completion
+            if reply.get("type") == "error":
+                raise IntentRejected(str(reply.get("code")), str(reply.get("message")))
+            return reply
+
+    def _post(self, msg: dict[str, Any]) -> None:
+        """Fire-and-forget (completion reports); queued by ZeroMQ while reconnecting."""
+        if self._closed.is_set() or self._sock is None:
+            return
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.send(encode(self._base(msg)), zmq.NOBLOCK)
+
+    def _heartbeat(self) -> None:
+        """Background thread with its own socket: keep the session alive, watch the controller."""
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # no backlog of stale heartbeats while disconnected
+        sock.connect(self.endpoint)
+        msg = encode(self._base({"type": "heartbeat"}))
+        try:
+            while not self._closed.is_set():
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.send(msg, zmq.NOBLOCK)
+                t_next = time.monotonic() + self.heartbeat_interval_s
+                while (left := t_next - time.monotonic()) > 0 and not self._closed.is_set():
+                    if sock.poll(int(min(left, 0.1) * 1000) + 1):
+                        sock.recv()
+                        self._last_pong = time.monotonic()
+        finally:
+            sock.close(0)

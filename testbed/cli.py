@@ -1,0 +1,198 @@
+"""The ``opus-testbed`` command line.
+
+Sub-commands import their modules lazily, so ``--help`` and pure commands work without root,
+Mininet or os-ken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EPILOG = """\
+examples:
+  opus-testbed check                 # prerequisites, with a fix for each failure
+  opus-testbed demo                  # the emulated OCS, step by step (root)
+  opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
+  opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
+  opus-testbed workload examples/llama3-8b-workload.yaml
+  opus-testbed clean                 # remove leftovers of crashed runs (ours only)
+"""
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from testbed.check import run_checks
+
+    checks = run_checks()
+    if args.json:
+        print(json.dumps({"ok": all(c.ok for c in checks),
+                          "checks": [c.to_json() for c in checks]}, indent=1))
+    else:
+        for c in checks:
+            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+            if not c.ok and c.fix:
+                print(f"       fix: {c.fix}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from emulator.runstate import clean
+
+    removed = clean(include_live=args.all)
+    if args.json:
+        print(json.dumps(removed, indent=1))
+    elif not any(removed.values()):
+        print("nothing to clean")
+    else:
+        for kind, items in removed.items():
+            for item in items:
+                print(f"removed {kind.removesuffix('es') if kind == 'processes' else kind[:-1]}: "
+                      f"{item}")
+    return 0
+
+
+def _print_bench(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=1))
+        return
+    for key, value in result.items():
+        if key == "results":
+            for row in value:
+                print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+        else:
+            print(f"{key}: {value}")
+
+
+def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_fidelity_bench
+
+    return run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
+                              interval_us=args.interval_us)
+
+
+def _bench_control(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_control_bench
+
+    return run_control_bench(port_counts=[int(p) for p in _floats(args.ports)],
+                             repeats=args.repeats)
+
+
+def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
+    from workloads.bench import run_workload_bench
+
+    return run_workload_bench()
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"opus-testbed: error: expected comma-separated numbers, got {text!r}"
+                         ) from None
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    result = args.bench_fn(args)
+    _print_bench(result, args.json)
+    return 0
+
+
+def _cmd_demo(_args: argparse.Namespace) -> int:
+    from emulator.demo import run_demo
+
+    return run_demo()
+
+
+def _cmd_workload(args: argparse.Namespace) -> int:
+    from workloads.cli import run
+
+    return int(run(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opus-testbed",
+        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
+                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("check", help="report prerequisites (root, OVS, Mininet, os-ken, ...)",
+                       description="Check every prerequisite; exit 1 if any is missing.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("clean", help="remove leftovers of crashed runs (this project's only)",
+                       description="Remove processes (by recorded pid), OVS bridges and "
+                       "interfaces (by the ot<xxx> name prefix) of runs whose owner is gone.")
+    p.add_argument("--all", action="store_true",
+                   help="also remove runs whose owner process is still alive")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_clean)
+
+    p = sub.add_parser("demo", help="the emulated OCS step by step (needs root)",
+                       description="Build a small emulated photonic rail, light, reject and "
+                       "reconfigure circuits with real traffic, and tear down.")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmarks, JSON on stdout",
+                       description="Benchmarks; progress goes to stderr, results to stdout.")
+    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    b = bench.add_parser("fidelity", help="data-plane dark period vs injected delay (root)")
+    b.add_argument("--delays", default="1,5,25,100", help="injected delays in ms")
+    b.add_argument("--switches", type=int, default=20, help="reconfigurations per delay")
+    b.add_argument("--interval-us", type=float, default=100.0, help="probe interval")
+    b.set_defaults(bench_fn=_bench_fidelity)
+    b = bench.add_parser("control", help="OCS app overhead beyond the delay (root)")
+    b.add_argument("--ports", default="8,16,64", help="rail sizes in ports")
+    b.add_argument("--repeats", type=int, default=30, help="reconfigurations per point")
+    b.set_defaults(bench_fn=_bench_control)
+    b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
+    b.set_defaults(bench_fn=_bench_workload)
+    _add_controller_bench(bench)
+    for b in bench.choices.values():
+        b.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
+                       description="Generate one training iteration's per-rank schedule.")
+    from workloads.cli import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_workload)
+    return parser
+
+
+def _add_controller_bench(bench: Any) -> None:
+    """``bench intents``, when the controller package provides it."""
+    try:
+        from controller.bench import run_intents_bench
+    except ImportError:
+        return
+    b = bench.add_parser("intents", help="Opus intent->ack latency and core throughput")
+    fn: Callable[[argparse.Namespace], dict[str, Any]] = lambda _a: run_intents_bench()  # noqa: E731
+    b.set_defaults(bench_fn=fn)
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # SIGTERM (e.g. from `timeout` or CI) unwinds like Ctrl-C, so every teardown path runs.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted; the run's network and processes were torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

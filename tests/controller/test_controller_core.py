@@ -1,0 +1,211 @@
+"""The pure Opus core: intents, FCFS, protection, rails together, bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.job import CommGroup, JobError, JobSpec, RankPorts
+from controller.ocs import ApplyResult, Circuit, RailDescription
+
+
+def rails_for(job: JobSpec, extra_ports: int = 0) -> list[RailDescription]:
+    return [RailDescription(rail, tuple(sorted(ps | set(range(100, 100 + extra_ports)))), 10.0)
+            for rail, ps in sorted(job.ports_by_rail.items())]
+
+
+def line_job(k: int = 1, groups: list[CommGroup] | None = None, n: int = 4) -> JobSpec:
+    """``n`` ranks, one per server, all on rail 0; rank r owns ports r*k+1 .. r*k+k."""
+    groups = groups or [CommGroup("a", "dp", (0, 1)), CommGroup("b", "pp", (1, 2)),
+                        CommGroup("c", "cp", (1, 3)), CommGroup("d", "ep", (2, 3))]
+    return JobSpec.rail_optimized("j", n, 1, k, groups)
+
+
+def light(core: OpusCore, out: Output, now: float) -> Output:
+    """Complete every decision in ``out`` at ``now`` (the driver lit everything)."""
+    total = Output()
+    total.extend(out)
+    pending = list(out.decisions)
+    while pending:
+        d = pending.pop(0)
+        res = [ApplyResult(rc.rail, rc.add, rc.remove, now, now, now) for rc in d.reconfs]
+        more = core.reconfig_done(d.decision_id, res, now)
+        total.extend(more)
+        pending.extend(more.decisions)
+    return total
+
+
+def ask(core: OpusCore, rank: int, group: str, seq: int = 0, now: float = 0.0,
+        job: str = "j") -> Output:
+    return core.intent(Intent(job, rank, group, seq, "allreduce", 1, ""), now, ref=(rank, group))
+
+
+def test_first_call_switches_and_second_call_does_not() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    out = ask(core, 0, "a")
+    assert not out.acks and not out.decisions  # waits for rank 1
+    out = ask(core, 1, "a")
+    assert len(out.decisions) == 1
+    (rc,) = out.decisions[0].reconfs
+    assert rc.add == {Circuit(0, 1, 2)} and not rc.remove
+    out = light(core, out, 0.01)
+    assert {a.rank for a in out.acks} == {0, 1} and all(a.reconfigured for a in out.acks)
+    core.complete("j", 0, "a", 0, 0.02)
+    core.complete("j", 1, "a", 0, 0.02)
+    out = ask(core, 0, "a", seq=1, now=0.03)
+    assert not out.acks and not out.decisions  # served once all members asked
+    out = ask(core, 1, "a", seq=1, now=0.03)  # circuits lit: ack at once, no decision
+    assert sorted(a.rank for a in out.acks) == [0, 1] and not out.decisions
+    assert not out.acks[0].reconfigured
+
+
+def test_active_circuit_is_never_cut_decision_waits() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    light(core, ask(core, 1, "a"), 0.0)
+    core.complete("j", 0, "a", 0, 0.1)  # rank 1 still runs call a/0 on port 2
+    ask(core, 2, "b", now=0.2)
+    out = ask(core, 1, "b", now=0.2)
+    assert not out.decisions and not out.acks
+    assert Circuit(0, 1, 2) in core.active_circuits()
+    out = core.complete("j", 1, "a", 0, 0.3)
+    assert len(out.decisions) == 1
+    (rc,) = out.decisions[0].reconfs
+    assert rc.remove == {Circuit(0, 1, 2)} and rc.add == {Circuit(0, 2, 3)}
+
+
+def test_fcfs_within_group_domain() -> None:
+    """b (ready first) and c (ready later) both need rank 1's single port: b goes first."""
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    light(core, ask(core, 1, "a"), 0.0)  # a holds rank 1's port
+    ask(core, 2, "b", now=0.1)
+    ask(core, 3, "c", now=0.1)
+    ask(core, 1, "b", now=0.2)  # b ready at 0.2
+    core.intent(Intent("j", 1, "c", 0), 0.3, ref="c1")  # c ready at 0.3
+    core.complete("j", 0, "a", 0, 0.4)
+    out = core.complete("j", 1, "a", 0, 0.4)
+    assert [d.group_id for d in out.decisions] == ["b"]
+    out = light(core, out, 0.5)
+    assert {a.group_id for a in out.acks} == {"b"}
+    core.complete("j", 1, "b", 0, 0.6)
+    out = core.complete("j", 2, "b", 0, 0.6)
+    assert [d.group_id for d in out.decisions] == ["c"]
+
+
+def test_later_request_on_other_ranks_is_not_held_up() -> None:
+    job = line_job(groups=[CommGroup("a", "dp", (0, 1)), CommGroup("b", "pp", (1, 2)),
+                           CommGroup("d", "ep", (3, 4))], n=5)
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    light(core, ask(core, 1, "a"), 0.0)
+    ask(core, 1, "b", now=0.1)
+    ask(core, 2, "b", now=0.1)  # b waits for a
+    ask(core, 3, "d", now=0.2)
+    out = ask(core, 4, "d", now=0.2)
+    assert [d.group_id for d in out.decisions] == ["d"]
+
+
+def test_all_rails_of_a_group_switch_as_one_decision() -> None:
+    # 2 GPUs per server, 2 rails: ring (0, 1, 2, 3) -> rail 0 joins 0-2, rail 1 joins 1-3
+    groups = [CommGroup("dp", "dp", (0, 1, 2, 3)), CommGroup("x", "pp", (3, 5))]
+    job = JobSpec.rail_optimized("j", 6, 2, 1, groups)
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 3, "x")
+    light(core, ask(core, 5, "x"), 0.0)  # x holds rank 3's port on rail 1
+    for r in (0, 1, 2):
+        out = ask(core, r, "dp", now=0.1)
+        assert not out.decisions
+    out = ask(core, 3, "dp", now=0.1)
+    assert not out.decisions  # rail 0 could switch, rail 1 cannot: neither switches
+    core.complete("j", 3, "x", 0, 0.2)
+    out = core.complete("j", 5, "x", 0, 0.2)
+    assert len(out.decisions) == 1
+    assert sorted(rc.rail for rc in out.decisions[0].reconfs) == [0, 1]
+
+
+def test_degree_aware_keeps_alternating_phases_lit() -> None:
+    job = line_job(k=2)
+    for degree_aware, expected in ((False, 4), (True, 2)):
+        core = OpusCore(rails_for(job), CoreConfig(degree_aware=degree_aware))
+        core.register_job(job, 0.0)
+        decisions = 0
+        for seq in range(2):
+            for grp, (r1, r2) in (("a", (0, 1)), ("b", (1, 2))):
+                ask(core, r1, grp, seq)
+                out = light(core, ask(core, r2, grp, seq), 0.0)
+                decisions += len(out.decisions)
+                core.complete("j", r1, grp, seq, 0.0)
+                core.complete("j", r2, grp, seq, 0.0)
+        assert decisions == expected
+        assert (core.counters["avoided_reconfigurations"] > 0) == degree_aware
+
+
+def test_bad_intents_are_rejected_and_change_nothing() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    cases = [
+        (Intent("nope", 0, "a", 0), "unknown_job"),
+        (Intent("j", 9, "a", 0), "unknown_rank"),
+        (Intent("j", 0, "zz", 0), "unknown_group"),
+        (Intent("j", 3, "a", 0), "not_a_member"),
+    ]
+    for intent, code in cases:
+        out = core.intent(intent, 0.0, ref="x")
+        assert [r.code for r in out.rejects] == [code]
+        assert not out.acks and not out.decisions
+    assert core.pending() == []
+    bad = core.complete("j", 0, "a", 0, 0.0, ref="y")
+    assert [r.code for r in bad.rejects] == ["bad_completion"]
+
+
+def test_second_job_claiming_ports_is_rejected() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job, extra_ports=4))
+    core.register_job(job, 0.0)
+    thief = JobSpec("k", {0: RankPorts(0, 0, (2,)), 1: RankPorts(1, 0, (100,))},
+                    {"g": CommGroup("g", "dp", (0, 1))})
+    out = core.register_job(thief, 0.0, ref="k")
+    assert out.rejects and "owned by job j" in out.rejects[0].message
+    assert core.job("k") is None
+    ok = JobSpec("k", {0: RankPorts(0, 0, (101,)), 1: RankPorts(1, 0, (100,))},
+                 {"g": CommGroup("g", "dp", (0, 1))})
+    assert not core.register_job(ok, 0.0).rejects
+
+
+def test_job_validation_names_the_problem() -> None:
+    with pytest.raises(JobError, match="needs 2 circuits at rank"):
+        JobSpec.rail_optimized("j", 3, 1, 1, [CommGroup("r", "dp", (0, 1, 2))])
+    with pytest.raises(JobError, match="not in the job"):
+        JobSpec.rail_optimized("j", 2, 1, 1, [CommGroup("r", "dp", (0, 7))])
+    with pytest.raises(JobError, match="spans rails"):
+        JobSpec.rail_optimized("j", 2, 2, 1, [CommGroup("p", "pp", (0, 1), "pairs")])
+    job = JobSpec.rail_optimized("j", 8, 4, 2, [CommGroup("r", "dp", (0, 4))])
+    assert JobSpec.from_json(job.to_json()) == job
+    assert job.ranks[5].rail == 1 and job.ranks[5].ports == (3, 4)
+
+
+def test_lost_rank_releases_its_calls_and_fails_waiting_peers() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    light(core, ask(core, 1, "a"), 0.0)
+    core.complete("j", 1, "a", 0, 0.1)
+    ask(core, 3, "d", now=0.1)
+    ask(core, 1, "b", now=0.2)
+    out = ask(core, 2, "b", now=0.2)
+    assert not out.decisions  # rank 0 still "runs" a/0
+    out = core.rank_lost("j", 0, 0.3)
+    assert [d.group_id for d in out.decisions] == ["b"]
+    out = core.rank_lost("j", 2, 0.4)
+    assert [r.code for r in out.rejects] == ["peer_lost"]  # rank 3 waited for d with rank 2

@@ -1,0 +1,170 @@
+"""The controller service over loopback TCP with real shims in separate processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from controller.core import CoreConfig
+from controller.events import EventLog, read_events
+from controller.job import CommGroup, JobSpec, RankPorts
+from controller.service import ControllerClient, ControllerService
+from controller.shim import ControllerUnavailable, IntentRejected, Shim
+from controller.sim_driver import SimOcsDriver
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("shim_worker.py")
+GROUPS = [CommGroup("dp0", "dp", (0, 1)), CommGroup("dp1", "dp", (2, 3)),
+          CommGroup("pp0", "pp", (0, 2)), CommGroup("pp1", "pp", (1, 3))]
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def spawn(endpoint: str, rank: int, hold_s: float, *groups: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, str(WORKER), endpoint, "j", str(rank), str(hold_s),
+                             *groups], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:  # end only our own processes, by pid
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ControllerService]:
+    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
+    driver = SimOcsDriver(job.ports_by_rail, 5.0)
+    svc = ControllerService(driver, event_log=EventLog(tmp_path / "events.jsonl", keep=True),
+                            config=CoreConfig(provisioning=True), heartbeat_timeout_s=0.5)
+    svc.start()
+    svc.register_job(job)
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def test_ranks_in_processes_run_their_calls(service: ControllerService,
+                                            procs: list[subprocess.Popen[str]],
+                                            tmp_path: Path) -> None:
+    for r in range(4):
+        dp, pp = ("dp0" if r < 2 else "dp1"), ("pp0" if r % 2 == 0 else "pp1")
+        procs.append(spawn(service.endpoint, r, 0.01, dp, pp, dp, pp))
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert sum(1 for line in out.splitlines() if json.loads(line).get("done")) == 4
+    events = read_events(tmp_path / "events.jsonl")
+    kinds = {e["event"] for e in events}
+    assert {"intent", "decision", "reconfig_start", "reconfig_end", "ack", "complete"} <= kinds
+    assert all("t_s" in e for e in events)
+    assert service.core.counters["acks"] == 16 and service.core.counters["rejects"] == 0
+
+
+def test_shim_that_dies_mid_collective_is_released(service: ControllerService,
+                                                   procs: list[subprocess.Popen[str]]) -> None:
+    victim = spawn(service.endpoint, 0, 60.0, "dp0")  # holds the call for a minute
+    procs.append(victim)
+    peer = spawn(service.endpoint, 1, 0.0, "dp0", "pp1")  # then needs rank 1's only port
+    procs.append(peer)
+    other = spawn(service.endpoint, 3, 0.0, "pp1")
+    procs.append(other)
+    assert victim.stdout is not None
+    assert json.loads(victim.stdout.readline())["in_call"]
+    victim.kill()  # dies inside the collective, circuits still protected
+    _out, err = peer.communicate(timeout=30)
+    assert peer.returncode == 0, err
+    assert other.wait(30) == 0
+    lost = [e for e in service.events.records if e["event"] == "rank_lost"]
+    assert [(e["job"], e["rank"]) for e in lost] == [("j", 0)]
+
+
+def test_bad_input_gets_errors_and_others_are_still_served(service: ControllerService) -> None:
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.connect(service.endpoint)
+    try:
+        for payload, code in [(b"not json", "malformed"), (b'{"type": "warp"}', "unknown_type"),
+                              (b'{"type": "intent", "req": 1, "job": "j", "rank": "x"}',
+                               "malformed")]:
+            raw.send(payload)
+            assert raw.poll(5000)
+            reply = json.loads(raw.recv())
+            assert reply["type"] == "error" and reply["code"] == code, reply
+    finally:
+        raw.close(0)
+        ctx.term()
+    with Shim(service.endpoint, "j", 0, ack_timeout_s=5) as shim:
+        with pytest.raises(IntentRejected, match="unknown_group"), shim.collective("zz"):
+            pass
+        with pytest.raises(IntentRejected, match="not_a_member"), shim.collective("dp1"):
+            pass
+    with pytest.raises(IntentRejected, match="unknown_rank"):
+        Shim(service.endpoint, "j", 42, ack_timeout_s=5).collective("dp0").__enter__()
+    thief = JobSpec("k", {0: RankPorts(0, 0, (1,)), 1: RankPorts(1, 0, (4,))},
+                    {"g": CommGroup("g", "dp", (0, 1))})
+    with ControllerClient(service.endpoint) as client, pytest.raises(IntentRejected,
+                                                                     match="owned by job j"):
+        client.register_job(thief)
+    errors = [e for e in service.events.records if e["event"] == "error"]
+    assert len(errors) >= 6
+    # the controller still serves a good call
+    with Shim(service.endpoint, "j", 2) as a, Shim(service.endpoint, "j", 3) as b:
+        import threading
+
+        t = threading.Thread(target=lambda: b.collective("dp1").__enter__())
+        t.start()
+        with a.collective("dp1") as grant:
+            assert grant.seq == 0
+        t.join(10)
+
+
+def test_controller_loss_is_clear_and_reconnection_is_automatic(tmp_path: Path) -> None:
+    job = JobSpec.rail_optimized("j", 2, 1, 1, [CommGroup("g", "dp", (0, 1))])
+    svc = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0)).start()
+    svc.register_job(job)
+    endpoint = svc.endpoint
+    shim = Shim(endpoint, "j", 0, ack_timeout_s=30, heartbeat_interval_s=0.1,
+                controller_silence_s=0.5)
+    try:
+        svc.stop()
+        t0 = time.monotonic()
+        with pytest.raises(ControllerUnavailable, match=r"stopped answering|no answer"):
+            shim.collective("g").__enter__()
+        assert time.monotonic() - t0 < 10
+        svc2 = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0), bind=endpoint).start()
+        try:
+            svc2.register_job(job)
+            with Shim(endpoint, "j", 1) as peer:
+                import threading
+
+                t = threading.Thread(target=lambda: peer.collective("g").__enter__())
+                t.start()
+                with shim.collective("g") as grant:
+                    assert grant.reconfigured
+                t.join(10)
+        finally:
+            svc2.stop()
+    finally:
+        shim.close()

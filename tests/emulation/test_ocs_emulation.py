@@ -1,0 +1,159 @@
+"""The emulated OCS on real OVS and Mininet: circuits, isolation, rules, timing, teardown."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+
+import pytest
+
+from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
+from emulator.dataplane import Recorders, ping_ok, start_stream, tcp_transfer_mbps
+from emulator.network import emulated_rails, wait_for
+from emulator.probe import missing_seqs, probe_arrivals
+from emulator.topo import RailSpec
+
+
+def test_ping_and_tcp_across_a_lit_circuit(no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=3, gpus_per_server=1, link_mbps=100)
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        assert not ping_ok(net, 0, 1), "reached a peer before any circuit was lit"
+        net.driver.apply(0, add=[(net.port(0), net.port(1))])
+        assert ping_ok(net, 0, 1, count=3)
+        mbps = tcp_transfer_mbps(net, 0, 1, seconds=1)
+        assert 30 < mbps <= 105, f"TCP goodput {mbps:.1f} Mbit/s on a 100 Mbit/s circuit"
+
+
+def test_traffic_stays_on_its_circuit(tmp_path: Path, no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=4, gpus_per_server=1, link_mbps=100)
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        net.driver.apply(0, add=[(net.port(0), net.port(1)), (net.port(2), net.port(3))])
+        watched = {r: [net.rail_intf(r), f"{net.prefix}g{r}-eth0"] for r in range(4)}
+        with Recorders(net, watched, tmp_path) as rec:
+            tcp_transfer_mbps(net, 0, 1, seconds=1)
+            frames = rec.stop()
+        ours = {net.rank_address(0), net.rank_address(1)}
+
+        def flow_frames(rank: int, intf: str) -> int:
+            return sum(1 for f in frames[(rank, intf)] if {f.ip_src, f.ip_dst} <= ours)
+
+        assert flow_frames(1, net.rail_intf(1)) > 100, "recorder missed the transfer itself"
+        for (rank, intf) in frames:
+            if rank in (2, 3) or intf.endswith("-eth0"):
+                assert flow_frames(rank, intf) == 0, f"transfer frames leaked to {intf}"
+        assert not ping_ok(net, 0, 2), "rank 0 reached rank 2 without a circuit"
+        assert not ping_ok(net, 3, 1), "rank 3 reached rank 1 without a circuit"
+
+
+def test_conflicting_requests_change_nothing(no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=3, gpus_per_server=2, link_mbps=None)
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        p = {r: net.port(r) for r in range(6)}  # rail 0: ranks 0, 2, 4; rail 1: 1, 3, 5
+        net.driver.apply(0, add=[(p[0], p[2])])
+        flows = {rail: net.dump_flows(rail) for rail in (0, 1)}
+        circuits = net.driver.circuits(0)
+        bad = [
+            ([Reconfiguration.of(0, add=[(p[0], p[4])])], {p[0]}),  # port 1 has a peer
+            ([Reconfiguration.of(0, add=[(p[4], 99)])], {99}),  # no such port
+            ([Reconfiguration.of(0, remove=[(p[2], p[4])])], {p[2], p[4]}),  # not there
+            # one valid rail and one invalid: all-or-nothing
+            ([Reconfiguration.of(1, add=[(p[1], p[3])]),
+              Reconfiguration.of(0, add=[(p[2], p[4])])], {p[2]}),
+        ]
+        for reconfs, named in bad:
+            with pytest.raises(ReconfigurationRejected) as err:
+                net.driver.apply_many(reconfs)
+            assert err.value.rail == 0 and named <= set(err.value.ports), str(err.value)
+            assert "rail 0" in str(err.value)
+            assert {rail: net.dump_flows(rail) for rail in (0, 1)} == flows
+            assert net.driver.circuits(0) == circuits
+            assert net.driver.circuits(1) == frozenset()
+
+
+def test_untouched_circuit_keeps_light_while_others_switch(
+        tmp_path: Path, no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=5, gpus_per_server=1, link_mbps=None, switching_delay=100)
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        p = {r: net.port(r) for r in range(5)}
+        net.driver.apply(0, add=[(p[0], p[1]), (p[2], p[3])])
+        with Recorders(net, {1: [net.rail_intf(1)]}, tmp_path) as rec:
+            sender = start_stream(net, 0, net.rail_intf(0), duration_s=3600, interval_us=200)
+            wait_for(lambda: net.driver.port_states(0)[p[1]] == PortState.LIT, 5, "lit")
+            seen_dark: list[dict[int, PortState]] = []
+            peer = p[3]
+            for _ in range(3):
+                new = p[4] if peer == p[3] else p[3]
+                reconf = Reconfiguration.of(0, add=[(p[2], new)], remove=[Circuit(0, p[2], peer)])
+                worker = threading.Thread(target=net.driver.apply_many, args=([reconf],))
+                worker.start()
+                seen_dark.append(wait_for(
+                    lambda: (s := net.driver.port_states(0))[p[2]] == PortState.DARK and s,
+                    5, "the switched ports to go dark"))
+                worker.join(timeout=10)
+                peer = new
+            sender.terminate()
+            sender.wait(timeout=5)
+            frames = rec.stop()
+        for states in seen_dark:
+            assert states[p[0]] == states[p[1]] == PortState.LIT
+        arrivals = probe_arrivals(frames[(1, net.rail_intf(1))], stream=1)
+        assert len(arrivals) > 500, "too few probe frames to judge continuity"
+        assert missing_seqs(arrivals) == [], "the untouched circuit lost frames"
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(arrivals)]
+        assert max(gaps) < 0.05, f"untouched circuit went quiet for {max(gaps) * 1e3:.1f} ms"
+
+
+def test_reconfiguration_is_break_before_make_with_the_injected_delay(
+        no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=3, gpus_per_server=1, link_mbps=None, switching_delay="3d-mems")
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        p0, p1, p2 = net.port(0), net.port(1), net.port(2)
+        net.driver.apply(0, add=[(p0, p1)])
+        res = net.driver.apply_many(
+            [Reconfiguration.of(0, add=[(p0, p2)], remove=[Circuit(0, p0, p1)])])[0]
+        assert res.t_request_s <= res.t_dark_s < res.t_light_s
+        assert res.dark_ms >= 15.0, f"dark {res.dark_ms:.2f} ms for a 15 ms 3D-MEMS switch"
+        assert ping_ok(net, 0, 2) and not ping_ok(net, 0, 1)
+
+
+def test_two_ports_per_rank_route_each_peer_over_its_own_circuit(
+        no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=3, gpus_per_server=1, ports_per_rank=2, link_mbps=None)
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        # rank 0 port 1 <-> rank 1 port 0, and rank 0 port 0 <-> rank 2 port 1: both at once
+        net.driver.apply(0, add=[(net.port(0, 1), net.port(1, 0)),
+                                 (net.port(0, 0), net.port(2, 1))])
+        assert ping_ok(net, 0, 1) and ping_ok(net, 0, 2) and ping_ok(net, 2, 0)
+        assert not ping_ok(net, 1, 2)
+        route = net.cmd(0, f"ip route get {net.rank_address(1)}")
+        assert net.rail_intf(0, 1) in route, route
+
+
+def test_electrical_baseline_reaches_every_pair_on_a_rail(no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=3, gpus_per_server=2, link_mbps=None, mode="electrical")
+    with emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        for rail in range(spec.num_rails):
+            ranks = spec.ranks_on_rail(rail)
+            for a in ranks:
+                for b in ranks:
+                    if a != b:
+                        assert ping_ok(net, a, b), f"baseline: rank {a} cannot reach {b}"
+        with pytest.raises(ReconfigurationRejected, match="electrical"):
+            net.driver.apply(0, add=[(net.port(0), net.port(2))])
+
+
+def test_exception_mid_run_leaves_nothing(no_leftovers: list[str]) -> None:
+    spec = RailSpec(servers=2, gpus_per_server=2, link_mbps=100)
+    with pytest.raises(RuntimeError, match="boom"), emulated_rails(spec) as net:
+        no_leftovers.append(net.prefix)
+        net.driver.apply(0, add=[(net.port(0), net.port(2))])
+        start_stream(net, 0, net.rail_intf(0), duration_s=3600)
+        raise RuntimeError("boom")

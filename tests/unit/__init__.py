@@ -1,0 +1,1 @@
+"""Unit tests of the pure modules (no root, no network)."""
