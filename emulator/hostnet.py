@@ -10,8 +10,10 @@ fixed, so it is installed once; with K > 1 ports it is repointed whenever a circ
 
 from __future__ import annotations
 
+import shlex
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from controller.ocs import Reconfiguration
@@ -124,11 +126,20 @@ class HostRouter:
                 self._run(rank, cmds)
 
 
-def shell_runner(hosts: dict[int, Any]) -> Callable[[int, Sequence[str]], None]:
+#: Mininet types commands into a pty shell; a tty line holds at most 4096 bytes, and a longer
+#: one is cut silently, leaving the shell waiting forever. Longer scripts go through a file.
+MAX_INLINE_BYTES = 2000
+
+
+def shell_runner(hosts: dict[int, Any], scratch_dir: Path) -> Callable[[int, Sequence[str]], None]:
     """Run commands in Mininet host shells; raises if any command fails."""
 
     def run(rank: int, cmds: Sequence[str]) -> None:
         script = " && ".join(f"{{ {c}; }}" for c in cmds)
+        if len(script) > MAX_INLINE_BYTES:
+            path = scratch_dir / f"host-setup-rank{rank}-{threading.get_ident()}.sh"
+            path.write_text("set -e\n" + "\n".join(cmds) + "\n")
+            script = f"sh {shlex.quote(str(path))}"
         out = hosts[rank].cmd(f"{script} && echo __ok__ || echo __failed__")
         if "__ok__" not in out:
             raise RuntimeError(f"rank {rank}: host set-up failed: {out.strip()[-500:]}")

@@ -206,10 +206,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         record.add_process(ocs_proc.pid, str(config_path))
 
         dp = "user" if datapath == "user" else "kernel"
+        # batch=True: Mininet then runs ovs-vsctl as a subprocess; unbatched it types the command
+        # into a pty shell, whose 4096-byte line limit silently cut bridges of ~50+ ports.
         rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
-                              datapath=dp, inband=False)
+                              datapath=dp, inband=False, batch=True)
         topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
-                          frontend_switch=partial(OVSBridge, datapath=dp))
+                          frontend_switch=partial(OVSBridge, datapath=dp, batch=True))
         net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         net.build()
@@ -218,15 +220,18 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                 record.add_process(node.pid, f"mininet:{node.name}")
         net.start()
         for rail in range(spec.num_rails):
-            subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller",
-                            naming.rail_bridge(prefix, rail), f"tcp:127.0.0.1:{of_port}"],
-                           check=True, capture_output=True)
+            res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller",
+                                  naming.rail_bridge(prefix, rail), f"tcp:127.0.0.1:{of_port}"],
+                                 capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise EmulationError(f"cannot attach rail bridge {naming.rail_bridge(prefix, rail)}"
+                                     f" to the OCS app: {res.stderr.strip()}")
         root_intf = f"{naming.root_node(prefix)}-eth0"
         subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
                        check=False)
 
         hosts = {r: net.get(naming.host_name(prefix, r)) for r in range(spec.num_ranks)}
-        run = shell_runner(hosts)
+        run = shell_runner(hosts, config_path.parent)
         for rank in hosts:
             run(rank, interface_setup_commands(spec, prefix, rank))
         router = HostRouter(spec, prefix, run)

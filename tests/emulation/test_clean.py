@@ -1,0 +1,51 @@
+"""`opus-testbed clean` removes what a killed run left behind, and nothing of live runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from emulator.network import emulated_rails, wait_for
+from emulator.runstate import clean, leftovers
+from emulator.topo import RailSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CRASHING_RUN = """
+import sys, time
+from emulator.network import emulated_rails
+from emulator.topo import RailSpec
+with emulated_rails(RailSpec(servers=2, gpus_per_server=2, link_mbps=100)) as net:
+    net.popen(0, ["sleep", "600"])
+    print(net.prefix, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_clean_after_a_killed_run_spares_live_runs() -> None:
+    with emulated_rails(RailSpec(servers=2, gpus_per_server=1, link_mbps=None)) as live:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-c", CRASHING_RUN], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout is not None
+            prefix = proc.stdout.readline().strip()
+            assert prefix.startswith("ot"), proc.stderr.read() if proc.stderr else ""
+            os.kill(proc.pid, signal.SIGKILL)  # no finally, no teardown: a crash
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        left = leftovers(prefix)
+        assert left["bridges"] and left["records"], f"the crash left nothing to clean: {left}"
+
+        removed = clean()
+
+        assert prefix in removed["records"]
+        wait_for(lambda: not any(leftovers(prefix).values()), 10, f"run {prefix} to be gone")
+        assert not any(live.prefix in r for r in removed["records"] + removed["bridges"])
+        assert live.driver.health()["connected_rails"] == [0], "clean touched a live run"
+        assert set(live.dump_flows(0)) == {"priority=0 actions=drop"}
