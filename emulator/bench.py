@@ -51,7 +51,7 @@ def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: i
                        progress: Progress = _stderr) -> dict[str, Any]:
     """Measure data-plane dark periods for each injected delay."""
     spec = RailSpec(servers=3, gpus_per_server=1, ports_per_rank=1, link_mbps=None)
-    results = []
+    results: list[dict[str, Any]] = []
     with emulated_rails(spec) as net:
         out_dir = net.run_dir / "fidelity"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: i
 def run_control_bench(port_counts: Sequence[int] = (8, 16, 64), repeats: int = 30,
                       delay_ms: float = 1.0, progress: Progress = _stderr) -> dict[str, Any]:
     """Measure the OCS app's overhead beyond the injected delay."""
-    results = []
+    results: list[dict[str, Any]] = []
     for ports in port_counts:
         spec = RailSpec(servers=ports, gpus_per_server=1, ports_per_rank=1, link_mbps=None,
                         switching_delay=delay_ms)

@@ -115,3 +115,9 @@ def frontend_mac(rank: int) -> str:
 def dpid(prefix: str, rail: int) -> str:
     """Datapath id of a rail bridge, 16 hex digits, unique per run and rail."""
     return f"{0x0F << 56 | int(prefix[2:], 16) << 16 | (rail + 1):016x}"
+
+
+def frontend_dpid(prefix: str) -> str:
+    """Datapath id of the frontend bridge (explicit: Mininet derives one only from digits in
+    the name, and a prefix such as ``otabc`` gives ``otabcfe``, which has none)."""
+    return f"{0x0E << 56 | int(prefix[2:], 16) << 16:016x}"

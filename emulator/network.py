@@ -86,7 +86,7 @@ class EmulatedRails:
     run_dir: Path
     net: Any
     driver: EmulatedOcsDriver
-    record: runstate.RecordedProcess | Any
+    record: runstate.RunRecord
     slot: int
     datapath: str
     router: HostRouter

@@ -258,16 +258,18 @@ class OcsFabric:
             self._dark[rail] |= touched
         try:
             # The data plane goes dark as soon as vswitchd applies the removal, well before its
-            # barrier reply travels back through os-ken; so the switching time runs from here,
-            # and the barrier is awaited during it (one connection's messages apply in order).
+            # barrier reply travels back through os-ken; so the switching time runs from here.
+            # vswitchd applies one connection's messages in order, so the additions sent after
+            # the delay can never overtake the removal; both barriers confirm before the ack.
             t_dark = self.clock()
             self._send_circuits(datapath, reconf.remove, add=False)
             removed = self._barrier_start(datapath)
             self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark})
             _sleep_until(t_dark + self.delay_ms[rail] / 1e3, self.clock)
-            self._barrier_wait(datapath, *removed)
             self._send_circuits(datapath, reconf.add, add=True)
-            self._barrier(datapath)
+            lit = self._barrier_start(datapath)
+            self._barrier_wait(datapath, *removed)
+            self._barrier_wait(datapath, *lit)
             self._unixctl.flush()
             t_light = self.clock()
         finally:
@@ -388,7 +390,7 @@ def realtime_priority(priority: int = 10) -> bool:
     return True
 
 
-class OcsApp(app_manager.OSKenApp):  # type: ignore[misc]
+class OcsApp(app_manager.OSKenApp):
     """The thin os-ken shell: forwards switch events to the :class:`OcsFabric`."""
 
     OFP_VERSIONS: ClassVar[list[int]] = [ofproto_v1_3.OFP_VERSION]

@@ -69,7 +69,7 @@ class RunRecord:
 
 
 def load_records() -> list[RunRecord]:
-    out = []
+    out: list[RunRecord] = []
     directory = state_dir()
     if not directory.is_dir():
         return out

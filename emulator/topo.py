@@ -63,7 +63,9 @@ class RailSpec:
             problems.append(f"at most 249 ranks fit one emulated network, got {ranks}")
         if problems:
             raise ValueError("; ".join(problems))
-        for rail, value in {None: self.switching_delay, **self.per_rail_delay}.items():
+        delays: list[tuple[int | None, float | str]] = [(None, self.switching_delay)]
+        delays += self.per_rail_delay.items()
+        for rail, value in delays:
             try:
                 resolve_switching_delay_ms(value)
             except ValueError as exc:
@@ -143,7 +145,8 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
             link_opts: dict[str, Any] = {}
             if spec.link_mbps is not None:
                 link_opts["bw"] = spec.link_mbps
-            fe = self.addSwitch(naming.frontend_bridge(prefix), **fe_opts)
+            fe = self.addSwitch(naming.frontend_bridge(prefix), dpid=naming.frontend_dpid(prefix),
+                                **fe_opts)
             root = self.addHost(naming.root_node(prefix), inNamespace=False,
                                 ip=f"{naming.frontend_root_address(slot)}/24")
             self.addLink(root, fe, intfName1=f"{naming.root_node(prefix)}-eth0")
