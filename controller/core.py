@@ -43,13 +43,19 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.job import Edge, JobError, JobSpec
 from controller.ocs import ApplyResult, Circuit, CrossconnectState, RailDescription, Reconfiguration
 
 Event = dict[str, object]
+
+# Sort key of a Circuit, identical to its natural order (rail, port_a, port_b) but computed in C:
+# the event log sorts circuits on every decision.
+_circuit_order = operator.attrgetter("rail", "port_a", "port_b")
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,10 @@ class Decision:
     speculative: bool
 
 
-@dataclass(slots=True)
+_FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) for Output
+
+
+@dataclass(slots=True, init=False)
 class Output:
     """Everything one event produced."""
 
@@ -118,6 +127,14 @@ class Output:
     rejects: list[Reject] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+
+    def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
+                 decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
+        # the generated __init__, minus its factory calls: one Output per event, on the hot path
+        self.acks = [] if acks is _FRESH else acks
+        self.rejects = [] if rejects is _FRESH else rejects
+        self.decisions = [] if decisions is _FRESH else decisions
+        self.events = [] if events is _FRESH else events
 
     def extend(self, other: Output) -> None:
         self.acks.extend(other.acks)
@@ -175,10 +192,24 @@ class _Group:
     lit_version: int = -1
     lit_circuits: frozenset[Circuit] | None = None
     rail_members: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # Precomputed once (the hot paths run per intent): member count, per rail the demand's
+    # lookup keys ((rail, a, b) for the pair index, (rail, (a, b)) for the circuit cache) and
+    # the ranks the demand touches in the order planning visits them.
+    n_members: int = 0
+    rail_keys: tuple[tuple[int, tuple[tuple[tuple[int, int, int], tuple[int, Edge]], ...]],
+                     ...] = ()
+    rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    owns_last: bool = False  # every (rail, rank) of ours has us as its last group (_activate)
 
     def __post_init__(self) -> None:
         self.rail_members = {rail: tuple(sorted({r for e in edges for r in e}))
                              for rail, edges in self.demand.items()}
+        self.n_members = len(self.members)
+        self.rail_keys = tuple(
+            (rail, tuple(((rail, a, b), (rail, (a, b))) for a, b in edges))
+            for rail, edges in self.demand.items())
+        self.rail_ranks = {rail: tuple({r for e in edges for r in e})
+                           for rail, edges in self.demand.items()}
 
 
 @dataclass(eq=False, slots=True)
@@ -186,6 +217,10 @@ class _Job:
     spec: JobSpec
     groups: dict[str, _Group]
     done_seq: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, group) -> seq
+    ports: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> its rail ports
+
+    def __post_init__(self) -> None:
+        self.ports = {r: rp.ports for r, rp in self.spec.ranks.items()}
 
 
 class OpusCore:
@@ -202,6 +237,9 @@ class OpusCore:
         self.optical = {r.rail for r in rails if r.mode == "ocs"}
         self.state = CrossconnectState({r.rail: r.ports for r in rails})
         self._pairs: dict[tuple[int, int, int], set[Circuit]] = {}  # (rail, rank a, rank b)
+        # (rail, port) -> the circuit on it, mirroring self.state (which only _commit changes):
+        # planning then finds the existing Circuit object instead of building an equal one
+        self._circ_at: dict[tuple[int, int], Circuit] = {}
         self._owner: dict[tuple[int, int], tuple[str, int]] = {}  # (rail, port) -> (job, rank)
         self._jobs: dict[str, _Job] = {}
         self._protect: dict[Circuit, int] = {}
@@ -212,7 +250,8 @@ class OpusCore:
         self._deferred: dict[_Instance, None] = {}  # lit-on-arrival asks waiting for FCFS
         self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
         self._last_used_s: dict[Circuit, float] = {}
-        self._last_group: dict[tuple[int, str, int], str] = {}  # (rail, job, rank) -> group
+        # (rail, job, rank) -> the group that used the rank's circuits on that rail last
+        self._last_group: dict[tuple[int, str, int], _Group] = {}
         self._version = 0
         self._order = 0
         self._next_decision = 1
@@ -302,28 +341,34 @@ class OpusCore:
         """A rank asks for the circuits of one call; ack now, later, or reject."""
         out = Output()
         self.counters["intents"] += 1
-        found = self._lookup(intent, out, now, ref)
-        if found is None:
+        job_id, rank, group_id, seq = intent.job_id, intent.rank, intent.group_id, intent.seq
+        job = self._jobs.get(job_id)
+        grp = job.groups.get(group_id) if job is not None else None
+        if (job is None or grp is None or rank not in grp.members or rank not in job.spec.ranks
+                or seq <= job.done_seq.get((rank, group_id), -1)):
+            self._lookup(intent, out, now, ref)  # rejects, naming the first failed check
             return out
-        job, grp = found
-        rank, seq = intent.rank, intent.seq
-        out.events.append({"event": "intent", "t_s": now, "job": intent.job_id, "rank": rank,
-                           "group": intent.group_id, "seq": seq, "kind": intent.kind,
-                           "size_bytes": intent.size_bytes, "axis": intent.axis})
+        kind, size_bytes, axis = intent.kind, intent.size_bytes, intent.axis
+        out.events.append({"event": "intent", "t_s": now, "job": job_id, "rank": rank,
+                           "group": group_id, "seq": seq, "kind": kind,
+                           "size_bytes": size_bytes, "axis": axis})
         inst = grp.instances.get(seq)
         if inst is not None and rank in inst.real:
             return self._reject(out, now, ref, "duplicate",
                                 f"rank {rank} already asked for group {grp.group_id} call {seq}")
-        self._cancel_speculation(job.spec.job_id, rank, grp, seq, now, out)
+        if self._spec_of:
+            self._cancel_speculation(job.spec.job_id, rank, grp, seq, now, out)
         if inst is None:
             inst = self._new_instance(grp, seq, now)
-        inst.kind, inst.size_bytes, inst.axis = intent.kind, intent.size_bytes, intent.axis
-        inst.spec.discard(rank)
+        inst.kind, inst.size_bytes, inst.axis = kind, size_bytes, axis
+        if inst.spec:
+            inst.spec.discard(rank)
         inst.real[rank] = ref
-        if inst.state is _State.ACTIVE:
+        state = inst.state
+        if state is _State.ACTIVE:
             self._ack(inst, out, now)
-        elif inst.state is _State.GATHER:
-            self._advance(inst, now, out)
+        elif state is _State.GATHER and len(inst.real) + len(inst.spec) >= grp.n_members:
+            self._advance(inst, now, out)  # (it does nothing until everyone asked)
         return out
 
     def complete(self, job_id: str, rank: int, group_id: str, seq: int, now: float,
@@ -331,24 +376,28 @@ class OpusCore:
         """A rank finished its part of a call; ``next_intent`` is its predicted next call."""
         out = Output()
         job = self._jobs.get(job_id)
-        grp = job.groups.get(group_id) if job else None
-        inst = grp.instances.get(seq) if grp else None
+        grp = job.groups.get(group_id) if job is not None else None
+        inst = grp.instances.get(seq) if grp is not None else None
         if job is None or grp is None or inst is None or rank not in inst.acked:
             return self._reject(out, now, ref, "bad_completion",
                                 f"job {job_id} rank {rank}: no acknowledged call {seq} of group "
                                 f"{group_id} to complete")
-        if rank in inst.completed:
+        completed = inst.completed
+        if rank in completed:
             return self._reject(out, now, ref, "duplicate",
                                 f"rank {rank} already completed group {group_id} call {seq}")
-        inst.completed.add(rank)
-        job.done_seq[(rank, group_id)] = max(seq, job.done_seq.get((rank, group_id), -1))
+        completed.add(rank)
+        done_seq = job.done_seq
+        key = (rank, group_id)
+        done_seq[key] = max(seq, done_seq.get(key, -1))
         out.events.append({"event": "complete", "t_s": now, "job": job_id, "rank": rank,
                            "group": group_id, "seq": seq})
-        if len(inst.completed) >= len(grp.members):
+        if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
         if next_intent is not None and self.config.provisioning:
             self._speculate(next_intent, now, out, ref)
-        self._pump(now, out)
+        if self._queue or self._deferred:
+            self._pump(now, out)
         return out
 
     def rank_lost(self, job_id: str, rank: int, now: float) -> Output:
@@ -392,8 +441,11 @@ class OpusCore:
         self._undark(decision_id)
         for res in results:
             out.events.append({"event": "reconfig_end", "t_s": now, "decision": decision_id,
-                               "rail": res.rail, "added": [c.to_json() for c in sorted(res.added)],
-                               "removed": [c.to_json() for c in sorted(res.removed)],
+                               "rail": res.rail,
+                               "added": [c.to_json() for c in sorted(res.added,
+                                                                     key=_circuit_order)],
+                               "removed": [c.to_json() for c in sorted(res.removed,
+                                                                       key=_circuit_order)],
                                "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
                                "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
         if inst.group.instances.get(inst.seq) is inst:
@@ -476,15 +528,17 @@ class OpusCore:
 
     def _advance(self, inst: _Instance, now: float, out: Output) -> None:
         """A GATHER instance got a new ask: ack when all asked and lit, else queue when ready."""
-        if len(inst.real) >= len(inst.group.members):
-            if self._queued_conflict(inst):
+        n_members = inst.group.n_members
+        n_real = len(inst.real)
+        if n_real >= n_members:
+            if self._queue and self._queued_conflict(inst):
                 self._deferred[inst] = None  # an earlier request on its ranks goes first
             else:
                 lit = self._lit(inst.group)
                 if lit is not None:
                     self._activate(inst, lit, now, out, reconfigured=False)
                     return
-        if inst.ready and (inst.real or not inst.spec_tried):
+        if n_real + len(inst.spec) >= n_members and (n_real or not inst.spec_tried):
             self._order += 1
             inst.order = self._order
             inst.state = _State.QUEUED
@@ -501,15 +555,28 @@ class OpusCore:
 
     def _lit(self, grp: _Group) -> frozenset[Circuit] | None:
         """The circuits that realise the group's demand now, or None if some are missing/dark."""
-        if grp.lit_version == self._version:
+        version = self._version
+        if grp.lit_version == version:
             return grp.lit_circuits
+        pairs = self._pairs
+        dark = self._dark
+        cache = grp.cache
         found: list[Circuit] = []
         result: frozenset[Circuit] | None = None
         ok = True
-        for rail, edges in grp.demand.items():
-            for a, b in edges:
-                cands = self._pairs.get((rail, a, b))
-                c = self._pick(grp, rail, (a, b), cands) if cands else None
+        for rail, keys in grp.rail_keys:
+            for pair_key, cache_key in keys:
+                cands = pairs.get(pair_key)
+                if not cands:
+                    ok = False
+                    break
+                cached = cache.get(cache_key)
+                if cached is not None and cached in cands and (not dark or (
+                        (rail, cached.port_a) not in dark
+                        and (rail, cached.port_b) not in dark)):
+                    found.append(cached)
+                    continue
+                c = self._pick(rail, cache_key, cands, cache, dark)
                 if c is None:
                     ok = False
                     break
@@ -518,14 +585,17 @@ class OpusCore:
                 break
         if ok:
             result = frozenset(found)
-        grp.lit_version, grp.lit_circuits = self._version, result
+        grp.lit_version, grp.lit_circuits = version, result
         return result
 
-    def _pick(self, grp: _Group, rail: int, edge: Edge, cands: set[Circuit]) -> Circuit | None:
-        cached = grp.cache.get((rail, edge))
-        dark = self._dark
-        if cached in cands and (rail, cached.port_a) not in dark and (
-            rail, cached.port_b) not in dark:
+    @staticmethod
+    def _pick(rail: int, cache_key: tuple[int, Edge], cands: set[Circuit],
+              cache: Mapping[tuple[int, Edge], Circuit], dark: Mapping[tuple[int, int], int]
+              ) -> Circuit | None:
+        """A circuit of ``cands`` that is not dark, the one the group used last if possible."""
+        cached = cache.get(cache_key)
+        if cached is not None and cached in cands and (rail, cached.port_a) not in dark and (
+                rail, cached.port_b) not in dark:
             return cached
         for c in cands:
             if (rail, c.port_a) not in dark and (rail, c.port_b) not in dark:
@@ -538,17 +608,21 @@ class OpusCore:
         inst.circuits = circuits
         grp = inst.group
         protect = self._protect
-        avoided_rails = set()
-        last = self._last_group
-        job_id, gid = grp.job_id, grp.group_id
-        for rail, ranks in grp.rail_members.items():
-            for r in ranks:
-                key = (rail, job_id, r)
-                prev = last.get(key)
-                if prev != gid:
-                    if prev is not None:
-                        avoided_rails.add(rail)
-                    last[key] = gid
+        avoided_rails: set[int] = set()
+        if not grp.owns_last:  # else every (rail, rank) of ours still names us: nothing changes
+            last = self._last_group
+            job_id, gid = grp.job_id, grp.group_id
+            for rail, ranks in grp.rail_members.items():
+                for r in ranks:
+                    key = (rail, job_id, r)
+                    prev = last.get(key)
+                    if prev is not grp:
+                        if prev is not None:
+                            prev.owns_last = False
+                            if prev.group_id != gid:
+                                avoided_rails.add(rail)
+                        last[key] = grp
+            grp.owns_last = True
         if not self.config.degree_aware or reconfigured:
             avoided_rails.clear()
         for c in circuits:
@@ -565,21 +639,27 @@ class OpusCore:
                                "group": grp.group_id, "seq": inst.seq,
                                "rails": sorted(avoided_rails)})
         self._ack(inst, out, now, reconfigured)
-        if len(inst.completed) >= len(grp.members):
+        if len(inst.completed) >= grp.n_members:
             self._finish(inst, now, out)
 
     def _ack(self, inst: _Instance, out: Output, now: float, reconfigured: bool = False) -> None:
         grp = inst.group
+        job_id, group_id, seq = grp.job_id, grp.group_id, inst.seq
+        acked = inst.acked
+        acks, events = out.acks, out.events
+        wait_s = now - inst.t_first_s
+        n = 0
         for rank, ref in inst.real.items():
-            if rank in inst.acked:
+            if rank in acked:
                 continue
-            inst.acked.add(rank)
-            self.counters["acks"] += 1
-            out.acks.append(Ack(ref, grp.job_id, rank, grp.group_id, inst.seq, reconfigured))
-            out.events.append({"event": "ack", "t_s": now, "job": grp.job_id, "rank": rank,
-                               "group": grp.group_id, "seq": inst.seq,
-                               "reconfigured": reconfigured,
-                               "wait_s": now - inst.t_first_s})
+            acked.add(rank)
+            n += 1
+            acks.append(Ack(ref, job_id, rank, group_id, seq, reconfigured))
+            events.append({"event": "ack", "t_s": now, "job": job_id, "rank": rank,
+                           "group": group_id, "seq": seq, "reconfigured": reconfigured,
+                           "wait_s": wait_s})
+        if n:
+            self.counters["acks"] += n
 
     def _finish(self, inst: _Instance, now: float, out: Output) -> None:
         self._unprotect(inst, now)
@@ -589,22 +669,25 @@ class OpusCore:
 
     def _unprotect(self, inst: _Instance, now: float) -> None:
         protect = self._protect
+        last_used = self._last_used_s
         for c in inst.circuits:
             n = protect.get(c, 0) - 1
             if n <= 0:
                 protect.pop(c, None)
             else:
                 protect[c] = n
-            self._last_used_s[c] = now
+            last_used[c] = now
         inst.circuits = frozenset()
 
     def _drop(self, inst: _Instance) -> None:
         grp = inst.group
-        if grp.instances.get(inst.seq) is inst:
-            del grp.instances[inst.seq]
+        instances = grp.instances
+        if instances.get(inst.seq) is inst:
+            del instances[inst.seq]
         if inst.state is _State.QUEUED:
             self._queue.remove(inst)
-        self._deferred.pop(inst, None)
+        if self._deferred:
+            self._deferred.pop(inst, None)
         for rank in inst.spec:
             s = self._spec_of.get((grp.job_id, rank))
             if s is not None:
@@ -674,7 +757,8 @@ class OpusCore:
 
     def _serve_queue(self, now: float, out: Output) -> None:
         blocked: dict[str, set[int]] = {}
-        queue = sorted(self._queue, key=lambda i: (not i.real, i.order))
+        queue = (sorted(self._queue, key=lambda i: (not i.real, i.order))
+                 if len(self._queue) > 1 else list(self._queue))
         for inst in queue:
             grp = inst.group
             held = blocked.get(grp.job_id)
@@ -721,15 +805,20 @@ class OpusCore:
                            "group": grp.group_id, "seq": inst.seq, "speculative": spec,
                            "rails": [rc.rail for rc in plan], "waited_s": now - inst.t_first_s})
         keys = self._dark_keys.setdefault(did, [])
+        dark = self._dark
         for rc in plan:
             self._commit(rc)
-            for p in rc.touched_ports:
-                self._dark[(rc.rail, p)] = did
-                keys.append((rc.rail, p))
+            rail = rc.rail
+            touched = {p for c in rc.add for p in (c.port_a, c.port_b)}
+            touched.update([p for c in rc.remove for p in (c.port_a, c.port_b)])
+            for p in touched:
+                dark[(rail, p)] = did
+                keys.append((rail, p))
             out.events.append({"event": "reconfig_start", "t_s": now, "decision": did,
-                               "rail": rc.rail, "ports": sorted(rc.touched_ports),
-                               "add": [c.to_json() for c in sorted(rc.add)],
-                               "remove": [c.to_json() for c in sorted(rc.remove)]})
+                               "rail": rail, "ports": sorted(touched),
+                               "add": [c.to_json() for c in sorted(rc.add, key=_circuit_order)],
+                               "remove": [c.to_json()
+                                          for c in sorted(rc.remove, key=_circuit_order)]})
         self._version += 1
 
     def _undark(self, decision_id: int) -> None:
@@ -743,22 +832,39 @@ class OpusCore:
         self.state.apply(rc)
         pairs = self._pairs
         owner = self._owner
+        pair_key = self._pair_key
+        last_used = self._last_used_s
+        circ_at = self._circ_at
+        rail = rc.rail
         for c in rc.remove:
-            key = self._pair_key(c, owner)
+            circ_at.pop((rail, c.port_a), None)
+            circ_at.pop((rail, c.port_b), None)
+        for c in rc.add:
+            circ_at[(rail, c.port_a)] = c
+            circ_at[(rail, c.port_b)] = c
+        for c in rc.remove:
+            key = pair_key(c, owner)
             s = pairs.get(key)
             if s is not None:
                 s.discard(c)
                 if not s:
                     del pairs[key]
-            self._last_used_s.pop(c, None)
+            last_used.pop(c, None)
         for c in rc.add:
-            pairs.setdefault(self._pair_key(c, owner), set()).add(c)
+            key = pair_key(c, owner)
+            s = pairs.get(key)
+            if s is None:
+                pairs[key] = {c}
+            else:
+                s.add(c)
         self._version += 1
 
     def _rekey_pairs(self) -> None:
         """Rebuild the rank-pair index after port ownership changed."""
         self._pairs = {}
+        circ_at = self._circ_at
         for c in self.state.all_circuits():
+            c = circ_at.get((c.rail, c.port_a), c)  # the object the other indexes hold
             self._pairs.setdefault(self._pair_key(c, self._owner), set()).add(c)
         self._version += 1
 
@@ -773,64 +879,70 @@ class OpusCore:
 
     def _plan(self, grp: _Group, now: float) -> list[Reconfiguration] | None:
         """The minimal per-rail changes that light the group's demand, or None if it must wait."""
-        job = self._jobs[grp.job_id].spec
-        state = self.state
+        ports_of = self._jobs[grp.job_id].ports
+        circ_at = self._circ_at
         dark = self._dark
         protect = self._protect
+        pairs = self._pairs
+        cache = grp.cache
+        pick = self._pick
         degree_aware = self.config.degree_aware
         plan = []
-        for rail, edges in grp.demand.items():
+        for rail, keys in grp.rail_keys:
             keep: set[Circuit] = set()
-            missing: list[Edge] = []
-            for edge in edges:
-                cands = self._pairs.get((rail, edge[0], edge[1]))
+            missing: list[tuple[int, Edge]] = []
+            for pair_key, cache_key in keys:
+                cands = pairs.get(pair_key)
                 if cands:
-                    c = self._pick(grp, rail, edge, cands)
+                    c = pick(rail, cache_key, cands, cache, dark)
                     if c is None:
                         return None  # its circuit is being switched on: wait for the light
                     keep.add(c)
                 else:
-                    missing.append(edge)
+                    missing.append(cache_key)
             if not missing:
                 continue
-            taken: set[int] = {p for c in keep for p in c.ports}
+            taken: set[int] = set()
+            for c in keep:
+                taken.add(c.port_a)
+                taken.add(c.port_b)
             remove: set[Circuit] = set()
-            members = {r for e in edges for r in e}
             idle_extra: set[Circuit] = set()
-            for r in members:
-                for p in job.ranks[r].ports:
-                    peer = state.peer(rail, p)
-                    if peer is None:
+            for r in grp.rail_ranks[rail]:
+                for p in ports_of[r]:
+                    c_at = circ_at.get((rail, p))
+                    if c_at is None:
                         continue
-                    c = Circuit(rail, p, peer)
-                    if c in keep or c in protect or (rail, p) in dark or (rail, peer) in dark:
+                    if c_at in keep or c_at in protect or (dark and (
+                            (rail, c_at.port_a) in dark or (rail, c_at.port_b) in dark)):
                         continue
-                    idle_extra.add(c)
+                    idle_extra.add(c_at)
             if not degree_aware:
                 remove |= idle_extra
 
-            rp = _RailPlan(rail, state, dark, protect, keep, taken, remove, self._last_used_s)
+            rp = _RailPlan(rail, circ_at, dark, protect, keep, taken, remove, self._last_used_s)
             usable, free_port = rp.usable, rp.free_port
 
             add: list[Circuit] = []
-            for a, b in missing:
-                cached = grp.cache.get((rail, (a, b)))
+            for cache_key in missing:
+                a, b = cache_key[1]
+                cached = cache.get(cache_key)
                 if cached is not None and usable(cached.port_a) and usable(cached.port_b):
                     pa, pb = cached.port_a, cached.port_b
                 else:
-                    pa_opt = free_port(job.ranks[a].ports)
+                    pa_opt = free_port(ports_of[a])
                     if pa_opt is None:
                         return None
                     taken.add(pa_opt)
-                    pb_opt = free_port(job.ranks[b].ports)
+                    pb_opt = free_port(ports_of[b])
                     taken.discard(pa_opt)
                     if pb_opt is None:
                         return None
                     pa, pb = pa_opt, pb_opt
                 for p in (pa, pb):
-                    peer = state.peer(rail, p)
-                    if peer is not None:
-                        remove.add(Circuit(rail, p, peer))
+                    c_at = circ_at.get((rail, p))
+                    if c_at is not None:
+                        remove.add(c_at)
                     taken.add(p)
                 add.append(Circuit(rail, pa, pb))
             plan.append(Reconfiguration(rail, add=frozenset(add), remove=frozenset(remove)))
@@ -857,7 +969,7 @@ class _RailPlan:
     """Port choice on one rail while planning: which ports a new circuit may use."""
 
     rail: int
-    state: CrossconnectState
+    circ_at: Mapping[tuple[int, int], Circuit]  # (rail, port) -> its circuit (OpusCore._circ_at)
     dark: Mapping[tuple[int, int], int]
     protect: Mapping[Circuit, int]
     keep: set[Circuit]
@@ -869,12 +981,12 @@ class _RailPlan:
         """Free, being freed, or holding an idle circuit that may be evicted."""
         if p in self.taken:
             return False
-        peer = self.state.peer(self.rail, p)
-        if peer is None:
+        c = self.circ_at.get((self.rail, p))
+        if c is None:
             return True  # idle, or being freed by a switch in flight (re-targeted)
-        if (self.rail, p) in self.dark or (self.rail, peer) in self.dark:
+        dark = self.dark
+        if dark and ((self.rail, c.port_a) in dark or (self.rail, c.port_b) in dark):
             return False  # being lit for another call
-        c = Circuit(self.rail, p, peer)
         return c in self.remove or (c not in self.keep and c not in self.protect)
 
     def free_port(self, ports: Sequence[int]) -> int | None:
@@ -884,10 +996,9 @@ class _RailPlan:
         for p in ports:
             if not self.usable(p):
                 continue
-            peer = self.state.peer(self.rail, p)
-            if peer is None:
+            c = self.circ_at.get((self.rail, p))
+            if c is None:
                 return p
-            c = Circuit(self.rail, p, peer)
             key = (0, 0.0) if c in self.remove else (1, self.last_used_s.get(c, float("-inf")))
             if key < best_key:
                 best, best_key = p, key

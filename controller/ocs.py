@@ -23,6 +23,7 @@ import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 #: Table 3 of the paper: OCS technology -> (switching time in ms, radix in ports).
 TECHNOLOGIES: dict[str, tuple[float, int]] = {
@@ -73,22 +74,62 @@ def resolve_switching_delay_ms(value: float | int | str) -> float:
     return TECHNOLOGIES[key][0]
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, init=False)  # __init__, __eq__, __hash__, ordering: below
 class Circuit:
-    """An optical crossconnect between two ports of one rail switch (undirected)."""
+    """An optical crossconnect between two ports of one rail switch (undirected).
+
+    A frozen value: equal, hashed and ordered as the tuple ``(rail, port_a, port_b)``, like a
+    ``@dataclass(frozen=True, order=True)``. The key tuple and its hash are computed once at
+    construction, because the controller puts circuits in sets and dicts on every event.
+    """
 
     rail: int
     port_a: int
     port_b: int
+    if TYPE_CHECKING:  # per-instance caches, not dataclass fields (not in repr/fields/asdict)
+        _key: tuple[int, int, int]
+        _hash: int
 
-    def __post_init__(self) -> None:
-        if self.port_a == self.port_b:
-            raise ValueError(
-                f"rail {self.rail}: a circuit needs two ports, got {self.port_a} twice")
-        if self.port_a > self.port_b:
-            a, b = self.port_b, self.port_a
-            object.__setattr__(self, "port_a", a)
-            object.__setattr__(self, "port_b", b)
+    def __init__(self, rail: int, port_a: int, port_b: int) -> None:
+        if port_a == port_b:
+            raise ValueError(f"rail {rail}: a circuit needs two ports, got {port_a} twice")
+        if port_a > port_b:
+            port_a, port_b = port_b, port_a
+        key = (rail, port_a, port_b)
+        d = self.__dict__  # frozen: bypass the dataclass __setattr__ guard, as it does itself
+        d["rail"] = rail
+        d["port_a"] = port_a
+        d["port_b"] = port_b
+        d["_key"] = key
+        d["_hash"] = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key == other._key
+        return NotImplemented
+
+    def __lt__(self, other: Circuit) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key < other._key
+        return NotImplemented
+
+    def __le__(self, other: Circuit) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key <= other._key
+        return NotImplemented
+
+    def __gt__(self, other: Circuit) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key > other._key
+        return NotImplemented
+
+    def __ge__(self, other: Circuit) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key >= other._key
+        return NotImplemented
 
     @property
     def ports(self) -> tuple[int, int]:
