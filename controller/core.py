@@ -200,6 +200,7 @@ class _Group:
                      ...] = ()
     rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
     owns_last: bool = False  # every (rail, rank) of ours has us as its last group (_activate)
+    alive: bool = True  # False once its job is unregistered (a decision may still be in flight)
 
     def __post_init__(self) -> None:
         self.rail_members = {rail: tuple(sorted({r for e in edges for r in e}))
@@ -218,6 +219,9 @@ class _Job:
     groups: dict[str, _Group]
     done_seq: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, group) -> seq
     ports: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> its rail ports
+    # ranks declared lost (rank_lost) and not back yet (rank_rejoined): calls of groups with
+    # them are rejected, since they could never gather. Forgotten with the job (unregister).
+    lost: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.ports = {r: rp.ports for r, rp in self.spec.ranks.items()}
@@ -308,12 +312,17 @@ class OpusCore:
                                    f"{p}, owned by job {other[0]} rank {other[1]}")
 
     def unregister_job(self, job_id: str, now: float) -> Output:
-        """Drop a job: its waiting ranks get an error; its circuits stay as they are."""
+        """Drop a job: its waiting ranks get an error; its circuits stay as they are.
+
+        A decision of the job still in flight ends as an ``orphaned_decision``: the
+        crossconnect state follows the driver's outcome, the dead job's calls are not served.
+        """
         out = Output()
         job = self._jobs.pop(job_id, None)
         if job is None:
             return self._reject(out, now, None, "unknown_job", f"no job {job_id!r}")
         for grp in job.groups.values():
+            grp.alive = False
             for inst in grp.instances.values():
                 for rank, ref in inst.real.items():
                     if rank not in inst.acked:
@@ -348,6 +357,11 @@ class OpusCore:
                 or seq <= job.done_seq.get((rank, group_id), -1)):
             self._lookup(intent, out, now, ref)  # rejects, naming the first failed check
             return out
+        if job.lost and not job.lost.isdisjoint(grp.members):
+            lost = min(job.lost & grp.members)
+            return self._reject(out, now, ref, "peer_lost",
+                                f"rank {lost} of group {group_id} disconnected",
+                                job=job_id, rank=rank, group=group_id, seq=seq)
         kind, size_bytes, axis = intent.kind, intent.size_bytes, intent.axis
         out.events.append({"event": "intent", "t_s": now, "job": job_id, "rank": rank,
                            "group": group_id, "seq": seq, "kind": kind,
@@ -401,12 +415,18 @@ class OpusCore:
         return out
 
     def rank_lost(self, job_id: str, rank: int, now: float) -> Output:
-        """A rank's shim is gone: release its running calls and fail the calls waiting on it."""
+        """A rank's shim is gone: release its running calls and fail the calls waiting on it.
+
+        The job remembers the rank: later calls of its groups are rejected (``peer_lost``) and
+        a call of one being switched is failed when the switch ends, until the rank greets
+        again (:meth:`rank_rejoined`) or the job is unregistered (which forgets everything).
+        """
         out = Output()
         job = self._jobs.get(job_id)
         if job is None or rank not in job.spec.ranks:
             return out
         out.events.append({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
+        job.lost.add(rank)  # later calls of its groups are rejected too (intent)
         for grp in job.groups.values():
             if rank not in grp.members:
                 continue
@@ -421,11 +441,26 @@ class OpusCore:
                             self._reject(out, now, ref, "peer_lost",
                                          f"rank {rank} of group {grp.group_id} disconnected")
                     self._drop(inst)
-                else:  # SWITCHING: finishes, then the survivors get their ack
+                else:  # SWITCHING: finishes, then reconfig_done fails the survivors
                     inst.real.pop(rank, None)
                     inst.spec.discard(rank)
         self._spec_of.pop((job_id, rank), None)
         self._pump(now, out)
+        return out
+
+    def rank_rejoined(self, job_id: str, rank: int, now: float) -> Output:
+        """A rank lost before greets the controller again: its groups are served again.
+
+        The service calls this whenever it opens a session for the rank (a shim's hello,
+        heartbeat or request after it was declared lost); for a rank that is not marked lost
+        it does nothing.
+        """
+        out = Output()
+        job = self._jobs.get(job_id)
+        if job is None or rank not in job.lost:
+            return out
+        job.lost.discard(rank)
+        out.events.append({"event": "rank_rejoined", "t_s": now, "job": job_id, "rank": rank})
         return out
 
     # ------------------------------------------------------- driver feedback
@@ -448,9 +483,19 @@ class OpusCore:
                                                                        key=_circuit_order)],
                                "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
                                "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
-        if inst.group.instances.get(inst.seq) is inst:
+        if not inst.group.alive:
+            self._orphaned(decision_id, inst, "done", now, out)
+        elif inst.group.instances.get(inst.seq) is inst:
             inst.state = _State.GATHER
-            if len(inst.real) >= len(inst.group.members):
+            grp = inst.group
+            lost = self._jobs[grp.job_id].lost
+            if lost and not lost.isdisjoint(grp.members):  # a member was lost while switching
+                for _rank, ref in inst.real.items():
+                    self._reject(out, now, ref, "peer_lost",
+                                 f"rank {min(lost & grp.members)} of group {grp.group_id} "
+                                 "disconnected")
+                self._drop(inst)
+            elif len(inst.real) >= len(inst.group.members):
                 lit = self._lit(inst.group)
                 if lit is not None:
                     self._activate(inst, lit, now, out, reconfigured=True)
@@ -478,12 +523,27 @@ class OpusCore:
                 self._commit(Reconfiguration(rc.rail, add=rc.remove, remove=rc.add))
         out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
                            "error": error})
+        if not inst.group.alive:  # its ranks were told at unregister_job
+            self._orphaned(decision_id, inst, "failed", now, out)
+            self._pump(now, out)
+            return out
         for _rank, ref in inst.real.items():
             self._reject(out, now, ref, "reconfig_failed",
                          f"switching for group {inst.group.group_id} failed: {error}")
         self._drop(inst)
         self._pump(now, out)
         return out
+
+    @staticmethod
+    def _orphaned(decision_id: int, inst: _Instance, outcome: str, now: float,
+                  out: Output) -> None:
+        """A decision of an unregistered job ended: the crossconnect state already follows the
+        driver (committed at dispatch, undone on failure) and its dark ports are released; the
+        dead job's call is not served, told or otherwise touched."""
+        grp = inst.group
+        out.events.append({"event": "orphaned_decision", "t_s": now, "decision": decision_id,
+                           "job": grp.job_id, "group": grp.group_id, "seq": inst.seq,
+                           "outcome": outcome})
 
     # ------------------------------------------------------------ internals
 
@@ -703,6 +763,12 @@ class OpusCore:
         ):
             out.events.append({"event": "error", "t_s": now, "code": "bad_prediction",
                                "message": f"ignored prediction {nxt.to_json()}"})
+            return
+        if job.lost and not job.lost.isdisjoint(grp.members):
+            out.events.append({"event": "error", "t_s": now, "code": "peer_lost",
+                               "message": f"ignored prediction {nxt.to_json()}: rank "
+                                          f"{min(job.lost & grp.members)} of group "
+                                          f"{grp.group_id} disconnected"})
             return
         inst = grp.instances.get(nxt.seq)
         if inst is None:

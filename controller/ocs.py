@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -320,6 +320,15 @@ class CrossconnectState:
                 raise ReconfigurationRejected(r.rail, [], "two requests for one rail in a batch")
             seen.add(r.rail)
             self.check(r)
+
+    def port_states(self, rail: int, dark: Container[int] = ()) -> dict[int, PortState]:
+        """Light of every port: ``dark`` ports are being switched, others lit or idle."""
+        ports = self.ports(rail)  # raises for an unknown rail
+        peers = self._peer[rail]
+        return {
+            p: PortState.DARK if p in dark else PortState.LIT if p in peers else PortState.IDLE
+            for p in sorted(ports)
+        }
 
     def diff_to(self, rail: int, target: Iterable[Circuit]) -> Reconfiguration:
         """The minimal reconfiguration that turns the rail's circuits into ``target``."""

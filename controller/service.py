@@ -7,8 +7,10 @@ decision to a worker thread that calls the driver's blocking ``apply_many``; the
 result back to the loop over an in-process socket, so the loop never waits for light.
 
 Shims send heartbeats; a shim that stops (its process died) is declared lost after
-``heartbeat_timeout_s`` and the core releases its calls. Bad input is answered with an error to
-its sender and logged; the service keeps serving everyone else.
+``heartbeat_timeout_s`` and the core releases its calls; later calls of groups with that rank
+are refused (``peer_lost``) until the rank shows up again (a new session: a shim's hello,
+heartbeat or request). Bad input is answered with an error to its sender and logged; the
+service keeps serving everyone else.
 """
 
 from __future__ import annotations
@@ -248,6 +250,8 @@ class ControllerService:
             s = self._sessions.get(shim)
             if s is None:
                 self._sessions[shim] = _Session(job_id, rank, time.monotonic())
+                # a rank declared lost (no live session) shows up again: serve its groups again
+                self._emit(self.core.rank_rejoined(job_id, rank, self.clock.now()))
             else:
                 s.last_seen_s = time.monotonic()
 

@@ -83,15 +83,9 @@ class SimOcsDriver(OcsDriver):
     def port_states(self, rail: int) -> dict[int, PortState]:
         t = self.clock.now()
         with self._lock:
-            out = {}
-            for p in self._rails[rail].ports:
-                if self._dark_until.get((rail, p), float("-inf")) > t:
-                    out[p] = PortState.DARK
-                elif self._state.peer(rail, p) is not None:
-                    out[p] = PortState.LIT
-                else:
-                    out[p] = PortState.IDLE
-            return out
+            dark = {p for p in self._rails[rail].ports
+                    if self._dark_until.get((rail, p), float("-inf")) > t}
+            return self._state.port_states(rail, dark=dark)
 
     def dark_s_by_port(self, rail: int) -> dict[int, float]:
         """Total dark time (s) each port of ``rail`` has accumulated."""

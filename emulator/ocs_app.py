@@ -180,16 +180,7 @@ class OcsFabric:
         with self._lock:
             if desc.mode == "electrical":
                 return dict.fromkeys(desc.ports, PortState.LIT)
-            dark = set(self._dark[rail])
-            out = {}
-            for port in desc.ports:
-                if port in dark:
-                    out[port] = PortState.DARK
-                elif self.state.peer(rail, port) is not None:
-                    out[port] = PortState.LIT
-                else:
-                    out[port] = PortState.IDLE
-            return out
+            return self.state.port_states(rail, dark=self._dark[rail])
 
     def submit(self, reconfs: Sequence[Reconfiguration]) -> list[Future[ApplyResult]]:
         """Check a batch (all-or-nothing), commit it and queue it on the rails' workers."""

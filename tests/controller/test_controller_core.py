@@ -209,3 +209,120 @@ def test_lost_rank_releases_its_calls_and_fails_waiting_peers() -> None:
     assert [d.group_id for d in out.decisions] == ["b"]
     out = core.rank_lost("j", 2, 0.4)
     assert [r.code for r in out.rejects] == ["peer_lost"]  # rank 3 waited for d with rank 2
+
+
+def test_intent_after_rank_lost_is_rejected_until_rank_rejoins() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    core.rank_lost("j", 0, 0.1)  # nothing was waiting on rank 0 yet
+    out = ask(core, 1, "a", now=0.2)  # a = (0, 1): would wait for rank 0 forever
+    assert [r.code for r in out.rejects] == ["peer_lost"]
+    assert "rank 0" in out.rejects[0].message
+    assert out.rejects[0].ref == (1, "a")
+    assert not out.acks and not out.decisions and core.pending() == []
+    out = ask(core, 0, "a", now=0.2)  # the lost rank itself, before it greets again
+    assert [r.code for r in out.rejects] == ["peer_lost"]
+    ask(core, 1, "b", now=0.3)  # b = (1, 2) does not need rank 0: served as before
+    out = ask(core, 2, "b", now=0.3)
+    assert [d.group_id for d in out.decisions] == ["b"] and not out.rejects
+    # the rank comes back (the service calls this on its hello): it is served again
+    back = core.rank_rejoined("j", 0, 0.4)
+    assert [e["event"] for e in back.events] == ["rank_rejoined"]
+    assert not core.rank_rejoined("j", 0, 0.4).events  # not lost (any more): nothing to say
+    assert not ask(core, 1, "a", now=0.5).rejects
+    assert not ask(core, 0, "a", now=0.5).rejects
+    assert ("j", "a", 0, "queued") in core.pending()  # waits for b's switch, like any call
+
+
+def test_lost_rank_is_forgotten_when_the_job_is_registered_again() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    core.rank_lost("j", 3, 0.1)
+    assert [r.code for r in ask(core, 2, "d", now=0.2).rejects] == ["peer_lost"]
+    core.unregister_job("j", 0.3)
+    core.register_job(job, 0.4)
+    ask(core, 2, "d", now=0.5)
+    out = ask(core, 3, "d", now=0.5)
+    assert not out.rejects and [d.group_id for d in out.decisions] == ["d"]
+
+
+def test_lost_rank_fails_peers_of_a_call_being_switched() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 1, "b")
+    out = ask(core, 2, "b")
+    assert [d.group_id for d in out.decisions] == ["b"]  # switching for b/0 in flight
+    assert not core.rank_lost("j", 1, 0.1).rejects  # the switch goes on
+    out = light(core, out, 0.2)  # rank 2 waited for rank 1 forever
+    assert [(r.code, r.ref) for r in out.rejects] == [("peer_lost", (2, "b"))]
+    assert "rank 1" in out.rejects[0].message
+    assert not out.acks and core.pending() == []
+    assert Circuit(0, 2, 3) in core.state.all_circuits()  # lit anyway: the switch did it
+
+
+def test_provisioning_ignores_predictions_for_a_group_with_a_lost_rank() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job), CoreConfig(provisioning=True))
+    core.register_job(job, 0.0)
+    ask(core, 1, "b")
+    light(core, ask(core, 2, "b"), 0.0)
+    core.rank_lost("j", 0, 0.1)
+    core.complete("j", 2, "b", 0, 0.2)
+    out = core.complete("j", 1, "b", 0, 0.2, next_intent=Intent("j", 1, "a", 0))
+    assert not out.decisions and core.pending() == []
+    assert [e["code"] for e in out.events if e["event"] == "error"] == ["peer_lost"]
+
+
+def test_decision_completing_after_its_job_was_unregistered() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    (d,) = ask(core, 1, "a").decisions
+    gone = core.unregister_job("j", 0.1)
+    assert sorted(r.ref for r in gone.rejects) == [(0, "a"), (1, "a")]  # type: ignore[type-var]
+    res = [ApplyResult(rc.rail, rc.add, rc.remove, 0.1, 0.1, 0.2) for rc in d.reconfs]
+    out = core.reconfig_done(d.decision_id, res, 0.2)  # raised KeyError in _plan
+    assert not out.acks and not out.rejects and not out.decisions
+    kinds = [e["event"] for e in out.events]
+    assert "reconfig_end" in kinds and "orphaned_decision" in kinds
+    assert Circuit(0, 1, 2) in core.state.all_circuits()  # the switch did change
+    assert not core.dark_ports() and not core.active_circuits() and core.pending() == []
+    assert core.reconfig_done(d.decision_id, res, 0.3).events == []  # once only
+
+
+def test_failed_decision_after_its_job_was_unregistered() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    (d,) = ask(core, 1, "a").decisions
+    core.unregister_job("j", 0.1)
+    rejects = core.counters["rejects"]
+    out = core.reconfig_failed(d.decision_id, "boom", 0.2)
+    assert not out.acks and not out.rejects and not out.decisions  # told already at unregister
+    assert core.counters["rejects"] == rejects
+    assert {"reconfig_failed", "orphaned_decision"} <= {e["event"] for e in out.events}
+    assert Circuit(0, 1, 2) not in core.state.all_circuits()  # undone, as the driver reports
+    assert not core.dark_ports()
+
+
+def test_old_decision_does_not_serve_a_job_registered_again_under_the_same_id() -> None:
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    (d,) = ask(core, 1, "a").decisions
+    core.unregister_job("j", 0.1)
+    core.register_job(job, 0.2)
+    core.intent(Intent("j", 0, "a", 0), 0.3, ref="new0")
+    out = core.intent(Intent("j", 1, "a", 0), 0.3, ref="new1")
+    assert not out.decisions and not out.acks  # its circuit is still being switched on
+    res = [ApplyResult(rc.rail, rc.add, rc.remove, 0.1, 0.1, 0.4) for rc in d.reconfs]
+    out = core.reconfig_done(d.decision_id, res, 0.4)
+    assert sorted(str(a.ref) for a in out.acks) == ["new0", "new1"]  # only the new job's ranks
+    assert not out.acks[0].reconfigured and not out.decisions
+

@@ -168,3 +168,47 @@ def test_controller_loss_is_clear_and_reconnection_is_automatic(tmp_path: Path) 
             svc2.stop()
     finally:
         shim.close()
+
+
+
+def test_lost_rank_fails_later_calls_at_once_until_it_shows_up_again(tmp_path: Path) -> None:
+    import threading
+
+    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
+    service = ControllerService(SimOcsDriver(job.ports_by_rail, 5.0),
+                                event_log=EventLog(keep=True), heartbeat_timeout_s=1.0).start()
+    service.register_job(job)
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(service.endpoint)
+    try:  # rank 0 shows up, then goes silent without a bye (its process died)
+        raw.send(json.dumps({"type": "heartbeat", "job": "j", "rank": 0,
+                             "shim": "victim"}).encode())
+        assert raw.poll(5000)
+        raw.recv()
+        wait_for(lambda: any(e["event"] == "rank_lost" for e in service.events.records),
+                 what="rank 0 declared lost")
+        with Shim(service.endpoint, "j", 1, ack_timeout_s=20,
+                  heartbeat_interval_s=0.1) as peer:
+            t0 = time.monotonic()
+            with pytest.raises(IntentRejected, match=r"peer_lost.*rank 0"), \
+                    peer.collective("dp0"):
+                pass
+            assert time.monotonic() - t0 < 5  # an answer, not a wait for ack_timeout_s
+        # a new rank-0 process connects: its groups are served again
+        with Shim(service.endpoint, "j", 0, ack_timeout_s=20, heartbeat_interval_s=0.1) as a, \
+                Shim(service.endpoint, "j", 1, ack_timeout_s=20, heartbeat_interval_s=0.1) as b:
+            wait_for(lambda: any(e["event"] == "rank_rejoined" for e in service.events.records),
+                     what="rank 0 back")  # before rank 1 asks, or it is refused again
+            t = threading.Thread(target=lambda: b.collective("dp0").__enter__())
+            t.start()
+            with a.collective("dp0") as grant:
+                assert grant.seq == 0
+            t.join(10)
+        assert [e["event"] for e in service.events.records if e.get("rank") == 0
+                and e["event"] in ("rank_lost", "rank_rejoined")] == ["rank_lost", "rank_rejoined"]
+    finally:
+        raw.close(0)
+        ctx.term()
+        service.stop()
