@@ -188,8 +188,7 @@ def leftovers(prefix: str) -> dict[str, list[str]]:
     for pid_dir in Path("/proc").iterdir():
         if pid_dir.name.isdigit():
             line = cmdline(int(pid_dir.name))
-            if f"mininet:{prefix}" in line or f"{prefix}/ocs.json" in line or \
-                    f"--run-prefix {prefix}" in line:
+            if f"mininet:{prefix}" in line or f"{prefix}/ocs.json" in line:
                 procs.append(f"{pid_dir.name}: {line.strip()}")
     return {
         "bridges": [b for b in owned_bridges() if naming.prefix_of(b) == prefix],
