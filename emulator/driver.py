@@ -57,10 +57,12 @@ class EmulatedOcsDriver(OcsDriver):
         return conn
 
     def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        """One API call; retries once on a dropped keep-alive connection."""
+        """One API call. Reads and PUTs retry once on a dropped keep-alive connection; a POST
+        never does, since the switch may have accepted it before the connection dropped."""
         payload = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if payload is not None else {}
-        for attempt in (1, 2):
+        attempts = (1,) if method == "POST" else (1, 2)
+        for attempt in attempts:
             conn = self._conn()
             try:
                 conn.request(method, path, body=payload, headers=headers)
@@ -70,7 +72,7 @@ class EmulatedOcsDriver(OcsDriver):
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 conn.close()
                 self._local.conn = None
-                if attempt == 2:
+                if attempt == attempts[-1]:
                     raise OcsManagementError(
                         f"OCS management API at {self.host}:{self.port} unreachable: {exc}"
                     ) from exc

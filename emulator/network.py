@@ -121,7 +121,8 @@ class EmulatedRails:
         env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
         proc = self.host(rank).popen(list(args), env=env, **kwargs)
         self._procs.append(proc)
-        self.record.add_process(proc.pid, args[-1] if args else "")
+        # The host's mnexec execs the command itself, so /proc/<pid>/cmdline is exactly args.
+        self.record.add_process(proc.pid, " ".join(args))
         return proc
 
     def cmd(self, rank: int, command: str) -> str:
@@ -193,6 +194,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     config_path.write_text(json.dumps(ocs_config, indent=1))
 
     ocs_proc: subprocess.Popen[Any] | None = None
+    ocs_log: Any = None
     net: Any = None
     handle: EmulatedRails | None = None
     driver: EmulatedOcsDriver | None = None
@@ -266,6 +268,8 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
             runstate.stop_process(ocs_proc.pid, str(config_path))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 ocs_proc.wait(timeout=3)
+        if ocs_log is not None:
+            ocs_log.close()
         for proc in record.processes:
             runstate.stop_process(proc.pid, proc.marker)
         for bridge in runstate.owned_bridges():
