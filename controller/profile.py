@@ -9,6 +9,7 @@ profile costs at most on-demand switching; the next iteration resynchronises at 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 
@@ -32,6 +33,7 @@ class CallProfile:
         self._pos = 0
         self._in_sync = False
         self.mispredictions = 0
+        self.lock = threading.Lock()  # for callers that share one profile between threads
 
     def mark_iteration(self) -> None:
         """A new training iteration starts; the first one is the profiling iteration."""

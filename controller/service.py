@@ -20,7 +20,8 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +70,8 @@ class ControllerService:
         self.clock: Clock = clock or WallClock()
         rails = driver.describe()
         self.core = OpusCore(rails, config,
-                             circuits=[c for r in rails for c in driver.circuits(r.rail)])
+                             circuits=[c for r in rails if r.mode == "ocs"
+                                       for c in driver.circuits(r.rail)])
         self.events = event_log or EventLog()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.controller_id = uuid.uuid4().hex[:12]
@@ -85,6 +87,7 @@ class ControllerService:
         self._started = threading.Event()
         self._sessions: dict[str, _Session] = {}
         self._inflight = 0
+        self._rail_tail: dict[int, Future[None]] = {}  # last decision submitted per rail
         self.endpoint = ""
         self.error: BaseException | None = None
 
@@ -198,10 +201,22 @@ class ControllerService:
         self.events.write(out.events)
         for dec in out.decisions:
             self._inflight += 1
-            self._pool.submit(self._run_decision, dec)
+            rails = {rc.rail for rc in dec.reconfs}
+            before = {f for r in rails if (f := self._rail_tail.get(r)) is not None
+                      and not f.done()}
+            fut = self._pool.submit(self._run_decision, dec, before)
+            for r in rails:
+                self._rail_tail[r] = fut
 
-    def _run_decision(self, dec: Decision) -> None:
-        """Worker thread: block in the driver, then post the outcome to the loop."""
+    def _run_decision(self, dec: Decision, before: set[Future[None]]) -> None:
+        """Worker thread: block in the driver, then post the outcome to the loop.
+
+        The core may plan a decision on ports that an earlier one is still freeing; it assumes
+        each rail applies decisions in order. Workers run concurrently, so a decision first
+        waits for the earlier decisions on its rails (``before``); an OCS switches one rail's
+        requests one after the other anyway.
+        """
+        wait_futures(before)
         try:
             results = self.driver.apply_many(dec.reconfs)
             item: tuple[Any, ...] = ("done", dec.decision_id, [r.to_json() for r in results])

@@ -76,6 +76,8 @@ class Shim:
         connect_timeout_s: float = 10.0,
         heartbeat_interval_s: float = 0.5,
         controller_silence_s: float = 5.0,
+        profile: CallProfile | None = None,
+        seqs: dict[str, int] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.job_id = job_id
@@ -85,10 +87,13 @@ class Shim:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.controller_silence_s = controller_silence_s
         self.session = uuid.uuid4().hex
-        self.profile = CallProfile()
+        self.profile = profile if profile is not None else CallProfile()
+        self._profile_lock = self.profile.lock
         self.rail: int | None = None
         self.ports: tuple[int, ...] = ()
-        self._seq: dict[str, int] = {}
+        # next sequence number per group; shared by the shims of one rank (each group is used
+        # by one of them) so that a prediction names the right call of another thread's group
+        self._seq: dict[str, int] = seqs if seqs is not None else {}
         self._req = 0
         self._ctx = zmq.Context()
         self._sock: zmq.Socket[bytes] | None = None
@@ -102,7 +107,8 @@ class Shim:
 
     def mark_iteration(self) -> None:
         """A training iteration starts (the first one is profiled)."""
-        self.profile.mark_iteration()
+        with self._profile_lock:
+            self.profile.mark_iteration()
 
     @contextlib.contextmanager
     def collective(self, group: str, kind: str = "", size_bytes: int = 0,
@@ -110,7 +116,8 @@ class Shim:
         """Wait until the circuits of this call are lit, run the body, report completion."""
         seq = self._seq.get(group, 0)
         self._seq[group] = seq + 1
-        self.profile.observe(CallSignature(group, kind, size_bytes, axis))
+        with self._profile_lock:
+            self.profile.observe(CallSignature(group, kind, size_bytes, axis))
         t0 = time.monotonic()
         try:
             reply = self._request(
@@ -125,7 +132,8 @@ class Shim:
         try:
             yield grant
         finally:
-            nxt = self.profile.predict_next()
+            with self._profile_lock:
+                nxt = self.profile.predict_next()
             nxt_msg = None
             if nxt is not None and nxt.group_id != group:
                 nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),

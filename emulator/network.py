@@ -165,6 +165,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     from mininet.node import OVSBridge, OVSSwitch
 
     setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
+    ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
+                         check=False)
+    if ovs.returncode != 0:  # else Mininet would print a hint and exit the whole process
+        raise EmulationError(f"Open vSwitch is not running ({ovs.stderr.strip()}); start it "
+                             "with `bash scripts/setup.sh` (or `/usr/share/openvswitch/scripts/"
+                             "ovs-ctl start --system-id=random`)")
     records = runstate.load_records()
     prefix = naming.new_prefix(r.prefix for r in records)
     taken = _taken_slots() | {r.slot for r in records}

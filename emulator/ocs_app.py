@@ -64,6 +64,7 @@ LOG = logging.getLogger("opus.ocs")
 
 CIRCUIT_PRIORITY = 100
 BARRIER_TIMEOUT_S = 5.0
+SETUP_BARRIER_ATTEMPTS = 4
 
 
 class SwitchUnavailable(RuntimeError):
@@ -133,7 +134,14 @@ class OcsFabric:
             self._datapaths[rail] = datapath
             circuits = self.state.circuits(rail) if rail in self.state.rails else frozenset()
         self._send_circuits(datapath, circuits, add=True)
-        self._barrier(datapath)
+        for attempt in range(SETUP_BARRIER_ATTEMPTS):  # a loaded machine can be slow to confirm
+            try:
+                self._barrier(datapath)
+                break
+            except SwitchUnavailable:
+                if attempt == SETUP_BARRIER_ATTEMPTS - 1:
+                    raise
+                LOG.warning("rail %d: setup not confirmed yet, asking again", rail)
         self._ready[rail].set()
         self._log({"event": "switch_connected", "rail": rail, "dpid": f"{datapath.id:016x}"})
 

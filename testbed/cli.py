@@ -16,7 +16,10 @@ from typing import Any
 EPILOG = """\
 examples:
   opus-testbed check                 # prerequisites, with a fix for each failure
-  opus-testbed demo                  # the emulated OCS, step by step (root)
+  opus-testbed run examples/llama3-8b.yaml --baseline   # one experiment end to end (root)
+  opus-testbed sweep examples/llama3-8b.yaml --delays 0,10,100   # paper Fig. 8 (root)
+  opus-testbed report results/DIR    # redraw the plots of a run or sweep
+  opus-testbed demo                  # baseline vs OCS +/- provisioning (root, ~2 min)
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
@@ -101,12 +104,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(_args: argparse.Namespace) -> int:
-    from emulator.demo import run_demo
-
-    return run_demo()
-
-
 def _cmd_workload(args: argparse.Namespace) -> int:
     from workloads.cli import run
 
@@ -134,10 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_clean)
 
-    p = sub.add_parser("demo", help="the emulated OCS step by step (needs root)",
-                       description="Build a small emulated photonic rail, light, reject and "
-                       "reconfigure circuits with real traffic, and tear down.")
-    p.set_defaults(func=_cmd_demo)
+    from testbed.cost_cli import register as register_cost
+    from testbed.experiment_cli import register as register_experiments
+
+    register_experiments(sub)
+    register_cost(sub)
+    _add_ocs(sub)
 
     p = sub.add_parser("bench", help="benchmarks, JSON on stdout",
                        description="Benchmarks; progress goes to stderr, results to stdout.")
@@ -178,6 +177,15 @@ def _add_controller_bench(bench: Any) -> None:
     b.set_defaults(bench_fn=fn)
 
 
+def _add_ocs(sub: Any) -> None:
+    """``ocs`` (lab switches and the Polatis device simulator), when its module is present."""
+    try:
+        from testbed.ocs_cli import register
+    except ImportError:
+        return
+    register(sub)
+
+
 def _raise_interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -187,8 +195,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # SIGTERM (e.g. from `timeout` or CI) unwinds like Ctrl-C, so every teardown path runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    from testbed.runner import RankFailed, RunError, RunRefused
+    from workloads.errors import WorkloadConfigError
+
     try:
         return int(args.func(args))
+    except WorkloadConfigError as exc:  # bad experiment file or option: nothing was started
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RankFailed as exc:
+        print(f"error: the run failed: {exc} (the network was torn down)", file=sys.stderr)
+        return 1
+    except RunRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; the run's network and processes were torn down", file=sys.stderr)
         return 130

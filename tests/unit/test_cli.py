@@ -19,7 +19,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=ROOT, timeout=60, check=False)
 
 
-@pytest.mark.parametrize("command", ["check", "clean", "demo", "bench", "workload"])
+@pytest.mark.parametrize("command", ["check", "clean", "demo", "bench", "workload", "run",
+                                     "sweep", "report", "cost", "ocs"])
 def test_every_command_has_help(command: str) -> None:
     res = run_cli(command, "--help")
     assert res.returncode == 0 and "usage: opus-testbed" in res.stdout, res.stderr
@@ -68,3 +69,29 @@ def test_workload_prints_the_paper_volumes_as_json() -> None:
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["model"].lower().startswith("llama3")
+
+
+def test_run_refuses_a_bad_experiment_and_starts_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {servers: 2, gpus_per_server: 1}\n"
+                   "workload: {model: llama3-8b, parallelism: {fsdp: 2}}\nmode: warp\n")
+    out = tmp_path / "out"
+    res = run_cli("run", str(bad), "--out", str(out))
+    assert res.returncode == 2
+    assert "bad.yaml:3:7: mode: must be one of" in res.stderr
+    assert not out.exists()
+
+
+def test_run_refuses_a_cluster_too_big_for_this_machine(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("cluster: {servers: 64, gpus_per_server: 8}\n"
+                   "workload: {model: llama3-8b, parallelism: {tp: 8, fsdp: 64}}\n")
+    res = run_cli("run", str(big), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2
+    assert "512 ranks exceed" in res.stderr and "--backend sim" in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> None:
+    res = run_cli("report", str(tmp_path))
+    assert res.returncode != 0 and "neither a run directory" in res.stderr

@@ -1,0 +1,191 @@
+"""Experiment files: the workload plus how to run it (mode, OCS, network, iterations).
+
+Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
+
+    name: llama3-8b-paper
+    cluster: {servers: 4, gpus_per_server: 4}
+    workload: {...}
+    mode: provisioning          # baseline | on-demand | provisioning | degree-aware
+    ocs:
+      switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
+      ports_per_rank: 1         # K: ports per GPU on its rail OCS
+      driver: emulated          # emulated | simulated | polatis-netconf | polatis-tl1
+    network:
+      rail_gbps: 200            # the real per-GPU scale-out rate being modelled
+      link_mbps: auto           # emulated per-port rate; bytes scale by link / rail rate
+    run:
+      iterations: 3             # measured iterations after the warm-up
+      warmup: 1
+
+Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
+``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
+time from the profiled first iteration (paper §4.1); ``degree-aware`` keeps idle circuits lit
+while spare ports exist, so it runs with at least two ports per rank (K = max(2, ports_per_rank)).
+Every error names the key and its ``file:line:column``; unknown keys are rejected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
+from workloads.config import WorkloadConfig
+from workloads.errors import WorkloadConfigError
+from workloads.loader import _Doc, _mapping, _typed, parse_workload
+
+MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
+DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
+OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
+            "password_env", "credentials_file", "timeout_s", "devices", "size")
+NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
+RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
+
+
+class ExperimentError(WorkloadConfigError):
+    """A bad experiment file or option; the message names the key and its position."""
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated experiment: what to train, on which fabric, how long."""
+
+    workload: WorkloadConfig
+    name: str = "experiment"
+    source: str = "<string>"
+    text: str = ""
+    mode: str = "provisioning"
+    switching_delay: float | str = 25.0
+    ports_per_rank: int = 1
+    driver: str = "emulated"
+    ocs_options: dict[str, Any] = field(default_factory=dict)
+    rail_gbps: float = 200.0
+    link_mbps: float | None = None  # None: calibrate for this machine
+    latency_us: float = 5.0
+    iterations: int = 3
+    warmup: int = 1
+    ack_timeout_s: float = 120.0
+    seed: int = 0
+
+    @property
+    def switching_delay_ms(self) -> float:
+        return 0.0 if self.mode == "baseline" else resolve_switching_delay_ms(
+            self.switching_delay)
+
+    @property
+    def effective_ports_per_rank(self) -> int:
+        """K used by the run: degree-aware assignment needs a spare port to keep circuits."""
+        return max(2, self.ports_per_rank) if self.mode == "degree-aware" else self.ports_per_rank
+
+    @property
+    def total_iterations(self) -> int:
+        return self.warmup + self.iterations
+
+    def replace(self, **changes: Any) -> ExperimentConfig:
+        """A copy with command-line overrides applied and validated."""
+        out = dataclasses.replace(self, **changes)
+        out.validate()
+        return out
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ExperimentError(f"must be one of {', '.join(MODES)}, got {self.mode!r}",
+                                  "mode", self.source)
+        try:
+            resolve_switching_delay_ms(self.switching_delay)
+        except ValueError as exc:
+            raise ExperimentError(str(exc), "ocs.switching_delay", self.source) from exc
+        checks = [("ocs.ports_per_rank", self.ports_per_rank >= 1, "must be >= 1"),
+                  ("network.rail_gbps", self.rail_gbps > 0, "must be positive"),
+                  ("network.latency_us", self.latency_us >= 0, "must be >= 0"),
+                  ("run.iterations", self.iterations >= 1, "must be >= 1"),
+                  ("run.warmup", self.warmup >= 0, "must be >= 0"),
+                  ("run.ack_timeout_s", self.ack_timeout_s > 0, "must be positive")]
+        if self.link_mbps is not None:
+            checks.append(("network.link_mbps", 0 < self.link_mbps <= 1000,
+                           "must be in (0, 1000] Mbit/s (Mininet's HTB limit) or 'auto'"))
+        for key, ok, why in checks:
+            if not ok:
+                raise ExperimentError(why, key, self.source)
+        if self.driver not in DRIVERS:
+            raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
+                                  "ocs.driver", self.source)
+
+    def to_json(self) -> dict[str, Any]:
+        """The run-relevant settings (the workload is in the manifest's copy of the file)."""
+        return {"name": self.name, "source": self.source, "mode": self.mode,
+                "switching_delay": self.switching_delay,
+                "switching_delay_ms": self.switching_delay_ms,
+                "ports_per_rank": self.effective_ports_per_rank, "driver": self.driver,
+                "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
+                "latency_us": self.latency_us, "iterations": self.iterations,
+                "warmup": self.warmup, "seed": self.seed}
+
+
+def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
+                     ) -> ExperimentConfig:
+    """Parse and validate a whole experiment document."""
+    workload = parse_workload(text, source, base_dir)
+    doc = _Doc(text, source)
+    top = _mapping(doc, doc.root, "", None)
+    kwargs: dict[str, Any] = {"workload": workload, "source": source, "text": text}
+    if "name" in top:
+        kwargs["name"] = _typed(doc, top["name"], "name", str)
+    else:
+        kwargs["name"] = Path(source).stem if source != "<string>" else "experiment"
+    if "mode" in top:
+        mode = _typed(doc, top["mode"], "mode", str)
+        if mode not in MODES:
+            raise doc.error("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        kwargs["mode"] = mode
+    ocs = _mapping(doc, top.get("ocs", {}), "ocs", OCS_KEYS)
+    if "switching_delay" in ocs:
+        value = ocs["switching_delay"]
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise doc.error("ocs.switching_delay", "must be a number of ms or a technology "
+                            f"name ({', '.join(TECHNOLOGIES)})")
+        try:
+            resolve_switching_delay_ms(value)
+        except ValueError as exc:
+            raise doc.error("ocs.switching_delay", str(exc)) from exc
+        kwargs["switching_delay"] = float(value) if not isinstance(value, str) else value
+    if "ports_per_rank" in ocs:
+        kwargs["ports_per_rank"] = _typed(doc, ocs["ports_per_rank"], "ocs.ports_per_rank", int)
+    if "driver" in ocs:
+        driver = _typed(doc, ocs["driver"], "ocs.driver", str)
+        if driver not in DRIVERS:
+            raise doc.error("ocs.driver", f"must be one of {', '.join(DRIVERS)}, got {driver!r}")
+        kwargs["driver"] = driver
+    kwargs["ocs_options"] = {k: v for k, v in ocs.items()
+                             if k not in ("switching_delay", "ports_per_rank", "driver")}
+    net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
+    if "rail_gbps" in net:
+        kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
+    if "latency_us" in net:
+        kwargs["latency_us"] = _typed(doc, net["latency_us"], "network.latency_us", float)
+    if "link_mbps" in net and net["link_mbps"] != "auto":
+        kwargs["link_mbps"] = _typed(doc, net["link_mbps"], "network.link_mbps", float)
+    run = _mapping(doc, top.get("run", {}), "run", RUN_KEYS)
+    for key in ("iterations", "warmup", "seed"):
+        if key in run:
+            kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
+    if "ack_timeout_s" in run:
+        kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
+    cfg = ExperimentConfig(**kwargs)
+    try:
+        cfg.validate()
+    except ExperimentError as exc:
+        raise doc.error(exc.field, exc.reason) from exc
+    return cfg
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    """Read and validate the experiment file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ExperimentError(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
+    return parse_experiment(text, str(p), p.parent)

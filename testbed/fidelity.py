@@ -1,0 +1,156 @@
+"""Fidelity guard: is the emulation measuring the network, or the machine's CPU limits?
+
+During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU use and that of
+the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
+After the run :func:`judge` compares what was achieved with what was configured: a run is
+``degraded`` when the CPU was saturated or collectives moved their bytes markedly slower than
+the configured link rate, and the summary says why. A degraded run is never presented as a
+clean result.
+
+Calibration (:func:`calibrated_link_mbps`) picks the emulated per-port rate for this machine.
+Measured on the 2-core development VM with the userspace datapath: one TCP flow through one OVS
+bridge reaches ~420 Mbit/s, but 16 replayers sharing the cores with vswitchd kept
+8 Mbit/s links (128 Mbit/s in all) at 74 % of the configured rate, so the emulator budgets
+``AGGREGATE_MBPS_PER_CORE`` of rail traffic per core and shares it among the ranks that may
+send at once (every rank, in the worst phase). The byte scale then follows as link rate over
+the modelled rail rate, so transfer times stay real.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+AGGREGATE_MBPS_PER_CORE = 50.0
+MIN_LINK_MBPS = 2.0
+MAX_LINK_MBPS = 200.0
+CPU_SATURATED_PCT = 92.0
+THROUGHPUT_RATIO_MIN = 0.7
+RANK_MEMORY_MB = 70.0  # resident memory of one replayer (Python, ZeroMQ, threads), measured
+MAX_RANKS_PER_CORE = 24
+
+
+def calibrated_link_mbps(num_ranks: int, cpus: int | None = None) -> float:
+    """Per-port rate (Mbit/s) that keeps the data plane inside this machine's CPU budget."""
+    cores = cpus or os.cpu_count() or 1
+    budget = AGGREGATE_MBPS_PER_CORE * cores
+    rate = budget / max(1, num_ranks)
+    rate = max(MIN_LINK_MBPS, min(MAX_LINK_MBPS, rate))
+    return float(round(rate, 1))
+
+
+@dataclass(frozen=True)
+class CapacityProblem:
+    """Why a configuration cannot be hosted, with what to do instead."""
+
+    message: str
+
+
+def capacity_problem(num_ranks: int, cpus: int | None = None,
+                     available_mb: float | None = None) -> CapacityProblem | None:
+    """None if ``num_ranks`` rank processes fit this machine, else the limit and a way out."""
+    cores = cpus or os.cpu_count() or 1
+    avail = available_mb if available_mb is not None else (
+        psutil.virtual_memory().available / 2**20)
+    hints = ("use fewer ranks (a smaller cluster), or the simulation backend "
+             "(--backend sim), which has no such limit")
+    if num_ranks > 249:
+        return CapacityProblem(f"{num_ranks} ranks exceed the emulator's limit of 249 ranks per "
+                               f"network; {hints}")
+    if num_ranks > MAX_RANKS_PER_CORE * cores:
+        return CapacityProblem(
+            f"{num_ranks} ranks on {cores} cores exceed {MAX_RANKS_PER_CORE} ranks per core, "
+            f"beyond which timed waits lose accuracy; {hints}")
+    need = num_ranks * RANK_MEMORY_MB + 300
+    if need > 0.8 * avail:
+        return CapacityProblem(
+            f"{num_ranks} ranks need about {need:.0f} MB but {avail:.0f} MB are available "
+            f"(limit: {int((0.8 * avail - 300) // RANK_MEMORY_MB)} ranks); {hints}")
+    return None
+
+
+@dataclass
+class CpuSample:
+    t_s: float
+    machine_pct: float
+    emulator_pct: float
+
+
+@dataclass
+class CpuSampler:
+    """Samples machine and emulator CPU every ``interval_s`` in a background thread."""
+
+    pids: Callable[[], Sequence[int]]
+    interval_s: float = 0.5
+    samples: list[CpuSample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _procs: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def start(self) -> CpuSampler:
+        psutil.cpu_percent(None)
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-sampler")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            total = 0.0
+            for pid in list(self.pids()) + vswitchd_pids():
+                proc = self._procs.get(pid)
+                try:
+                    if proc is None:
+                        proc = self._procs[pid] = psutil.Process(pid)
+                        proc.cpu_percent(None)
+                        continue
+                    total += proc.cpu_percent(None)
+                except psutil.Error:
+                    self._procs.pop(pid, None)
+            self.samples.append(CpuSample(time.time(), psutil.cpu_percent(None), total))
+
+    def summary(self) -> dict[str, Any]:
+        if not self.samples:
+            return {"samples": 0}
+        machine = [s.machine_pct for s in self.samples]
+        emu = [s.emulator_pct for s in self.samples]
+        return {"samples": len(self.samples), "machine_cpu_mean_pct": sum(machine) / len(machine),
+                "machine_cpu_max_pct": max(machine),
+                "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count()}
+
+
+def vswitchd_pids() -> list[int]:
+    """Open vSwitch's daemon (read only: we sample it, never signal it)."""
+    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            return [int(Path(path).read_text().strip())]
+        except (OSError, ValueError):
+            continue
+    return []
+
+
+def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
+          calls: int, calls_delivered: int) -> tuple[str, list[str]]:
+    """``("ok", [])`` or ``("degraded", reasons)``."""
+    reasons = []
+    mean = cpu.get("machine_cpu_mean_pct")
+    if mean is not None and mean > CPU_SATURATED_PCT:
+        reasons.append(f"the machine's CPU was saturated (mean {mean:.0f} %): lower "
+                       "network.link_mbps or use fewer ranks")
+    if throughput_ratio_median is not None and throughput_ratio_median < THROUGHPUT_RATIO_MIN:
+        reasons.append(f"collectives reached only {100 * throughput_ratio_median:.0f} % of the "
+                       "configured link rate (median): lower network.link_mbps")
+    if calls_delivered < calls:
+        reasons.append(f"{calls - calls_delivered} of {calls} calls did not deliver every byte")
+    return ("degraded" if reasons else "ok"), reasons

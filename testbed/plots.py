@@ -1,0 +1,133 @@
+"""PNG plots of runs and sweeps (matplotlib, Agg backend: no display needed).
+
+Every function takes table rows (dicts, as written to and read back from the run's CSV files,
+so values may be strings) and a path, so ``opus-testbed report`` redraws them from the files.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported
+import matplotlib.pyplot as plt
+
+from workloads.layout import AXIS_FAMILY
+
+Row = Mapping[str, Any]
+AXIS_COLORS = {"dp": "tab:blue", "pp": "tab:orange", "cp": "tab:green", "ep": "tab:purple",
+               "tp": "tab:brown"}
+MODE_STYLE = {"baseline": ("black", "--"), "on-demand": ("tab:red", "-"),
+              "provisioning": ("tab:blue", "-"), "degree-aware": ("tab:green", "-")}
+
+
+def _f(v: Any) -> float:
+    return float(v)
+
+
+def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Row],
+             iteration: Row, ranks: Sequence[int], rails: Sequence[int], path: Path,
+             title: str) -> None:
+    """Collectives per rank and dark periods per rail during one iteration (paper Fig. 3/5)."""
+    t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
+    it = int(iteration["iteration"])
+    rows = len(ranks) + len(rails)
+    fig, ax = plt.subplots(figsize=(12, 0.45 * rows + 1.6))
+    ylabels = []
+    for y, rank in enumerate(ranks):
+        ylabels.append(f"rank {rank}")
+        spans = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
+                 if int(c["rank"]) == rank and int(c["it"]) == it]
+        ax.broken_barh(spans, (y - 0.35, 0.7), color="0.85")
+        by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        waits = []
+        for c in calls:
+            if int(c["rank"]) != rank or int(c["iteration"]) != it:
+                continue
+            axis = AXIS_FAMILY.get(str(c["axis"]), str(c["axis"]))
+            a, b = _f(c["t_ack_s"]) - t0, _f(c["t_end_s"]) - t0
+            by_axis[axis].append((a, max(b - a, 1e-4)))
+            w0 = _f(c["t_intent_s"]) - t0
+            if a - w0 > 1e-3:
+                waits.append((w0, a - w0))
+        ax.broken_barh(waits, (y - 0.12, 0.24), color="tab:red", alpha=0.35)
+        for axis, spans_ax in by_axis.items():
+            ax.broken_barh(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
+                           label=axis.upper())
+    for k, rail in enumerate(rails):
+        y = len(ranks) + k
+        ylabels.append(f"rail {rail} OCS")
+        dark = [(_f(c["t_dark_s"]) - t0, _f(c["t_light_s"]) - _f(c["t_dark_s"]))
+                for c in circuits if int(c["rail"]) == rail and c["t_dark_s"] not in (None, "")
+                and _f(c["t_light_s"]) >= t0 and _f(c["t_dark_s"]) <= t1]
+        ax.broken_barh(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=False))
+    uniq.setdefault("compute", plt.Rectangle((0, 0), 1, 1, color="0.85"))
+    uniq.setdefault("waiting (peers or circuits)", plt.Rectangle((0, 0), 1, 1, color="tab:red",
+                                                          alpha=0.35))
+    ax.legend(uniq.values(), uniq.keys(), loc="upper center", ncol=6, fontsize=8,
+              bbox_to_anchor=(0.5, -0.12))
+    ax.set_yticks(range(rows), ylabels)
+    ax.set_xlim(0, t1 - t0)
+    ax.set_xlabel(f"time in iteration {it} (s)")
+    ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
+    """CDF of windows, overall and by the volume that follows them (paper Fig. 4)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    groups: dict[str, list[float]] = defaultdict(list)
+    for w in windows:
+        groups[str(w["volume_bin"])].append(max(_f(w["window_s"]) * 1e3, 1e-3))
+    allw = sorted(v for vs in groups.values() for v in vs)
+    if allw:
+        ax.step(allw, [(i + 1) / len(allw) for i in range(len(allw))], where="post",
+                color="black", label=f"all ({len(allw)})")
+    for label, vs in sorted(groups.items()):
+        vs.sort()
+        ax.step(vs, [(i + 1) / len(vs) for i in range(len(vs))], where="post",
+                label=f"next {label} ({len(vs)})")
+    ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("window (ms, log scale; windows <= 0 drawn at 1 µs)")
+    ax.set_ylabel("CDF")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sweep_plot(rows: Sequence[Row], path: Path, title: str) -> None:
+    """Iteration time against switching delay per mode (paper Fig. 8)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    by_mode: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if r.get("iteration_time_s") not in (None, ""):
+            by_mode[str(r["mode"])].append((_f(r["delay_ms"]), _f(r["iteration_time_s"])))
+    for mode, pts in sorted(by_mode.items()):
+        pts.sort()
+        color, ls = MODE_STYLE.get(mode, ("tab:gray", "-"))
+        if mode == "baseline":
+            ax.axhline(pts[0][1], color=color, ls=ls, label="baseline (electrical rail)")
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, ls=ls,
+                label=mode)
+    ax.set_xlabel("OCS switching delay (ms)")
+    ax.set_ylabel("iteration time (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
