@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot, idempotent set-up for a fresh Debian 12 machine (run as root):
+# One-shot, idempotent set-up for a fresh Debian 12 or Ubuntu 24.04 machine (run as root):
 #   1. apt packages (Mininet, Open vSwitch, tools),
 #   2. a virtual environment at .venv/ that also sees Debian's mininet package,
 #   3. the project and its Python dependencies installed into it,
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mininet openvswitch-switch openvswitch-common ethtool iproute2 iputils-ping
+APT_PACKAGES=(mininet python3-setuptools openvswitch-switch openvswitch-common ethtool iproute2 iputils-ping
               iperf3 tcpdump procps python3-venv python3-dev python3-pip make git)
 VENV=.venv
 PY=/usr/bin/python3

@@ -39,7 +39,7 @@ from workloads.loader import _Doc, _mapping, _typed, parse_workload
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
-            "password_env", "credentials_file", "timeout_s", "devices", "size")
+            "password_env", "credentials_file", "timeout_s", "devices", "size", "rails")
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
 

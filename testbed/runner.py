@@ -11,10 +11,12 @@ op, and teardown still happens (the network's context manager stops every proces
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +24,7 @@ from typing import IO, Any
 from controller.core import CoreConfig
 from controller.events import EventLog
 from controller.job import RankPorts
+from controller.ocs import OcsDriver
 from testbed import results
 from testbed.experiment import ExperimentConfig
 from testbed.fidelity import (
@@ -116,6 +119,34 @@ def core_config(mode: str) -> CoreConfig:
     return CoreConfig(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware")
 
 
+@contextlib.contextmanager
+def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver) -> Iterator[OcsDriver]:
+    """The OCS driver Opus uses: the emulated one, or the Polatis NETCONF driver talking to a
+    NETCONF front on each emulated rail (the lab driver, exercised against real OVS circuits)."""
+    if cfg.driver == "emulated" or cfg.mode == "baseline":
+        yield emulated
+        return
+    if cfg.driver != "polatis-netconf":
+        raise RunRefused(f"{cfg.source}: ocs.driver {cfg.driver!r} cannot drive the emulated "
+                         "rails; use emulated or polatis-netconf (a lab switch is brought up "
+                         "with `opus-testbed ocs connect`)")
+    if cfg.ocs_options.get("host") or cfg.ocs_options.get("rails"):
+        raise RunRefused(f"{cfg.source}: ocs.host/ocs.rails point at a lab switch, but an "
+                         "emulated run drives its own NETCONF fronts on the emulated rails; "
+                         "remove them here, and bring a lab switch up with `opus-testbed ocs`")
+    from controller.polatis.config import make_driver
+    from emulator.polatis.front import netconf_fronts
+
+    password = secrets.token_hex(8)
+    with netconf_fronts(emulated, password=password) as fronts:
+        driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
+                             env={"OPUS_FRONT_PASSWORD": password})
+        try:
+            yield driver
+        finally:
+            driver.close()
+
+
 def run_emulated(prep: Prepared, out: Path, say: Say = _say_stderr) -> dict[str, Any]:
     """Run ``prep`` on the emulated rails; returns the summary (also in ``out/summary.json``)."""
     from emulator.network import emulated_rails
@@ -157,12 +188,14 @@ def run_emulated(prep: Prepared, out: Path, say: Say = _say_stderr) -> dict[str,
     logs: list[IO[str]] = []
     sampler = CpuSampler(lambda: [p.pid for p in procs.values()])
     try:
-        with emulated_rails(spec, run_dir=out / "emulator") as net:
+        with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
+            net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
             manifest.update(datapath=net.datapath, prefix=net.prefix)
             results.write_json(out / "manifest.json", manifest)
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
                 f"{net.datapath} datapath)")
-            svc = ControllerService(net.driver, bind=f"tcp://{net.root_frontend_address}:0",
+            driver = stack.enter_context(_controller_driver(cfg, net.driver))
+            svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
                                     config=core_config(cfg.mode),
                                     event_log=EventLog(out / "controller-events.jsonl"))
             with svc:

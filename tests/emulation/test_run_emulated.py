@@ -21,9 +21,13 @@ def _prefix(out: Path) -> str:
     return str(json.loads((out / "manifest.json").read_text())["prefix"])
 
 
-@pytest.mark.parametrize("mode", ["baseline", "provisioning"])
-def test_run_end_to_end(mode: str, tmp_path: Path, no_leftovers: list[str]) -> None:
-    cfg = load_experiment(TINY).replace(mode=mode)
+@pytest.mark.parametrize(("mode", "driver"), [("baseline", "emulated"),
+                                             ("provisioning", "emulated"),
+                                             ("on-demand", "polatis-netconf")])
+def test_run_end_to_end(mode: str, driver: str, tmp_path: Path,
+                        no_leftovers: list[str]) -> None:
+    """polatis-netconf: Opus drives the rails through the lab driver and the NETCONF fronts."""
+    cfg = load_experiment(TINY).replace(mode=mode, driver=driver)
     out = tmp_path / mode
     summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
     no_leftovers.append(_prefix(out))

@@ -1,0 +1,122 @@
+"""The emulated OCS behind a Polatis NETCONF front: one simulated device per rail, real circuits.
+
+Each rail of a running emulation gets a :class:`~emulator.polatis.model.PolatisDevice` whose
+backend is :class:`EmulatedRailBackend`: an accepted ``edit-config`` becomes one
+:class:`~controller.ocs.Reconfiguration` on the emulated OCS (real OpenFlow flows on the rail's
+OVS bridge, host routes updated, the rail's injected switching delay), and the reply is sent
+once the new circuits carry light. So ``driver: polatis-netconf`` pointed at these servers
+drives real circuits through the same code path as a lab switch.
+
+Port mapping as everywhere (:mod:`controller.polatis.ports`): the device is N x N with N the
+rail's highest port; rail port ``p`` is ingress ``p`` and egress ``N+p``. The emulated OCS
+switches duplex circuits, so an edit that would leave a one-way pair is refused
+(``operation-failed``). While the fronts run they own the rails: circuits changed behind their
+back (straight through the emulated OCS API) are seen only when the emulated OCS refuses an
+edit -- the front then re-reads the rail, so its glass matches the real circuits again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
+from controller.polatis.config import DEFAULT_PASSWORD_ENV
+from controller.polatis.ports import PortMap
+from controller.polatis.xml import CURRENT_REVISION
+from emulator.polatis.model import Change, DeviceError, PolatisDevice
+from emulator.polatis.netconf_server import NetconfServer
+
+
+class EmulatedRailBackend:
+    """Realises a device edit as one duplex reconfiguration on the emulated OCS."""
+
+    switching_s: float | None = None  # dark until the emulated OCS confirms the light
+
+    def __init__(self, driver: OcsDriver, portmap: PortMap) -> None:
+        self.driver = driver
+        self.portmap = portmap
+
+    def validate(self, before: Mapping[int, int], after: Mapping[int, int]) -> None:
+        view = self.portmap.decode(after)
+        if view.stray:
+            pairs = ", ".join(f"{i}->{e}" for i, e in sorted(view.stray_pairs))
+            ports = sorted({p for pair in view.stray_pairs for p in pair})
+            raise DeviceError("operation-failed", f"the emulated OCS switches duplex circuits "
+                              f"only; pair(s) {pairs} have no reverse pair on rail "
+                              f"{self.portmap.rail} (rail port p = ingress p + egress "
+                              f"{self.portmap.size}+p)", ports=ports)
+
+    def switch(self, change: Change) -> None:
+        old = self.portmap.decode(change.before).circuits
+        new = self.portmap.decode(change.after).circuits
+        reconf = Reconfiguration(self.portmap.rail, add=new - old, remove=old - new)
+        if reconf.is_empty:
+            return
+        try:
+            self.driver.apply_many([reconf])
+        except ReconfigurationRejected as exc:  # perform() then adopts current()
+            raise DeviceError("operation-failed", f"emulated OCS refused: {exc}",
+                              ports=[p for port in exc.ports for p in
+                                     (self.portmap.ingress(port), self.portmap.egress(port))]
+                              ) from None
+
+    def current(self) -> Mapping[int, int]:
+        """The rail's real circuits, as device pairs."""
+        return dict(self.portmap.pairs_of_all(self.driver.circuits(self.portmap.rail)))
+
+
+@dataclass
+class EmulatedFronts:
+    """The running fronts: one NETCONF server (and device) per rail."""
+
+    servers: dict[int, NetconfServer]
+    username: str
+    switching_delay_ms: dict[int, float] = field(default_factory=dict)
+
+    def device(self, rail: int) -> PolatisDevice:
+        return self.servers[rail].device
+
+    def ocs_config(self, *, password_env: str = DEFAULT_PASSWORD_ENV,
+                   timeout_s: float = 30.0) -> dict[str, Any]:
+        """An ``ocs:`` mapping for ``driver: polatis-netconf`` pointing at these fronts."""
+        rails = []
+        for rail, server in sorted(self.servers.items()):
+            pm = server.device.backend
+            assert isinstance(pm, EmulatedRailBackend)
+            rails.append({"rail": rail, "host": server.host, "port": server.port,
+                          "size": server.device.size, "ports": list(pm.portmap.ports),
+                          "switching_delay": self.switching_delay_ms.get(rail, 0.0)})
+        return {"driver": "polatis-netconf", "username": self.username,
+                "password_env": password_env, "timeout_s": timeout_s, "rails": rails}
+
+
+@contextlib.contextmanager
+def netconf_fronts(driver: OcsDriver, *, username: str = "admin", password: str = "root",
+                   host: str = "127.0.0.1", revision: str = CURRENT_REVISION,
+                   rails: list[int] | None = None) -> Iterator[EmulatedFronts]:
+    """Start a NETCONF front for each (or each listed) OCS rail of ``driver``; always stops."""
+    servers: dict[int, NetconfServer] = {}
+    delays: dict[int, float] = {}
+    try:
+        for desc in driver.describe():
+            if desc.mode != "ocs" or (rails is not None and desc.rail not in rails):
+                continue
+            size = max(desc.ports)
+            pm = PortMap(desc.rail, size, tuple(desc.ports))
+            backend = EmulatedRailBackend(driver, pm)
+            device = PolatisDevice(size, revision=revision, backend=backend,
+                                   switching_time_ms=desc.switching_delay_ms,
+                                   serial=f"EMU-RAIL{desc.rail}")
+            device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
+            server = NetconfServer(device, host=host, port=0, username=username,
+                                   password=password)
+            servers[desc.rail] = server
+            delays[desc.rail] = desc.switching_delay_ms
+            server.start()
+        yield EmulatedFronts(servers, username, delays)
+    finally:
+        for server in servers.values():
+            server.stop()
