@@ -1,0 +1,815 @@
+"""``opus-testbed run --backend sim``: the replay plan on a virtual clock, no Mininet, no root.
+
+The same schedule, the same plan (:mod:`testbed.plan`) and the same Opus core run against the
+simulated OCS driver (:class:`~controller.sim_driver.SimOcsDriver`) and an analytic network.
+Every rank executes its plan as the replayer (:mod:`testbed.replayer`) does: lanes, deps,
+iterations that start when the previous one is done, the shim's intent / ack / completion with a
+per-rank :class:`~controller.profile.CallProfile` shared by the lanes, steps whose receptions wait
+for the sender's transfer. Records and controller events come out in the emulated run's formats,
+with times in seconds of the virtual clock (starting at 0).
+
+Network model (:class:`NetworkModel`). A transfer is a flow from the sender's rail port to the
+receiver's rail port (the port whose circuit joins them; on an electrical rail port
+``(a + b) % K`` on both sides, as the emulator routes). Each direction of a port carries
+``link_bps`` of line rate, of which ``goodput`` is payload; flows through a port share it
+equally (a flow's rate is the payload rate over the flow count of its busier port). Flows of one
+call to one peer are one TCP connection: they go out in order. A flow arrives ``latency_s``
+after its last byte left, so a lone 2-member all-gather of ``N`` bytes takes
+``latency_s + 8 N / (goodput * link_bps)`` plus the fixed costs below. The sender does not wait
+for its bytes to leave before it waits for the step's receptions (the socket buffers them).
+
+Fixed costs of the emulator (:data:`EMULATOR_COSTS`; medians measured on the development
+machine, 4 ranks on userspace Open vSwitch, 2 cores, with :mod:`testbed.crossval`):
+
+* ``control_s``: one way between a rank and the controller (ZeroMQ over the frontend network
+  plus the service loop): an intent reaches the core, an ack reaches the rank and a completion
+  reaches the core this long after it was sent (measured 0.8-1.3 ms);
+* ``connect_s``: the TCP connect and hello line the sender does, blocking, on a call's first
+  transfer to each peer;
+* ``step_s``: per step with receptions, the framing and the wake-up of the receiving lane;
+* ``finish_s``: the sender's shutdown and wait for the receiver's EOF at the end of a call
+  (connect + finish measured ~2 ms per call and peer, a step ~1 ms);
+* ``switch_overhead_s``: the emulated driver's time beyond the switching delay per decision
+  (request, barrier, light notification; measured ~4.5 ms at 25 ms);
+* ``goodput``: the payload share of the shaped link rate (measured ~0.90: TCP/IP headers are
+  1448/1514 of a frame, and the acks' clocking through HTB costs a little more).
+
+These grow with the load of the machine (16 ranks on 2 cores measured about twice as much).
+:data:`IDEAL_COSTS` sets them all to zero: the modelled fabric alone (``network.latency_us`` per
+hop, full line rate), which the scale benchmark uses.
+
+Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
+``reconfig_done``. Like the controller service, a decision starts only after the earlier
+decisions on its rails have ended (an OCS switches one rail's requests in order).
+
+Symmetric ranks (``mirrors``, used by :mod:`testbed.simbench`): a simulated rank may stand for
+other ranks of the same program. Its intents and completions are repeated to the core for the
+ranks it stands for, on their groups; a transfer to a mirrored rank leaves through the sender's
+port and counts against the port of the rank standing for the receiver; a reception from a
+mirrored rank completes when the rank standing for the sender has delivered its own transfers
+of that step to mirrored ranks. Without mirrors the simulation is exact for the model above.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from controller.clock import VirtualClock
+from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.job import JobSpec, RankPorts
+from controller.ocs import ApplyResult, Reconfiguration, ReconfigurationRejected
+from controller.profile import CallProfile, CallSignature
+from controller.sim_driver import SimOcsDriver
+from testbed.plan import COMPUTE_LANE, PlanOp
+
+if TYPE_CHECKING:
+    from testbed.runner import Prepared
+
+Record = dict[str, Any]
+Say = Callable[[str], None]
+
+
+class SimulationError(RuntimeError):
+    """The simulated run could not finish (rejected call, deadlock); the message says where."""
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Analytic rail network: per-port rate, per-hop latency and fixed per-call/step costs."""
+
+    link_bps: float
+    latency_s: float = 5e-6
+    goodput: float = 1.0
+    control_s: float = 0.0
+    connect_s: float = 0.0
+    step_s: float = 0.0
+    finish_s: float = 0.0
+    switch_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.link_bps <= 0 or not 0 < self.goodput <= 1:
+            raise ValueError(f"link_bps must be > 0 and goodput in (0, 1], got {self.link_bps} "
+                             f"and {self.goodput}")
+
+    @property
+    def payload_bps(self) -> float:
+        return self.link_bps * self.goodput
+
+    def transfer_s(self, n_bytes: int) -> float:
+        """One lone flow of ``n_bytes``: from its first byte out to its arrival."""
+        return self.latency_s + n_bytes * 8 / self.payload_bps
+
+
+#: Costs of the emulator on the development machine (see the module docstring).
+EMULATOR_COSTS: dict[str, float] = {
+    "goodput": 0.90,
+    "extra_latency_s": 0.1e-3,  # veth + userspace OVS hop, on top of network.latency_us
+    "control_s": 1.1e-3,
+    "connect_s": 1.0e-3,
+    "step_s": 1.0e-3,
+    "finish_s": 1.0e-3,
+    "switch_overhead_s": 4.5e-3,
+}
+#: The modelled fabric alone.
+IDEAL_COSTS: dict[str, float] = {**dict.fromkeys(EMULATOR_COSTS, 0.0), "goodput": 1.0}
+
+
+def network_model(link_mbps: float, latency_us: float,
+                  costs: Mapping[str, float] = EMULATOR_COSTS) -> NetworkModel:
+    """The model for links of ``link_mbps`` and ``latency_us`` with ``costs`` (as above)."""
+    return NetworkModel(
+        link_bps=link_mbps * 1e6,
+        latency_s=latency_us * 1e-6 + costs.get("extra_latency_s", 0.0),
+        goodput=costs.get("goodput", 1.0), control_s=costs.get("control_s", 0.0),
+        connect_s=costs.get("connect_s", 0.0), step_s=costs.get("step_s", 0.0),
+        finish_s=costs.get("finish_s", 0.0),
+        switch_overhead_s=costs.get("switch_overhead_s", 0.0))
+
+
+def rank_ports(ranks: Iterable[int], gpus_per_server: int, ports_per_rank: int
+               ) -> dict[int, RankPorts]:
+    """Rail ports as the emulator numbers them: rank r on rail r % G owns s*K + k + 1."""
+    out = {}
+    for r in ranks:
+        s, local = divmod(r, gpus_per_server)
+        out[r] = RankPorts(r, local, tuple(s * ports_per_rank + k + 1
+                                           for k in range(ports_per_rank)))
+    return out
+
+
+# ------------------------------------------------------------------------------- engine
+
+class _Port:
+    """One direction of one rail port: the flows that share it."""
+
+    __slots__ = ("flows",)
+
+    def __init__(self) -> None:
+        self.flows: list[_Flow] = []
+
+
+_NO_PORT = _Port()
+
+
+class _Conn:
+    """One TCP connection of a call to a peer: its flows go out one after the other."""
+
+    __slots__ = ("busy", "queue")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: list[_Flow] = []
+
+
+class _Flow:
+    __slots__ = ("bits", "call", "conn", "dst", "k", "n", "peer", "rate", "src", "t_last",
+                 "token")
+
+    def __init__(self, call: _Call, peer: int, k: int, n: int, conn: _Conn) -> None:
+        self.call = call
+        self.peer = peer
+        self.k = k
+        self.n = n
+        self.bits = n * 8.0
+        self.conn = conn
+        self.src = self.dst = _NO_PORT
+        self.rate = 0.0
+        self.t_last = 0.0
+        self.token = 0
+
+
+class _Call:
+    __slots__ = ("conns", "finishing", "it", "k", "lane", "last", "op", "rank", "received",
+                 "reconfigured", "sent", "seq", "t_ack", "t_intent", "undelivered", "waiting")
+
+    def __init__(self, rank: _Rank, lane: _Lane, op: PlanOp, it: int, seq: int,
+                 t_intent: float) -> None:
+        self.rank = rank
+        self.lane = lane
+        self.op = op
+        self.it = it
+        self.seq = seq
+        self.t_intent = t_intent
+        self.t_ack = 0.0
+        self.last = 0.0  # when the current step's sends were issued / receptions arrived
+        self.k = 0
+        self.sent = 0
+        self.received = 0
+        self.reconfigured = False
+        self.undelivered = 0
+        self.waiting = 0
+        self.finishing = False
+        self.conns: dict[int, _Conn] = {}
+
+
+class _Lane:
+    __slots__ = ("it", "name", "ops", "pos", "rank")
+
+    def __init__(self, rank: _Rank, name: str, ops: list[PlanOp]) -> None:
+        self.rank = rank
+        self.name = name
+        self.ops = ops
+        self.pos = 0
+        self.it = 0
+
+
+class _Rank:
+    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "left", "mirror_box",
+                 "mirror_wait", "profile", "rank", "seq", "started", "t_start", "wait_go",
+                 "waiters")
+
+    def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
+        self.rank = rank
+        self.profile = CallProfile()
+        self.seq: dict[str, int] = {}
+        by_lane: dict[str, list[PlanOp]] = {}
+        for op in ops:
+            by_lane.setdefault(op.lane, []).append(op)
+        self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
+        self.by_tag = {op.tag: op for op in ops if op.is_call}
+        self.done = [bytearray(len(ops)) for _ in range(iterations)]
+        self.left = [len(ops)] * iterations
+        self.waiters: dict[tuple[int, int], list[_Lane]] = {}
+        self.wait_go: list[_Lane] = []
+        self.started = -1
+        self.t_start = 0.0
+        # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
+        self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}
+        self.expect: dict[tuple[int, str, int, int], tuple[_Call, int]] = {}
+        # (it, tag, step): arrivals of this rank's transfers to mirrored ranks, and waiters
+        self.mirror_box: dict[tuple[int, str, int], tuple[int, float]] = {}
+        self.mirror_wait: dict[tuple[int, str, int], list[tuple[_Call, int, int]]] = {}
+
+
+class _Switch:
+    """A decision on its way through the driver, after the earlier ones on its rails."""
+
+    __slots__ = ("did", "done", "pending", "reconfs", "waiters")
+
+    def __init__(self, did: int, reconfs: Sequence[Reconfiguration]) -> None:
+        self.did = did
+        self.reconfs = reconfs
+        self.pending = 0
+        self.done = False
+        self.waiters: list[_Switch] = []
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Rank ``rank`` behaves as its representative; ``lanes`` maps the rep's lanes to its own."""
+
+    rank: int
+    lanes: Mapping[str, str]
+
+
+class PlanSimulation:
+    """One run of per-rank plans on the virtual clock; build, then :meth:`run`.
+
+    ``programs`` are the simulated ranks' plans; ``job`` holds every rank the controller knows
+    (the simulated ones and those they mirror) and every group they use.
+    """
+
+    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *, mode: str,
+                 switching_delay: float | str, iterations: int, network: NetworkModel,
+                 gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
+                 mirrors: Mapping[int, Sequence[Mirror]] | None = None) -> None:
+        self.clock = VirtualClock()
+        self.now = 0.0
+        self.net = network
+        self.iterations = iterations
+        self.job = job
+        self.electrical = mode == "baseline"
+        self.driver = SimOcsDriver(
+            {rail: sorted(ps) for rail, ps in job.ports_by_rail.items()},
+            0.0 if self.electrical else switching_delay, clock=self.clock,
+            jitter_ms=jitter_ms, seed=seed, mode="electrical" if self.electrical else "ocs")
+        self.config = CoreConfig(provisioning=mode == "provisioning",
+                                 degree_aware=mode == "degree-aware")
+        self.core = OpusCore(self.driver.describe(), self.config)
+        self.gpus = gpus_per_server
+        self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
+        self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
+        self.rep_of = {m.rank: r for r, ms in self.mirrors.items() for m in ms}
+        self.ports = {r: rp.ports for r, rp in job.ranks.items()}
+        self.port_owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
+                           for i, p in enumerate(rp.ports)}
+        self.peer_port: dict[tuple[int, int], int] = {}  # (rail, port) -> port (circuits)
+        self.egress: dict[tuple[int, int], _Port] = {}
+        self.ingress: dict[tuple[int, int], _Port] = {}
+        self.records: list[Record] = []
+        self.events: list[dict[str, Any]] = []
+        self.counters = {"events": 0, "flows": 0, "mirror_lag": 0}
+        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._tick = itertools.count()
+        self._rail_tail: dict[int, _Switch] = {}
+        self._mirror_acked: set[tuple[int, str, int]] = set()
+        self._mirror_pending: dict[tuple[int, str, int], Intent | None] = {}
+        self._mirror_sends: dict[tuple[int, str], list[int]] = {}
+        self._finished = 0
+        self._absorb(self.core.register_job(job, 0.0))
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _at(self, t_s: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._heap, (t_s, next(self._tick), fn, args))
+
+    def _emit(self, rank: int, **record: Any) -> None:
+        record["rank"] = rank
+        self.records.append(record)
+
+    def run(self) -> tuple[list[Record], list[dict[str, Any]]]:
+        """Run every iteration of every rank; returns (records, controller events)."""
+        for r in sorted(self.ranks):
+            st = self.ranks[r]
+            self._emit(r, ev="started", t=0.0, lanes=[ln.name for ln in st.lanes])
+            self._start_iteration(st)
+        heap = self._heap
+        pop = heapq.heappop
+        clock = self.clock
+        n = 0
+        while heap:
+            t_s, _, fn, args = pop(heap)
+            if t_s > self.now:
+                self.now = t_s
+                clock.advance_to(t_s)
+            fn(*args)
+            n += 1
+        self.counters["events"] = n
+        if self._finished < len(self.ranks):
+            stuck = [(r, st.started, [(ln.name, ln.it, ln.pos) for ln in st.lanes])
+                     for r, st in sorted(self.ranks.items()) if any(st.left)][:4]
+            raise SimulationError(
+                f"deadlock at t={self.now:.6f} s: {len(self.ranks) - self._finished} ranks did "
+                f"not finish; first ones (rank, iteration, [(lane, iteration, op)]): {stuck}; "
+                f"calls pending at the controller: {self.core.pending()[:6]}")
+        return self.records, self.events
+
+    # --------------------------------------------------------------- controller
+
+    def _absorb(self, out: Output) -> None:
+        if out.events:
+            self.events.extend(out.events)
+        for rej in out.rejects:
+            if isinstance(rej.ref, _Call):
+                c = rej.ref
+                raise SimulationError(
+                    f"rank {c.rank.rank} failed in iteration {c.it} at op {c.op.index} "
+                    f"({c.op.tag}, lane {c.lane.name}): the controller refused: {rej.code}: "
+                    f"{rej.message}")
+            raise SimulationError(f"the controller refused a mirrored request: {rej.code}: "
+                                  f"{rej.message}")
+        for dec in out.decisions:
+            self._dispatch(dec.decision_id, dec.reconfs)
+        for ack in out.acks:
+            if isinstance(ack.ref, _Call):
+                self._at(self.now + self.net.control_s, self._acked, ack.ref, ack.reconfigured)
+                continue
+            key = (ack.rank, ack.group_id, ack.seq)
+            if key in self._mirror_pending:  # its representative is done already
+                nxt = self._mirror_pending.pop(key)
+                self._absorb(self.core.complete(self.job.job_id, ack.rank, ack.group_id,
+                                                ack.seq, self.now, next_intent=nxt))
+            else:
+                self._mirror_acked.add(key)
+
+    def _dispatch(self, did: int, reconfs: Sequence[Reconfiguration]) -> None:
+        sw = _Switch(did, reconfs)
+        for rail in {rc.rail for rc in reconfs}:
+            prev = self._rail_tail.get(rail)
+            if prev is not None and not prev.done and sw not in prev.waiters:
+                prev.waiters.append(sw)
+                sw.pending += 1
+            self._rail_tail[rail] = sw
+        if not sw.pending:
+            self._begin(sw)
+
+    def _begin(self, sw: _Switch) -> None:
+        try:
+            results = self.driver.begin(sw.reconfs)
+        except ReconfigurationRejected as exc:
+            sw.done = True
+            self._absorb(self.core.reconfig_failed(sw.did, str(exc), self.now))
+            self._release(sw)
+            return
+        peer = self.peer_port
+        for rc in sw.reconfs:
+            for c in rc.remove:
+                peer.pop((rc.rail, c.port_a), None)
+                peer.pop((rc.rail, c.port_b), None)
+            for c in rc.add:
+                peer[(rc.rail, c.port_a)] = c.port_b
+                peer[(rc.rail, c.port_b)] = c.port_a
+        t_light = max((r.t_light_s for r in results), default=self.now)
+        self._at(t_light + self.net.switch_overhead_s, self._lit, sw, results)
+
+    def _lit(self, sw: _Switch, results: list[ApplyResult]) -> None:
+        sw.done = True
+        self._absorb(self.core.reconfig_done(sw.did, results, self.now))
+        self._release(sw)
+
+    def _release(self, sw: _Switch) -> None:
+        for w in sw.waiters:
+            w.pending -= 1
+            if not w.pending:
+                self._begin(w)
+
+    # -------------------------------------------------------------------- ranks
+
+    def _start_iteration(self, st: _Rank) -> None:
+        st.started += 1
+        st.profile.mark_iteration()
+        st.t_start = self.now
+        lanes = st.lanes if st.started == 0 else st.wait_go
+        st.wait_go = []
+        for lane in lanes:
+            self._advance(lane)
+
+    def _advance(self, lane: _Lane) -> None:
+        """Start the lane's next op if it may run now; otherwise park it where it waits."""
+        st = lane.rank
+        if lane.pos == len(lane.ops):
+            lane.it += 1
+            lane.pos = 0
+            if lane.it >= self.iterations:
+                return
+        it = lane.it
+        if it > st.started:
+            st.wait_go.append(lane)
+            return
+        op = lane.ops[lane.pos]
+        done = st.done[it]
+        for d in op.deps:
+            if not done[d]:
+                st.waiters.setdefault((it, d), []).append(lane)
+                return
+        if op.lane == COMPUTE_LANE:
+            self._at(self.now + op.duration_s, self._compute_end, lane, op, self.now)
+        else:
+            self._call_start(lane, op)
+
+    def _op_done(self, lane: _Lane, op: PlanOp) -> None:
+        st = lane.rank
+        it = lane.it
+        st.done[it][op.index] = 1
+        st.left[it] -= 1
+        lane.pos += 1
+        waiting = st.waiters.pop((it, op.index), None)
+        if waiting:
+            for w in waiting:
+                self._advance(w)
+        self._advance(lane)
+        if not st.left[it]:
+            self._emit(st.rank, ev="iteration", it=it, t_start=st.t_start, t_end=self.now)
+            if it + 1 < self.iterations:
+                self._start_iteration(st)
+            else:
+                self._emit(st.rank, ev="finished", t=self.now,
+                           mispredictions=st.profile.mispredictions)
+                self._finished += 1
+
+    def _compute_end(self, lane: _Lane, op: PlanOp, t_start: float) -> None:
+        self._emit(lane.rank.rank, ev="compute", it=lane.it, i=op.index, t_start=t_start,
+                   t_end=self.now)
+        self._op_done(lane, op)
+
+    # -------------------------------------------------------------------- calls
+
+    def _call_start(self, lane: _Lane, op: PlanOp) -> None:
+        st = lane.rank
+        group = op.lane
+        seq = st.seq.get(group, 0)
+        st.seq[group] = seq + 1
+        st.profile.observe(CallSignature(group, op.kind, op.size_bytes, op.axis))
+        call = _Call(st, lane, op, lane.it, seq, self.now)
+        self._at(self.now + self.net.control_s, self._intent, call)
+
+    def _intent(self, call: _Call) -> None:
+        op, rank, jid = call.op, call.rank.rank, self.job.job_id
+        self._absorb(self.core.intent(Intent(jid, rank, op.lane, call.seq, op.kind,
+                                             op.size_bytes, op.axis), self.now, ref=call))
+        for m in self.mirrors.get(rank, ()):
+            self._absorb(self.core.intent(Intent(jid, m.rank, m.lanes[op.lane], call.seq,
+                                                 op.kind, op.size_bytes, op.axis), self.now))
+
+    def _acked(self, call: _Call, reconfigured: bool) -> None:
+        call.t_ack = self.now
+        call.reconfigured = reconfigured
+        self._step(call)
+
+    def _step(self, call: _Call) -> None:
+        """Issue the current step's sends, then wait for its receptions (loops over steps)."""
+        op = call.op
+        steps = op.steps
+        net = self.net
+        st = call.rank
+        while True:
+            now = self.now
+            if call.k >= len(steps):
+                if call.undelivered:
+                    call.finishing = True
+                else:
+                    self._at(now + (net.finish_s if call.conns else 0.0), self._call_end, call)
+                return
+            step = steps[call.k]
+            t = now
+            for peer, n in step.sends:
+                conn = call.conns.get(peer)
+                if conn is None:
+                    conn = call.conns[peer] = _Conn()
+                    t += net.connect_s  # the sender blocks in connect()
+                call.sent += n
+                call.undelivered += 1
+                flow = _Flow(call, peer, call.k, n, conn)
+                if t > now:
+                    self._at(t, self._enqueue, flow)
+                else:
+                    self._enqueue(flow)
+            call.last = t
+            if step.recvs:
+                call.waiting = len(step.recvs)
+                for peer, n in step.recvs:
+                    if peer in self.rep_of:
+                        self._expect_mirror(call, peer, n)
+                        continue
+                    key = (call.it, op.collective_id, peer, call.k)
+                    got = st.inbox.pop(key, None)
+                    if got is None:
+                        st.expect[key] = (call, n)
+                    else:
+                        call.received += got[0]
+                        call.waiting -= 1
+                        if got[1] > call.last:
+                            call.last = got[1]
+                if call.waiting:
+                    return
+                t = call.last + net.step_s
+            call.k += 1
+            if t > now:
+                self._at(t, self._step, call)
+                return
+
+    def _received(self, call: _Call, n: int) -> None:
+        """One reception of the call's current step is complete (now)."""
+        call.received += n
+        call.waiting -= 1
+        if self.now > call.last:
+            call.last = self.now
+        if not call.waiting:
+            call.k += 1
+            self._at(call.last + self.net.step_s, self._step, call)
+
+    def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
+        """A reception from a mirrored rank: done when its representative's sends arrived."""
+        rep = self.ranks[self.rep_of[peer]]
+        tag = call.op.tag
+        counts = self._mirror_sends.get((rep.rank, tag))
+        if counts is None:
+            rop = rep.by_tag[tag]
+            counts = [sum(1 for p, _ in s.sends if p in self.rep_of) for s in rop.steps]
+            self._mirror_sends[(rep.rank, tag)] = counts
+        need = counts[call.k] if call.k < len(counts) else 0
+        key = (call.it, tag, call.k)
+        got = rep.mirror_box.get(key, (0, 0.0))
+        if got[0] >= need:
+            call.received += n
+            call.waiting -= 1
+            if got[1] > call.last:
+                call.last = got[1]
+        else:
+            rep.mirror_wait.setdefault(key, []).append((call, n, need))
+
+    def _enqueue(self, flow: _Flow) -> None:
+        conn = flow.conn
+        if conn.busy:
+            conn.queue.append(flow)
+        else:
+            conn.busy = True
+            self._flow_start(flow)
+
+    def _port_index(self, a: int, b: int) -> tuple[int, int]:
+        """Indices (into each rank's ports) of the ports that carry a -> b."""
+        pa = self.ports[a]
+        k = len(pa)
+        if k == 1:
+            return 0, 0
+        if self.electrical:
+            i = (a + b) % k
+            return i, i
+        rail = a % self.gpus
+        peer, owner = self.peer_port, self.port_owner
+        for i, p in enumerate(pa):
+            q = peer.get((rail, p))
+            if q is not None:
+                o = owner.get((rail, q))
+                if o is not None and o[0] == b:
+                    return i, o[1]
+        return 0, 0
+
+    def _flow_start(self, flow: _Flow) -> None:
+        a = flow.call.rank.rank
+        b = flow.peer
+        ia, ib = self._port_index(a, b)
+        src = self.egress.get((a, ia))
+        if src is None:
+            src = self.egress[(a, ia)] = _Port()
+        key = (self.rep_of.get(b, b), ib)
+        dst = self.ingress.get(key)
+        if dst is None:
+            dst = self.ingress[key] = _Port()
+        flow.src, flow.dst = src, dst
+        flow.t_last = self.now
+        self.counters["flows"] += 1
+        src.flows.append(flow)
+        dst.flows.append(flow)
+        if len(src.flows) == 1 and len(dst.flows) == 1:
+            self._rate(flow)
+        else:
+            self._rerate(src.flows, dst.flows)
+
+    def _rate(self, flow: _Flow) -> None:
+        flow.rate = self.net.payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
+        flow.token += 1
+        self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
+
+    def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
+        now = self.now
+        for f in a + [f for f in b if f not in a]:
+            f.bits = max(0.0, f.bits - f.rate * (now - f.t_last))
+            f.t_last = now
+            self._rate(f)
+
+    def _flow_sent(self, flow: _Flow, token: int) -> None:
+        if token != flow.token:
+            return  # superseded by a rate change
+        src, dst = flow.src, flow.dst
+        src.flows.remove(flow)
+        dst.flows.remove(flow)
+        if src.flows or dst.flows:
+            self._rerate(src.flows, dst.flows)
+        conn = flow.conn
+        if conn.queue:
+            self._flow_start(conn.queue.pop(0))
+        else:
+            conn.busy = False
+        self._at(self.now + self.net.latency_s, self._arrive, flow)
+
+    def _arrive(self, flow: _Flow) -> None:
+        call = flow.call
+        b = flow.peer
+        dst = self.ranks.get(b)
+        if dst is not None:
+            key = (call.it, call.op.collective_id, call.rank.rank, flow.k)
+            waiting = dst.expect.pop(key, None)
+            if waiting is None:
+                dst.inbox[key] = (flow.n, self.now)
+            else:
+                self._received(waiting[0], flow.n)
+        elif b in self.rep_of:
+            st = call.rank
+            key2 = (call.it, call.op.tag, flow.k)
+            count = st.mirror_box.get(key2, (0, 0.0))[0] + 1
+            st.mirror_box[key2] = (count, self.now)
+            waiters = st.mirror_wait.get(key2)
+            if waiters:
+                keep = []
+                for c, n, need in waiters:
+                    if count >= need:
+                        self._received(c, n)
+                    else:
+                        keep.append((c, n, need))
+                st.mirror_wait[key2] = keep
+        call.undelivered -= 1
+        if call.finishing and not call.undelivered:
+            self._at(self.now + self.net.finish_s, self._call_end, call)
+
+    def _call_end(self, call: _Call) -> None:
+        st, op = call.rank, call.op
+        now = self.now
+        nxt = st.profile.predict_next()
+        intent = None
+        if nxt is not None and nxt.group_id != op.lane and self.config.provisioning:
+            intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
+                            nxt.kind, nxt.size_bytes, nxt.axis)
+        self._at(now + self.net.control_s, self._complete, call, intent)
+        self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
+                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.seq,
+                   reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
+                   t_end=now, sent=call.sent, received=call.received,
+                   expected=op.expected_bytes, size_bytes=op.size_bytes,
+                   wire_bytes=op.wire_bytes)
+        self._op_done(call.lane, op)
+
+    def _complete(self, call: _Call, nxt: Intent | None) -> None:
+        op, rank, jid = call.op, call.rank.rank, self.job.job_id
+        self._absorb(self.core.complete(jid, rank, op.lane, call.seq, self.now, ref=call,
+                                        next_intent=nxt))
+        for m in self.mirrors.get(rank, ()):
+            lane = m.lanes[op.lane]
+            m_nxt = None
+            if nxt is not None and nxt.group_id in m.lanes:
+                m_nxt = replace(nxt, rank=m.rank, group_id=m.lanes[nxt.group_id])
+            key = (m.rank, lane, call.seq)
+            if key in self._mirror_acked:
+                self._mirror_acked.discard(key)
+                self._absorb(self.core.complete(jid, m.rank, lane, call.seq, self.now,
+                                                next_intent=m_nxt))
+            else:  # not acknowledged yet (an asymmetry): complete it once it is
+                self.counters["mirror_lag"] += 1
+                self._mirror_pending[key] = m_nxt
+
+
+# ------------------------------------------------------------------------ entry points
+
+def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
+                     ) -> PlanSimulation:
+    """A :class:`PlanSimulation` of a prepared run (:func:`testbed.runner.prepare`)."""
+    cfg = prep.config
+    cluster = cfg.workload.cluster
+    ports = rank_ports(range(prep.schedule.world_size), cluster.gpus_per_server,
+                       cfg.effective_ports_per_rank)
+    job = prep.plan.job("train", ports)
+    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
+                          switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
+                          network=net, gpus_per_server=cluster.gpus_per_server,
+                          seed=seed or cfg.seed)
+
+
+def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
+                  ) -> tuple[list[Record], list[dict[str, Any]]]:
+    """(rank records, controller events) of ``prep`` run on the virtual clock.
+
+    ``network`` defaults to the emulator's model (:func:`network_model` with
+    :data:`EMULATOR_COSTS`) at the run's link rate; ``seed`` (default: the config's
+    ``run.seed``) seeds the simulated OCS.
+    """
+    return build_simulation(prep, seed=seed, network=network).run()
+
+
+def _say_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_simulated(prep: Prepared, out: Path, say: Say = _say_stderr, *, seed: int = 0,
+                  network: NetworkModel | None = None) -> dict[str, Any]:
+    """Run ``prep`` on the sim backend; writes the results directory as ``run_emulated`` does."""
+    from testbed import results, runner
+
+    cfg, plan = prep.config, prep.plan
+    if out.exists() and any(out.iterdir()):
+        raise runner.RunError(f"{out} exists and is not empty; choose another --out (nothing "
+                              "was changed)")
+    cluster = cfg.workload.cluster
+    world = prep.schedule.world_size
+    rails = cluster.gpus_per_server
+    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ranks").mkdir(exist_ok=True)
+    (out / "experiment.yaml").write_text(cfg.text)
+    manifest = {"status": "running", "backend": "sim", "config": cfg.to_json(),
+                "link_mbps": prep.link_mbps, "scale": prep.scale, "world_size": world,
+                "rails": rails, "modeled_iteration_s": prep.modeled_iteration_s,
+                "network_model": asdict(net), "seed": seed or cfg.seed,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "packages": results.package_versions(), "git": results.git_revision(),
+                "machine": results.machine_facts(), "command": sys.argv}
+    results.write_json(out / "manifest.json", manifest)
+    say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
+        f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, links "
+        f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
+        f"iterations; results in {out}")
+    t0 = time.monotonic()
+    try:
+        sim = build_simulation(prep, seed=seed, network=net)
+        records, events = sim.run()
+    except SimulationError as exc:
+        manifest.update(status="failed", error=str(exc))
+        results.write_json(out / "manifest.json", manifest)
+        raise runner.RunError(f"{cfg.source}: {exc}") from exc
+    wall_s = time.monotonic() - t0
+    say(f"  simulated {sim.now:.3f} s of virtual time in {wall_s:.1f} s "
+        f"({sim.counters['events']} events)")
+    with (out / "controller-events.jsonl").open("w", encoding="utf-8") as fh:
+        for e in events:
+            fh.write(json.dumps(e, separators=(",", ":")) + "\n")
+    by_rank: dict[int, list[str]] = {r: [] for r in plan.programs}
+    for rec in records:
+        by_rank[int(rec["rank"])].append(json.dumps(rec, separators=(",", ":")))
+    for r, lines in by_rank.items():
+        (out / "ranks" / f"rank{r}.jsonl").write_text("".join(x + "\n" for x in lines))
+        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(
+            {"rank": r, "iterations": cfg.total_iterations,
+             "ops": [op.to_json() for op in plan.programs[r]]}))
+    cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
+    return runner.finish_run(out, prep, records, events, cpu, manifest, wall_s,
+                             num_rails=rails,
+                             ranks_rail0=[r for r in range(world) if r % rails == 0],
+                             backend="sim")
