@@ -90,6 +90,23 @@ def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
     return run_workload_bench()
 
 
+def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.crossval import run_crossval
+
+    return run_crossval(args.config, work_dir=Path(args.keep) if args.keep else None,
+                        sim_seeds=args.seeds)
+
+
+def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
+    from testbed.simbench import run_sim_benches
+
+    mirror = {"auto": None, "on": True, "off": False}[args.mirror]
+    return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
+                           switching_delay_ms=args.delay, mirror=mirror)
+
+
 def _floats(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -153,6 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
     b.set_defaults(bench_fn=_bench_workload)
     _add_controller_bench(bench)
+    b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)")
+    b.add_argument("config", help="experiment YAML that fits the emulator")
+    b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
+    b.add_argument("--seeds", type=int, default=5, help="simulation seeds (median taken)")
+    b.set_defaults(bench_fn=_bench_crossval)
+    b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
+    b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")
+    b.add_argument("--mode", default="provisioning",
+                   choices=("baseline", "on-demand", "provisioning", "degree-aware"))
+    b.add_argument("--delay", type=float, default=25.0, help="switching delay in ms")
+    b.add_argument("--mirror", choices=("auto", "on", "off"), default="auto",
+                   help="simulate one rank per stage and mirror the others (auto: large runs)")
+    b.set_defaults(bench_fn=_bench_sim)
     for b in bench.choices.values():
         b.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_bench)

@@ -116,7 +116,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: unknown mode(s) {bad}; choose from {', '.join(MODES)}")
     out = Path(args.out) if args.out else Path("results") / (
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say())
+    rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
+                     engine=args.engine)
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
@@ -205,6 +206,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="sweep directory (default results/NAME-sweep-TIME)")
     p.add_argument("--workers", type=int, default=2,
                    help="parallel points with --backend sim (emulated points run one by one)")
+    p.add_argument("--engine", choices=("process", "ray", "dask"), default="process",
+                   help="where simulated points run: a local process pool, or an existing Ray "
+                   "or Dask cluster (pip extras opus-testbed[ray] / [dask])")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)

@@ -18,12 +18,15 @@ after its last byte left, so a lone 2-member all-gather of ``N`` bytes takes
 ``latency_s + 8 N / (goodput * link_bps)`` plus the fixed costs below. The sender does not wait
 for its bytes to leave before it waits for the step's receptions (the socket buffers them).
 
-Fixed costs of the emulator (:data:`EMULATOR_COSTS`; medians measured on the development
+Fixed costs of the emulator (:data:`EMULATOR_COSTS`; measured on the development
 machine, 4 ranks on userspace Open vSwitch, 2 cores, with :mod:`testbed.crossval`):
 
-* ``control_s``: one way between a rank and the controller (ZeroMQ over the frontend network
-  plus the service loop): an intent reaches the core, an ack reaches the rank and a completion
-  reaches the core this long after it was sent (measured 0.8-1.3 ms);
+* ``control_s`` + ``control_jitter_s``: one way between a rank and the controller (ZeroMQ over
+  the frontend network plus the service loop): an intent reaches the core, an ack reaches the
+  rank and a completion reaches the core ``control_s`` plus an exponential draw of mean
+  ``control_jitter_s`` after it was sent (measured: p10 0.4 ms, median 0.9-1.3 ms, p90 2-3.6
+  ms). The draws come from a generator seeded by ``seed``: a run is reproducible, and two lanes
+  of a rank that ask at the same instant reach the core in either order, as in the emulator;
 * ``connect_s``: the TCP connect and hello line the sender does, blocking, on a call's first
   transfer to each peer;
 * ``step_s``: per step with receptions, the framing and the wake-up of the receiving lane;
@@ -31,8 +34,9 @@ machine, 4 ranks on userspace Open vSwitch, 2 cores, with :mod:`testbed.crossval
   (connect + finish measured ~2 ms per call and peer, a step ~1 ms);
 * ``switch_overhead_s``: the emulated driver's time beyond the switching delay per decision
   (request, barrier, light notification; measured ~4.5 ms at 25 ms);
-* ``goodput``: the payload share of the shaped link rate (measured ~0.90: TCP/IP headers are
-  1448/1514 of a frame, and the acks' clocking through HTB costs a little more).
+* ``goodput``: the payload share of the shaped link rate (0.85: TCP/IP headers leave 1448/1514
+  of a frame, ack clocking through HTB and CPU contention the rest; per-call fits gave 0.72-0.91,
+  medians ~0.90, means lower; iteration times add up means).
 
 These grow with the load of the machine (16 ranks on 2 cores measured about twice as much).
 :data:`IDEAL_COSTS` sets them all to zero: the modelled fabric alone (``network.latency_us`` per
@@ -43,11 +47,14 @@ Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core a
 decisions on its rails have ended (an OCS switches one rail's requests in order).
 
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simbench`): a simulated rank may stand for
-other ranks of the same program. Its intents and completions are repeated to the core for the
-ranks it stands for, on their groups; a transfer to a mirrored rank leaves through the sender's
-port and counts against the port of the rank standing for the receiver; a reception from a
-mirrored rank completes when the rank standing for the sender has delivered its own transfers
-of that step to mirrored ranks. Without mirrors the simulation is exact for the model above.
+other ranks of the same program. Its intents are repeated to the core for the ranks it stands
+for, on their groups; a mirrored rank's call completes its lone duration (the call's steps
+with no other traffic) after its own ack, with the prediction its representative made for the
+same call (none if the representative has not finished it yet). A transfer to a mirrored rank
+leaves through the sender's port and counts against the port of the rank standing for the
+receiver; a reception from a mirrored rank completes when the rank standing for the sender has
+delivered its own transfers of that step to mirrored ranks. Without mirrors the simulation is
+exact for the model above.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -89,6 +97,7 @@ class NetworkModel:
     latency_s: float = 5e-6
     goodput: float = 1.0
     control_s: float = 0.0
+    control_jitter_s: float = 0.0
     connect_s: float = 0.0
     step_s: float = 0.0
     finish_s: float = 0.0
@@ -98,6 +107,9 @@ class NetworkModel:
         if self.link_bps <= 0 or not 0 < self.goodput <= 1:
             raise ValueError(f"link_bps must be > 0 and goodput in (0, 1], got {self.link_bps} "
                              f"and {self.goodput}")
+        if min(self.latency_s, self.control_s, self.control_jitter_s, self.connect_s,
+               self.step_s, self.finish_s, self.switch_overhead_s) < 0:
+            raise ValueError("network model times must be >= 0")
 
     @property
     def payload_bps(self) -> float:
@@ -110,9 +122,10 @@ class NetworkModel:
 
 #: Costs of the emulator on the development machine (see the module docstring).
 EMULATOR_COSTS: dict[str, float] = {
-    "goodput": 0.90,
+    "goodput": 0.85,
     "extra_latency_s": 0.1e-3,  # veth + userspace OVS hop, on top of network.latency_us
-    "control_s": 1.1e-3,
+    "control_s": 0.4e-3,
+    "control_jitter_s": 0.7e-3,
     "connect_s": 1.0e-3,
     "step_s": 1.0e-3,
     "finish_s": 1.0e-3,
@@ -128,10 +141,8 @@ def network_model(link_mbps: float, latency_us: float,
     return NetworkModel(
         link_bps=link_mbps * 1e6,
         latency_s=latency_us * 1e-6 + costs.get("extra_latency_s", 0.0),
-        goodput=costs.get("goodput", 1.0), control_s=costs.get("control_s", 0.0),
-        connect_s=costs.get("connect_s", 0.0), step_s=costs.get("step_s", 0.0),
-        finish_s=costs.get("finish_s", 0.0),
-        switch_overhead_s=costs.get("switch_overhead_s", 0.0))
+        **{k: costs[k] for k in ("goodput", "control_s", "control_jitter_s", "connect_s",
+                                 "step_s", "finish_s", "switch_overhead_s") if k in costs})
 
 
 def rank_ports(ranks: Iterable[int], gpus_per_server: int, ports_per_rank: int
@@ -222,9 +233,9 @@ class _Lane:
 
 
 class _Rank:
-    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "left", "mirror_box",
-                 "mirror_wait", "profile", "rank", "seq", "started", "t_start", "wait_go",
-                 "waiters")
+    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "lanes_by_name", "left",
+                 "mirror_box", "mirror_wait", "profile", "rank", "seq", "started", "t_start",
+                 "wait_go", "waiters")
 
     def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
         self.rank = rank
@@ -234,6 +245,7 @@ class _Rank:
         for op in ops:
             by_lane.setdefault(op.lane, []).append(op)
         self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
+        self.lanes_by_name = {ln.name: ln for ln in self.lanes}
         self.by_tag = {op.tag: op for op in ops if op.is_call}
         self.done = [bytearray(len(ops)) for _ in range(iterations)]
         self.left = [len(ops)] * iterations
@@ -284,6 +296,7 @@ class PlanSimulation:
         self.clock = VirtualClock()
         self.now = 0.0
         self.net = network
+        self._rng = random.Random(seed)
         self.iterations = iterations
         self.job = job
         self.electrical = mode == "baseline"
@@ -298,6 +311,7 @@ class PlanSimulation:
         self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
         self.rep_of = {m.rank: r for r, ms in self.mirrors.items() for m in ms}
+        self._mirror_of = {m.rank: m for ms in self.mirrors.values() for m in ms}
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
         self.port_owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
                            for i, p in enumerate(rp.ports)}
@@ -306,20 +320,29 @@ class PlanSimulation:
         self.ingress: dict[tuple[int, int], _Port] = {}
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
-        self.counters = {"events": 0, "flows": 0, "mirror_lag": 0}
+        self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
         self._rail_tail: dict[int, _Switch] = {}
-        self._mirror_acked: set[tuple[int, str, int]] = set()
-        self._mirror_pending: dict[tuple[int, str, int], Intent | None] = {}
+        # (mirrored rank, its lane) -> (representative, its lane)
+        self._mirror_lane = {(m.rank, mine): (r, theirs) for r, ms in self.mirrors.items()
+                             for m in ms for theirs, mine in m.lanes.items()}
+        self._rep_next: dict[tuple[int, str, int], Intent | None] = {}
         self._mirror_sends: dict[tuple[int, str], list[int]] = {}
+        self._lone_s: dict[int, float] = {}
         self._finished = 0
+        self._open: dict[_Call, None] = {}  # calls in progress, for deadlock reports
         self._absorb(self.core.register_job(job, 0.0))
 
     # ----------------------------------------------------------------- plumbing
 
     def _at(self, t_s: float, fn: Callable[..., None], *args: Any) -> None:
         heapq.heappush(self._heap, (t_s, next(self._tick), fn, args))
+
+    def _control_s(self) -> float:
+        """One message between a rank and the controller."""
+        jitter = self.net.control_jitter_s
+        return self.net.control_s + (self._rng.expovariate(1 / jitter) if jitter else 0.0)
 
     def _emit(self, rank: int, **record: Any) -> None:
         record["rank"] = rank
@@ -344,12 +367,13 @@ class PlanSimulation:
             n += 1
         self.counters["events"] = n
         if self._finished < len(self.ranks):
-            stuck = [(r, st.started, [(ln.name, ln.it, ln.pos) for ln in st.lanes])
-                     for r, st in sorted(self.ranks.items()) if any(st.left)][:4]
+            calls = [f"rank {c.rank.rank} {c.op.lane}#{c.seq} ({c.op.tag}, iteration {c.it}): "
+                     + (f"step {c.k}, {c.waiting} receptions and {c.undelivered} sends open"
+                        if c.t_ack else "not acknowledged") for c in list(self._open)[:6]]
             raise SimulationError(
                 f"deadlock at t={self.now:.6f} s: {len(self.ranks) - self._finished} ranks did "
-                f"not finish; first ones (rank, iteration, [(lane, iteration, op)]): {stuck}; "
-                f"calls pending at the controller: {self.core.pending()[:6]}")
+                f"not finish; calls in progress: {'; '.join(calls) or 'none'}; calls pending "
+                f"at the controller: {self.core.pending()[:6]}")
         return self.records, self.events
 
     # --------------------------------------------------------------- controller
@@ -370,15 +394,14 @@ class PlanSimulation:
             self._dispatch(dec.decision_id, dec.reconfs)
         for ack in out.acks:
             if isinstance(ack.ref, _Call):
-                self._at(self.now + self.net.control_s, self._acked, ack.ref, ack.reconfigured)
+                self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
                 continue
-            key = (ack.rank, ack.group_id, ack.seq)
-            if key in self._mirror_pending:  # its representative is done already
-                nxt = self._mirror_pending.pop(key)
-                self._absorb(self.core.complete(self.job.job_id, ack.rank, ack.group_id,
-                                                ack.seq, self.now, next_intent=nxt))
-            else:
-                self._mirror_acked.add(key)
+            rep, lane = self._mirror_lane[(ack.rank, ack.group_id)]
+            ops = self.ranks[rep].lanes_by_name[lane].ops
+            t_s = (self._control_s() + self._control_s()
+                   + self._lone_duration_s(ops[ack.seq % len(ops)]))
+            self._at(self.now + t_s, self._mirror_end, ack.rank, ack.group_id, ack.seq, rep,
+                     lane)
 
     def _dispatch(self, did: int, reconfs: Sequence[Reconfiguration]) -> None:
         sw = _Switch(did, reconfs)
@@ -489,15 +512,16 @@ class PlanSimulation:
         st.seq[group] = seq + 1
         st.profile.observe(CallSignature(group, op.kind, op.size_bytes, op.axis))
         call = _Call(st, lane, op, lane.it, seq, self.now)
-        self._at(self.now + self.net.control_s, self._intent, call)
+        self._open[call] = None
+        self._at(self.now + self._control_s(), self._intent, call)
 
     def _intent(self, call: _Call) -> None:
         op, rank, jid = call.op, call.rank.rank, self.job.job_id
-        self._absorb(self.core.intent(Intent(jid, rank, op.lane, call.seq, op.kind,
-                                             op.size_bytes, op.axis), self.now, ref=call))
-        for m in self.mirrors.get(rank, ()):
+        for m in self.mirrors.get(rank, ()):  # first: the representative is the last to ask
             self._absorb(self.core.intent(Intent(jid, m.rank, m.lanes[op.lane], call.seq,
                                                  op.kind, op.size_bytes, op.axis), self.now))
+        self._absorb(self.core.intent(Intent(jid, rank, op.lane, call.seq, op.kind,
+                                             op.size_bytes, op.axis), self.now, ref=call))
 
     def _acked(self, call: _Call, reconfigured: bool) -> None:
         call.t_ack = self.now
@@ -698,7 +722,8 @@ class PlanSimulation:
         if nxt is not None and nxt.group_id != op.lane and self.config.provisioning:
             intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
                             nxt.kind, nxt.size_bytes, nxt.axis)
-        self._at(now + self.net.control_s, self._complete, call, intent)
+        self._at(now + self._control_s(), self._complete, call, intent)
+        del self._open[call]
         self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
                    axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.seq,
                    reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
@@ -708,22 +733,50 @@ class PlanSimulation:
         self._op_done(call.lane, op)
 
     def _complete(self, call: _Call, nxt: Intent | None) -> None:
-        op, rank, jid = call.op, call.rank.rank, self.job.job_id
-        self._absorb(self.core.complete(jid, rank, op.lane, call.seq, self.now, ref=call,
+        op, rank = call.op, call.rank.rank
+        self._absorb(self.core.complete(self.job.job_id, rank, op.lane, call.seq, self.now,
+                                        ref=call, next_intent=nxt))
+        if rank in self.mirrors:
+            self._rep_next[(rank, op.lane, call.seq)] = nxt
+
+    # ---------------------------------------------------------------- mirrored
+
+    def _mirror_end(self, rank: int, lane: str, seq: int, rep: int, rep_lane: str) -> None:
+        """A mirrored rank's call is done: complete it with its representative's prediction."""
+        key = (rep, rep_lane, seq)
+        nxt = None
+        if key in self._rep_next:
+            rep_nxt = self._rep_next[key]
+            mirror = self._mirror_of[rank]
+            if rep_nxt is not None and rep_nxt.group_id in mirror.lanes:
+                nxt = replace(rep_nxt, rank=rank, group_id=mirror.lanes[rep_nxt.group_id])
+        elif self.config.provisioning:
+            self.counters["mirror_unpredicted"] += 1
+        self._absorb(self.core.complete(self.job.job_id, rank, lane, seq, self.now,
                                         next_intent=nxt))
-        for m in self.mirrors.get(rank, ()):
-            lane = m.lanes[op.lane]
-            m_nxt = None
-            if nxt is not None and nxt.group_id in m.lanes:
-                m_nxt = replace(nxt, rank=m.rank, group_id=m.lanes[nxt.group_id])
-            key = (m.rank, lane, call.seq)
-            if key in self._mirror_acked:
-                self._mirror_acked.discard(key)
-                self._absorb(self.core.complete(jid, m.rank, lane, call.seq, self.now,
-                                                next_intent=m_nxt))
-            else:  # not acknowledged yet (an asymmetry): complete it once it is
-                self.counters["mirror_lag"] += 1
-                self._mirror_pending[key] = m_nxt
+
+    def _lone_duration_s(self, op: PlanOp) -> float:
+        """The call's duration from its ack with no other traffic and symmetric peers."""
+        t_s = self._lone_s.get(id(op))
+        if t_s is not None:
+            return t_s
+        net = self.net
+        t_s = 0.0
+        peers: set[int] = set()
+        for step in op.steps:
+            for peer, _ in step.sends:
+                if peer not in peers:
+                    peers.add(peer)
+                    t_s += net.connect_s
+            sizes = [n for _, n in step.sends] + [n for _, n in step.recvs]
+            if sizes:
+                t_s += net.transfer_s(max(sizes)) * max(len(step.sends), len(step.recvs), 1)
+            if step.recvs:
+                t_s += net.step_s
+        if peers:
+            t_s += net.finish_s
+        self._lone_s[id(op)] = t_s
+        return t_s
 
 
 # ------------------------------------------------------------------------ entry points

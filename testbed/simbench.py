@@ -24,23 +24,18 @@ instead of lowering whole collectives (the tests check it equals :func:`build_pl
 
 from __future__ import annotations
 
+import multiprocessing
 import resource
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from controller.job import CommGroup, JobSpec
+from testbed import plan as plan_module
 from testbed.experiment import ExperimentConfig
 from testbed.metrics import compute_metrics
-from testbed.plan import (
-    PlanError,
-    PlanOp,
-    ReplayPlan,
-    Step,
-    build_plan,
-    pair_group_id,
-    scaled_bytes,
-)
+from testbed.plan import PlanError, PlanOp, ReplayPlan, Step, pair_group_id, scaled_bytes
 from testbed.simbackend import (
     IDEAL_COSTS,
     Mirror,
@@ -140,7 +135,12 @@ class _Lowering:
                       collective_id=op.collective_id, size_bytes=op.size_bytes,
                       wire_bytes=op.wire_bytes, steps=steps, tag=op.tag)
 
-    def _steps(self, cid: str, rank: int) -> tuple[Step, ...]:
+    def transfers(self, cid: str, rank: int) -> list[tuple[int, int, int, int]] | None:
+        """``(step, src, dst, bytes)`` of ``rank`` in ring collective ``cid`` (None: not a ring).
+
+        The transfers of :func:`workloads.steps.lower` that involve ``rank``, without lowering
+        the whole collective.
+        """
         info = self._members.get(cid)
         if info is None:
             members = self.schedule.collective_members(cid)
@@ -150,28 +150,63 @@ class _Lowering:
             self._position[cid] = {r: i for i, r in enumerate(info[1])}
         kind, ranks, sizes = info
         if kind not in RING_KINDS:
-            return self._mesh_steps(cid, rank)
+            return None
         n = len(ranks)
         if n < 2:
-            return ()
+            return []
         i = self._position[cid][rank]
-        nxt, prv = ranks[(i + 1) % n], ranks[(i - 1) % n]
-        sc = self.scale
+        me, nxt, prv = rank, ranks[(i + 1) % n], ranks[(i - 1) % n]
         out = []
         if kind == "all_gather":
             for k in range(n - 1):
-                out.append(Step(((nxt, scaled_bytes(sizes[(i - k) % n], sc)),),
-                                ((prv, scaled_bytes(sizes[(i - 1 - k) % n], sc)),)))
-            return tuple(out)
+                out += [(k, me, nxt, sizes[(i - k) % n]), (k, prv, me, sizes[(i - 1 - k) % n])]
+            return out
         c = chunk_sizes(sizes[0], n)
         for k in range(n - 1):
-            out.append(Step(((nxt, scaled_bytes(c[(i - k - 1) % n], sc)),),
-                            ((prv, scaled_bytes(c[(i - k - 2) % n], sc)),)))
+            out += [(k, me, nxt, c[(i - k - 1) % n]), (k, prv, me, c[(i - k - 2) % n])]
         if kind == "all_reduce":
             for k in range(n - 1):
-                out.append(Step(((nxt, scaled_bytes(c[(i - k) % n], sc)),),
-                                ((prv, scaled_bytes(c[(i - k - 1) % n], sc)),)))
-        return tuple(out)
+                j = n - 1 + k
+                out += [(j, me, nxt, c[(i - k) % n]), (j, prv, me, c[(i - k - 1) % n])]
+        return out
+
+    def _steps(self, cid: str, rank: int) -> tuple[Step, ...]:
+        moves = self.transfers(cid, rank)
+        if moves is None:
+            return self._mesh_steps(cid, rank)
+        n_steps = 1 + max((k for k, _, _, _ in moves), default=-1)
+        sends: list[list[tuple[int, int]]] = [[] for _ in range(n_steps)]
+        recvs: list[list[tuple[int, int]]] = [[] for _ in range(n_steps)]
+        for k, src, dst, size in moves:
+            if src == rank:
+                sends[k].append((dst, scaled_bytes(size, self.scale)))
+            if dst == rank:
+                recvs[k].append((src, scaled_bytes(size, self.scale)))
+        return tuple(Step(tuple(sends[k]), tuple(recvs[k])) for k in range(n_steps))
+
+    def template(self, rank: int, rail_gbps: float, latency_s: float) -> list[PlanOp]:
+        """``rank``'s plan by :mod:`testbed.plan`'s own lowering, fed only its transfers."""
+        cache: dict[str, tuple[tuple[int, int, int], ...]] = {}
+        ops = plan_module._batch_order(self.schedule.ops_of(rank))
+        for op in ops:
+            if op.is_collective and not op.scale_up and op.kind not in P2P_KINDS:
+                moves = self.transfers(op.collective_id, rank)
+                if moves is not None:
+                    cache[op.collective_id] = tuple((k, a, b) for k, a, b, _ in moves)
+                    cache[op.collective_id + "#sizes"] = tuple((k, a, n) for k, a, _, n in moves)
+        mesh: set[str] = set()
+        groups: dict[str, CommGroup] = {}
+        out = plan_module._lower_rank(self.schedule, rank, ops, self.scale,
+                                      TimingModel(rail_gbps=rail_gbps, latency_s=latency_s),
+                                      groups, mesh, cache)
+        rail_of = self.schedule.rail_of
+        for gid, g in groups.items():
+            if gid in mesh:  # as build_plan: all-to-all groups join their members pairwise
+                g = CommGroup(gid, g.axis, g.ranks, "pairs",
+                              tuple((a, b) for i, a in enumerate(g.ranks) for b in g.ranks[i + 1:]
+                                    if rail_of(a) == rail_of(b)))
+            self.groups.setdefault(gid, g)
+        return out
 
     def _mesh_steps(self, cid: str, rank: int) -> tuple[Step, ...]:
         per_rank = self._mesh.get(cid)
@@ -212,10 +247,7 @@ def fast_plan(schedule: Schedule, *, scale: float, rail_gbps: float = 200.0,
         key = (prog_idx, _net_signature(schedule, r, *shapes[prog_idx]))
         template = templates.get(key)
         if template is None:
-            single = build_plan(schedule, scale=scale, rail_gbps=rail_gbps,
-                                latency_s=latency_s, ranks=[r])
-            templates[key] = programs[r] = single.programs[r]
-            low.groups.update(single.groups)
+            templates[key] = programs[r] = low.template(r, rail_gbps, latency_s)
         else:
             prog = schedule.programs[prog_idx]
             programs[r] = [op if not op.is_call else
@@ -314,8 +346,19 @@ def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
     }
 
 
+def run_sim_benches(gpus: Sequence[int] = (1024, 16384), **options: Any) -> dict[str, Any]:
+    """``{"results": [run_sim_bench(g) ...]}``, each size in a fresh process (its own peak RSS)."""
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+    for g in gpus:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            rows.append(pool.submit(run_sim_bench, g, **options).result())
+    return {"results": rows}
+
+
 if __name__ == "__main__":
     import json
     import sys
 
-    print(json.dumps(run_sim_bench(int(sys.argv[1]) if len(sys.argv) > 1 else 1024)))
+    sizes = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1024, 16384]
+    print(json.dumps(run_sim_benches(sizes), indent=1))
