@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -97,6 +98,17 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def start_manifest(out: Path, backend: str, config: dict[str, Any], **facts: Any
+                   ) -> dict[str, Any]:
+    """Write ``manifest.json`` as a run starts (status "running"); returns it for updating."""
+    manifest = {"status": "running", "backend": backend, "config": config, **facts,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "packages": package_versions(), "git": git_revision(),
+                "machine": machine_facts(), "command": sys.argv}
+    write_json(out / "manifest.json", manifest)
+    return manifest
 
 
 def write_json(path: Path, data: Any) -> None:

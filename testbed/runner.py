@@ -168,14 +168,10 @@ def run_emulated(prep: Prepared, out: Path, say: Say = _say_stderr) -> dict[str,
     out.mkdir(parents=True, exist_ok=True)
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
-    manifest = {"status": "running", "backend": "emu", "config": cfg.to_json(),
-                "link_mbps": prep.link_mbps, "scale": prep.scale,
-                "world_size": spec.num_ranks, "rails": spec.num_rails,
-                "modeled_iteration_s": prep.modeled_iteration_s,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "packages": results.package_versions(), "git": results.git_revision(),
-                "machine": results.machine_facts(), "command": sys.argv}
-    results.write_json(out / "manifest.json", manifest)
+    manifest = results.start_manifest(
+        out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        world_size=spec.num_ranks, rails=spec.num_rails,
+        modeled_iteration_s=prep.modeled_iteration_s)
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{spec.num_ranks} ranks on {spec.num_rails} rails, K={spec.ports_per_rank}, "
         f"links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "

@@ -827,14 +827,10 @@ def run_simulated(prep: Prepared, out: Path, say: Say = _say_stderr, *, seed: in
     out.mkdir(parents=True, exist_ok=True)
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
-    manifest = {"status": "running", "backend": "sim", "config": cfg.to_json(),
-                "link_mbps": prep.link_mbps, "scale": prep.scale, "world_size": world,
-                "rails": rails, "modeled_iteration_s": prep.modeled_iteration_s,
-                "network_model": asdict(net), "seed": seed or cfg.seed,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "packages": results.package_versions(), "git": results.git_revision(),
-                "machine": results.machine_facts(), "command": sys.argv}
-    results.write_json(out / "manifest.json", manifest)
+    manifest = results.start_manifest(
+        out, "sim", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
+        network_model=asdict(net), seed=seed or cfg.seed)
     say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, links "
         f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
