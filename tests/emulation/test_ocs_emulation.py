@@ -23,7 +23,9 @@ def test_ping_and_tcp_across_a_lit_circuit(no_leftovers: list[str]) -> None:
         net.driver.apply(0, add=[(net.port(0), net.port(1))])
         assert ping_ok(net, 0, 1, count=3)
         mbps = tcp_transfer_mbps(net, 0, 1, seconds=1)
-        assert 30 < mbps <= 105, f"TCP goodput {mbps:.1f} Mbit/s on a 100 Mbit/s circuit"
+        # TCP must flow, not stall (with TX checksum offload on, it stalls near 0); the rate
+        # itself is a benchmark figure: a busy 2-core machine measured 24 Mbit/s here once
+        assert 10 < mbps <= 105, f"TCP goodput {mbps:.1f} Mbit/s on a 100 Mbit/s circuit"
 
 
 def test_traffic_stays_on_its_circuit(tmp_path: Path, no_leftovers: list[str]) -> None:
