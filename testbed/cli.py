@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)")
     b.add_argument("config", help="experiment YAML that fits the emulator")
     b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
-    b.add_argument("--seeds", type=int, default=5, help="simulation seeds (median taken)")
+    b.add_argument("--seeds", type=int, default=5,
+                   help="simulation seeds; their measured iterations are pooled")
     b.set_defaults(bench_fn=_bench_crossval)
     b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
     b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")

@@ -9,7 +9,13 @@ import pytest
 
 from controller.ocs import Reconfiguration
 from emulator import naming
-from emulator.hostnet import HostRouter, interface_setup_commands, route_commands, static_routes
+from emulator.hostnet import (
+    HostRouter,
+    interface_setup_commands,
+    route_commands,
+    static_routes,
+    tcp_queue_limit_bytes,
+)
 from emulator.topo import RailSpec, RankPort
 
 P = "ot1a2"
@@ -72,6 +78,20 @@ def test_setup_disables_ipv6_and_rp_filter() -> None:
     cmds = interface_setup_commands(RailSpec(1, 2), P, 0)
     assert any("disable_ipv6=1" in c for c in cmds)
     assert any(f"net.ipv4.conf.{naming.rail_intf(P, 0, 0)}.rp_filter=0" in c for c in cmds)
+
+
+@pytest.mark.parametrize(("link_mbps", "limit_bytes"), [(8.0, 4542), (50.0, 25000),
+                                                        (1000.0, 500000)])
+def test_setup_limits_tcp_queue_to_milliseconds_of_link_rate(link_mbps: float,
+                                                             limit_bytes: int) -> None:
+    assert tcp_queue_limit_bytes(link_mbps) == limit_bytes
+    cmds = interface_setup_commands(RailSpec(1, 2, link_mbps=link_mbps), P, 0)
+    assert f"sysctl -qw net.ipv4.tcp_limit_output_bytes={limit_bytes}" in cmds
+
+
+def test_setup_keeps_tcp_queue_default_on_unshaped_links() -> None:
+    cmds = interface_setup_commands(RailSpec(1, 2, link_mbps=None), P, 0)
+    assert not any("tcp_limit_output_bytes" in c for c in cmds)
 
 
 # --- route commands --------------------------------------------------------------------------
