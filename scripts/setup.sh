@@ -42,7 +42,7 @@ make_venv() {
   local stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
   if [ ! -f "$stamp" ]; then
     log "installing the project and its Python dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask]'
     rm -f "$VENV"/.installed-* && touch "$stamp"
   else
     log "python dependencies present"

@@ -26,9 +26,10 @@ from controller.cost import (
 
 DESCRIPTION = """\
 Bill of materials and totals of a cluster's rail fabric built from electrical packet switches
-(transceivers at the NIC and the switch, multi-tier Clos when a rail outgrows one switch)
-against the same rails built from one optical circuit switch each (NIC-side transceivers and
-OCS ports), after the paper's Fig. 7; then Table 3's GPU counts per OCS technology.
+(transceivers at the switch end of every link, multi-tier Clos when a rail outgrows one switch)
+against the same rails built from one optical circuit switch each, after the paper's Fig. 7;
+then Table 3's GPU counts per OCS technology. The transceiver in each GPU's NIC, the same in
+both fabrics, is a server part unless --nic-optics count puts it in both bills.
 Parts (price, power, source) come from an editable YAML file."""
 
 
@@ -44,6 +45,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         f"OCS ports / {DEFAULT_NIC_PORTS})")
     p.add_argument("--gpus-per-server", type=int, metavar="G", default=DEFAULT_GPUS_PER_SERVER,
                    help=f"GPUs per server = rails (default: {DEFAULT_GPUS_PER_SERVER}, DGX H200)")
+    p.add_argument("--nic-optics", choices=("exclude", "count"), default="exclude",
+                   help="the transceiver in each GPU's NIC: a server part left out of both "
+                        "bills (default; the paper's 95.84 %% power saving implies it), or "
+                        "counted in both")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=run)
     return p
@@ -59,7 +64,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if value is not None and value < 1:
                 raise CostModelError(f"{option} must be >= 1, got {value}")
         servers = args.servers if args.servers is not None else max_servers_per_ocs(parts)
-        result = compare(parts, ClusterSpec(servers, args.gpus_per_server))
+        result = compare(parts, ClusterSpec(servers, args.gpus_per_server),
+                         count_nic_transceivers=args.nic_optics == "count")
     except CostModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -97,6 +103,8 @@ def print_report(result: Comparison, rows: list[dict[str, Any]], out: TextIO) ->
     c = result.cluster
     print(f"cluster: {c.servers} servers x {c.gpus_per_server} GPUs = {c.gpus} GPUs, "
           f"{c.gpus_per_server} rails, {c.nic_ports} NIC ports per GPU", file=out)
+    optics = "counted in both bills" if result.nic_transceivers_counted else "server parts"
+    print(f"NIC transceivers: {optics}", file=out)
     print(f"parts:   {result.parts.path}", file=out)
     for part in (result.parts.packet_switch, result.parts.transceiver, result.parts.ocs):
         print(f"  {part.key}: {part.name}", file=out)

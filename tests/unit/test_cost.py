@@ -77,7 +77,8 @@ def test_one_switch_per_rail_by_hand(small: Path) -> None:
     # 4 servers x 2 GPUs: 2 rails of 4 endpoints, one 4-port switch each.
     # electrical: 2 switches (2000 USD, 200 W) + 16 transceivers (160 USD, 32 W)
     # photonic:   2 OCS (4000 USD, 40 W) + 8 NIC transceivers (80 USD, 16 W)
-    result = compare(load_parts(small), ClusterSpec(servers=4, gpus_per_server=2))
+    result = compare(load_parts(small), ClusterSpec(servers=4, gpus_per_server=2),
+                     count_nic_transceivers=True)
     assert (result.electrical.price_usd, result.electrical.power_w) == (2160.0, 232.0)
     assert (result.photonic.price_usd, result.photonic.power_w) == (4080.0, 56.0)
     assert result.cost_saving_pct == pytest.approx(100 * (1 - 4080 / 2160))  # -88.9 %: worse
@@ -89,7 +90,8 @@ def test_two_tier_rail_by_hand(small: Path) -> None:
     # 4 leaves + 2 spines = 6 switches and 2 * 8 * 2 = 32 transceivers per rail.
     # electrical: 12 switches (12000 USD, 1200 W) + 64 transceivers (640 USD, 128 W)
     # photonic:   2 OCS, 16 of 16 ports used (4000 USD, 40 W) + 16 transceivers (160, 32 W)
-    result = compare(load_parts(small), ClusterSpec(servers=8, gpus_per_server=2))
+    result = compare(load_parts(small), ClusterSpec(servers=8, gpus_per_server=2),
+                     count_nic_transceivers=True)
     lines = {line.item: line.quantity for line in result.electrical.lines}
     assert lines == {"packet switches": 12, "transceivers, NIC side": 16,
                      "transceivers, switch side": 48}
@@ -99,9 +101,11 @@ def test_two_tier_rail_by_hand(small: Path) -> None:
     assert result.power_saving_pct == pytest.approx(100 * (1 - 72 / 1328))    # 94.58 %
 
 
-def test_leaving_out_nic_transceivers_drops_them_from_both_bills(small: Path) -> None:
-    result = compare(load_parts(small), ClusterSpec(servers=8, gpus_per_server=2),
-                     count_nic_transceivers=False)
+def test_nic_transceivers_are_left_out_of_both_bills_by_default(small: Path) -> None:
+    result = compare(load_parts(small), ClusterSpec(servers=8, gpus_per_server=2))
+    assert not result.nic_transceivers_counted
+    assert {line.item for line in result.electrical.lines} == {"packet switches",
+                                                               "transceivers, switch side"}
     assert (result.electrical.price_usd, result.electrical.power_w) == (12480.0, 1296.0)
     assert (result.photonic.price_usd, result.photonic.power_w) == (4000.0, 40.0)
 
@@ -141,7 +145,8 @@ def test_shipped_figures_match_a_hand_count_of_the_shipped_file() -> None:
     electrical_w = 8 * (9 * sw.power_w + 768 * xc.power_w)
     photonic_usd = 8 * (ocs.price_usd + 192 * xc.price_usd)
     photonic_w = 8 * (ocs.power_w + 192 * xc.power_w)
-    result = compare(parts, ClusterSpec(servers=max_servers_per_ocs(parts)))
+    result = compare(parts, ClusterSpec(servers=max_servers_per_ocs(parts)),
+                     count_nic_transceivers=True)
     assert result.cluster.gpus == 1536
     assert result.electrical.price_usd == pytest.approx(electrical_usd)
     assert result.electrical.power_w == pytest.approx(electrical_w)
@@ -150,9 +155,9 @@ def test_shipped_figures_match_a_hand_count_of_the_shipped_file() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "with the NIC-side transceivers in both bills (12 W each, a quarter of the electrical "
-    "transceivers in a 2-tier rail), the photonic power saving is capped near 85 %; the "
-    "shipped parts give 60.9 % / 85.0 % against the paper's 70.5 % / 95.84 %"))
+    "the shipped parts give 73.7 % / 99.3 % against the paper's 70.5 % / 95.84 % (3.2 and "
+    "3.5 points); the paper's part figures are not published and ours are unverified "
+    "estimates (the OCS's are 2010 per-port figures from Helios)"))
 def test_shipped_parts_reproduce_fig7_within_3_points() -> None:
     parts = load_parts()
     result = compare(parts, ClusterSpec(servers=max_servers_per_ocs(parts)))
@@ -235,11 +240,22 @@ def test_cost_json_has_the_promised_keys(small: Path) -> None:
                      "--json"), out) == 0
     data = json.loads(out.getvalue())
     assert {"cost_saving_pct", "power_saving_pct", "table3"} <= set(data)
-    assert data["cost_saving_pct"] == pytest.approx(100 * (1 - 4160 / 12640), abs=0.01)
-    assert data["power_saving_pct"] == pytest.approx(100 * (1 - 72 / 1328), abs=0.01)
+    assert data["nic_transceivers_counted"] is False
+    assert data["cost_saving_pct"] == pytest.approx(100 * (1 - 4000 / 12480), abs=0.01)
+    assert data["power_saving_pct"] == pytest.approx(100 * (1 - 40 / 1296), abs=0.01)
     assert len(data["table3"]) == 7 and data["table3"][0]["gpus"] == 2 * 16 // 2
     assert data["cluster"] == {"servers": 8, "gpus_per_server": 2, "gpus": 16, "rails": 2,
                                "nic_ports": 2}
+
+
+def test_cost_nic_optics_count_puts_the_nic_transceivers_in_both_bills(small: Path) -> None:
+    out = io.StringIO()
+    assert run(parse("--parts", str(small), "--servers", "8", "--gpus-per-server", "2",
+                     "--nic-optics", "count", "--json"), out) == 0
+    data = json.loads(out.getvalue())
+    assert data["nic_transceivers_counted"] is True
+    assert data["cost_saving_pct"] == pytest.approx(100 * (1 - 4160 / 12640), abs=0.01)
+    assert data["power_saving_pct"] == pytest.approx(100 * (1 - 72 / 1328), abs=0.01)
 
 
 def test_cost_default_is_a_table_for_the_shipped_parts() -> None:
@@ -247,6 +263,7 @@ def test_cost_default_is_a_table_for_the_shipped_parts() -> None:
     assert run(parse(), out) == 0
     text = out.getvalue()
     assert "192 servers x 8 GPUs = 1536 GPUs" in text
+    assert "NIC transceivers: server parts" in text
     assert "electrical rails:" in text and "photonic rails:" in text
     assert "Piezo (Polatis)" in text and "20736" in text
 
