@@ -28,7 +28,12 @@ Rules (paper §4 and the issue):
 * all rails of a group switch as one decision (one ``apply_many``);
 * no decision when the demand is already lit;
 * base mode (the paper): when a group needs new circuits, every idle circuit on its members' ports
-  that it does not use is removed, so one rail configuration serves one parallelism;
+  that it does not use and that last served another parallelism (axis) is removed, so one rail
+  configuration serves one parallelism. Idle circuits of the same parallelism stay (evicted
+  least-recently-used first if ports run out): a pipeline stage's send/recv to the previous
+  and to the next stage are two comm groups of one parallelism, and tearing one down for the
+  other made the paper's "reconfigure when the parallelism changes" switch on every
+  micro-batch (2364 instead of 460 rail reconfigurations per iteration at 1024 GPUs);
 * degree-aware mode (beyond the paper): idle circuits stay lit while spare ports exist and are
   evicted least-recently-used first only when ports run out; a call served without switching on
   a rail where its ranks were last used by another group (where the paper's Opus switches, since
@@ -254,6 +259,7 @@ class OpusCore:
         self._deferred: dict[_Instance, None] = {}  # lit-on-arrival asks waiting for FCFS
         self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
         self._last_used_s: dict[Circuit, float] = {}
+        self._served_axis: dict[Circuit, str] = {}  # the parallelism a circuit last carried
         # (rail, job, rank) -> the group that used the rank's circuits on that rail last
         self._last_group: dict[tuple[int, str, int], _Group] = {}
         self._version = 0
@@ -730,7 +736,10 @@ class OpusCore:
     def _unprotect(self, inst: _Instance, now: float) -> None:
         protect = self._protect
         last_used = self._last_used_s
+        served = self._served_axis
+        axis = inst.group.axis
         for c in inst.circuits:
+            served[c] = axis
             n = protect.get(c, 0) - 1
             if n <= 0:
                 protect.pop(c, None)
@@ -900,6 +909,7 @@ class OpusCore:
         owner = self._owner
         pair_key = self._pair_key
         last_used = self._last_used_s
+        served = self._served_axis
         circ_at = self._circ_at
         rail = rc.rail
         for c in rc.remove:
@@ -916,6 +926,7 @@ class OpusCore:
                 if not s:
                     del pairs[key]
             last_used.pop(c, None)
+            served.pop(c, None)
         for c in rc.add:
             key = pair_key(c, owner)
             s = pairs.get(key)
@@ -983,8 +994,10 @@ class OpusCore:
                             (rail, c_at.port_a) in dark or (rail, c_at.port_b) in dark)):
                         continue
                     idle_extra.add(c_at)
-            if not degree_aware:
-                remove |= idle_extra
+            if not degree_aware:  # base mode: the other parallelisms' idle circuits go
+                axis = grp.axis
+                remove |= {c for c in idle_extra
+                           if not axis or self._served_axis.get(c) != axis}
 
             rp = _RailPlan(rail, circ_at, dark, protect, keep, taken, remove, self._last_used_s)
             usable, free_port = rp.usable, rp.free_port

@@ -39,7 +39,8 @@ make_venv() {
     log "creating $VENV (with system site packages, for Debian's mininet)"
     "$PY" -m venv --system-site-packages "$VENV"
   fi
-  local stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+  # the stamp changes with the dependencies or with the install line below
+  local stamp="$VENV/.installed-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
   if [ ! -f "$stamp" ]; then
     log "installing the project and its Python dependencies into $VENV"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask]'

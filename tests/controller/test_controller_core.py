@@ -149,6 +149,24 @@ def test_degree_aware_keeps_alternating_phases_lit() -> None:
         assert (core.counters["avoided_reconfigurations"] > 0) == degree_aware
 
 
+def test_base_mode_keeps_idle_circuits_of_the_same_parallelism() -> None:
+    """A pipeline stage's sends to the previous and the next stage: two groups, one axis."""
+    for axis_b, k, expected in (("pp", 2, 2), ("dp", 2, 4), ("pp", 1, 4)):
+        groups = [CommGroup("a", "pp", (0, 1)), CommGroup("b", axis_b, (1, 2))]
+        job = line_job(k=k, groups=groups, n=3)
+        core = OpusCore(rails_for(job))
+        core.register_job(job, 0.0)
+        decisions = 0
+        for seq in range(2):
+            for grp, (r1, r2) in (("a", (0, 1)), ("b", (1, 2))):
+                ask(core, r1, grp, seq)
+                out = light(core, ask(core, r2, grp, seq), 0.0)
+                decisions += len(out.decisions)
+                core.complete("j", r1, grp, seq, 0.0)
+                core.complete("j", r2, grp, seq, 0.0)
+        assert decisions == expected, (axis_b, k)
+
+
 def test_bad_intents_are_rejected_and_change_nothing() -> None:
     job = line_job()
     core = OpusCore(rails_for(job))
