@@ -2,9 +2,10 @@
 
 One loop thread owns the core and the socket: it decodes shim messages (:mod:`controller.protocol`),
 feeds them to :class:`~controller.core.OpusCore` with the current time, sends the acks and errors
-the core returns, writes its events to the :class:`~controller.events.EventLog`, and hands each
-decision to a worker thread that calls the driver's blocking ``apply_many``; the worker reports the
-result back to the loop over an in-process socket, so the loop never waits for light.
+the core returns, writes its events to the :class:`~controller.events.EventLog`, and hands its
+decisions, batched per rail (:mod:`controller.batching`), to worker threads that call the
+driver's blocking ``apply_many``; a worker reports the result back to the loop over an
+in-process socket, so the loop never waits for light.
 
 Shims send heartbeats; a shim that stops (its process died) is declared lost after
 ``heartbeat_timeout_s`` and the core releases its calls; later calls of groups with that rank
@@ -20,15 +21,15 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
+from controller.batching import Batch, RailBatcher
 from controller.clock import Clock, WallClock
-from controller.core import CoreConfig, Decision, OpusCore, Output
+from controller.core import CoreConfig, OpusCore, Output
 from controller.events import EventLog
 from controller.job import JobError, JobSpec
 from controller.ocs import ApplyResult, OcsDriver
@@ -87,7 +88,7 @@ class ControllerService:
         self._started = threading.Event()
         self._sessions: dict[str, _Session] = {}
         self._inflight = 0
-        self._rail_tail: dict[int, Future[None]] = {}  # last decision submitted per rail
+        self._batcher = RailBatcher()  # decisions waiting for their rails, and in flight
         self.endpoint = ""
         self.error: BaseException | None = None
 
@@ -200,41 +201,41 @@ class ControllerService:
                                       "message": rej.message})
         self.events.write(out.events)
         for dec in out.decisions:
-            self._inflight += 1
-            rails = {rc.rail for rc in dec.reconfs}
-            before = {f for r in rails if (f := self._rail_tail.get(r)) is not None
-                      and not f.done()}
-            fut = self._pool.submit(self._run_decision, dec, before)
-            for r in rails:
-                self._rail_tail[r] = fut
+            self._start(self._batcher.submit(dec))
 
-    def _run_decision(self, dec: Decision, before: set[Future[None]]) -> None:
+    def _start(self, batches: list[Batch]) -> None:
+        for batch in batches:
+            self._inflight += 1
+            self._pool.submit(self._run_batch, batch)
+
+    def _run_batch(self, batch: Batch) -> None:
         """Worker thread: block in the driver, then post the outcome to the loop.
 
-        The core may plan a decision on ports that an earlier one is still freeing; it assumes
-        each rail applies decisions in order. Workers run concurrently, so a decision first
-        waits for the earlier decisions on its rails (``before``); an OCS switches one rail's
-        requests one after the other anyway.
+        The batcher starts a batch only when its rails are idle, and a rail's decisions in the
+        order the core made them (:mod:`controller.batching`), so workers never race.
         """
-        wait_futures(before)
         try:
-            results = self.driver.apply_many(dec.reconfs)
-            item: tuple[Any, ...] = ("done", dec.decision_id, [r.to_json() for r in results])
+            results = self.driver.apply_many(batch.reconfs)
+            item: tuple[Any, ...] = ("done", batch.batch_id, [r.to_json() for r in results])
         except Exception as exc:  # any driver failure becomes a failed decision, never a hang
-            item = ("failed", dec.decision_id, f"{type(exc).__name__}: {exc}")
+            item = ("failed", batch.batch_id, f"{type(exc).__name__}: {exc}")
         with self._wake_lock:
             if self._wake_push is not None:
                 self._wake_push.send_pyobj(item)
 
     def _on_driver(self, item: tuple[Any, ...]) -> None:
         self._inflight -= 1
-        kind, did, payload = item
+        kind, batch_id, payload = item
+        batch, more = self._batcher.finished(batch_id)
         now = self.clock.now()
         if kind == "done":
-            results = [ApplyResult.from_json(r) for r in payload]
-            self._emit(self.core.reconfig_done(did, results, now))
+            split = batch.split([ApplyResult.from_json(r) for r in payload])
+            for dec in batch.decisions:
+                self._emit(self.core.reconfig_done(dec.decision_id, split[dec.decision_id], now))
         else:
-            self._emit(self.core.reconfig_failed(did, payload, now))
+            for dec in batch.decisions:
+                self._emit(self.core.reconfig_failed(dec.decision_id, payload, now))
+        self._start(more)
 
     def _error(self, identity: bytes, req: object, code: str, message: str) -> None:
         self._send(identity, {"type": "error", "req": req, "code": code, "message": message})

@@ -43,8 +43,8 @@ These grow with the load of the machine (16 ranks on 2 cores measured about twic
 hop, full line rate), which the scale benchmark uses.
 
 Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
-``reconfig_done``. Like the controller service, a decision starts only after the earlier
-decisions on its rails have ended (an OCS switches one rail's requests in order).
+``reconfig_done``. As in the controller service, decisions made while their rails switch wait
+and then leave together, one request per rail (:class:`controller.batching.RailBatcher`).
 
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simbench`): a simulated rank may stand for
 other ranks of the same program. Its intents are repeated to the core for the ranks it stands
@@ -70,10 +70,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controller.batching import Batch, RailBatcher
 from controller.clock import VirtualClock
 from controller.core import CoreConfig, Intent, OpusCore, Output
 from controller.job import JobSpec, RankPorts
-from controller.ocs import ApplyResult, Reconfiguration, ReconfigurationRejected
+from controller.ocs import ApplyResult, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
 from controller.sim_driver import SimOcsDriver
 from testbed.plan import COMPUTE_LANE, PlanOp
@@ -261,19 +262,6 @@ class _Rank:
         self.mirror_wait: dict[tuple[int, str, int], list[tuple[_Call, int, int]]] = {}
 
 
-class _Switch:
-    """A decision on its way through the driver, after the earlier ones on its rails."""
-
-    __slots__ = ("did", "done", "pending", "reconfs", "waiters")
-
-    def __init__(self, did: int, reconfs: Sequence[Reconfiguration]) -> None:
-        self.did = did
-        self.reconfs = reconfs
-        self.pending = 0
-        self.done = False
-        self.waiters: list[_Switch] = []
-
-
 @dataclass(frozen=True)
 class Mirror:
     """Rank ``rank`` behaves as its representative; ``lanes`` maps the rep's lanes to its own."""
@@ -323,7 +311,7 @@ class PlanSimulation:
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
-        self._rail_tail: dict[int, _Switch] = {}
+        self._batcher = RailBatcher()
         # (mirrored rank, its lane) -> (representative, its lane)
         self._mirror_lane = {(m.rank, mine): (r, theirs) for r, ms in self.mirrors.items()
                              for m in ms for theirs, mine in m.lanes.items()}
@@ -391,7 +379,8 @@ class PlanSimulation:
             raise SimulationError(f"the controller refused a mirrored request: {rej.code}: "
                                   f"{rej.message}")
         for dec in out.decisions:
-            self._dispatch(dec.decision_id, dec.reconfs)
+            for batch in self._batcher.submit(dec):
+                self._begin(batch)
         for ack in out.acks:
             if isinstance(ack.ref, _Call):
                 self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
@@ -403,27 +392,18 @@ class PlanSimulation:
             self._at(self.now + t_s, self._mirror_end, ack.rank, ack.group_id, ack.seq, rep,
                      lane)
 
-    def _dispatch(self, did: int, reconfs: Sequence[Reconfiguration]) -> None:
-        sw = _Switch(did, reconfs)
-        for rail in {rc.rail for rc in reconfs}:
-            prev = self._rail_tail.get(rail)
-            if prev is not None and not prev.done and sw not in prev.waiters:
-                prev.waiters.append(sw)
-                sw.pending += 1
-            self._rail_tail[rail] = sw
-        if not sw.pending:
-            self._begin(sw)
-
-    def _begin(self, sw: _Switch) -> None:
+    def _begin(self, batch: Batch) -> None:
         try:
-            results = self.driver.begin(sw.reconfs)
+            results = self.driver.begin(batch.reconfs)
         except ReconfigurationRejected as exc:
-            sw.done = True
-            self._absorb(self.core.reconfig_failed(sw.did, str(exc), self.now))
-            self._release(sw)
+            _batch, more = self._batcher.finished(batch.batch_id)
+            for dec in batch.decisions:
+                self._absorb(self.core.reconfig_failed(dec.decision_id, str(exc), self.now))
+            for b in more:
+                self._begin(b)
             return
         peer = self.peer_port
-        for rc in sw.reconfs:
+        for rc in batch.reconfs:
             for c in rc.remove:
                 peer.pop((rc.rail, c.port_a), None)
                 peer.pop((rc.rail, c.port_b), None)
@@ -431,18 +411,16 @@ class PlanSimulation:
                 peer[(rc.rail, c.port_a)] = c.port_b
                 peer[(rc.rail, c.port_b)] = c.port_a
         t_light = max((r.t_light_s for r in results), default=self.now)
-        self._at(t_light + self.net.switch_overhead_s, self._lit, sw, results)
+        self._at(t_light + self.net.switch_overhead_s, self._lit, batch, results)
 
-    def _lit(self, sw: _Switch, results: list[ApplyResult]) -> None:
-        sw.done = True
-        self._absorb(self.core.reconfig_done(sw.did, results, self.now))
-        self._release(sw)
-
-    def _release(self, sw: _Switch) -> None:
-        for w in sw.waiters:
-            w.pending -= 1
-            if not w.pending:
-                self._begin(w)
+    def _lit(self, batch: Batch, results: list[ApplyResult]) -> None:
+        _batch, more = self._batcher.finished(batch.batch_id)
+        split = batch.split(results)
+        for dec in batch.decisions:
+            self._absorb(self.core.reconfig_done(dec.decision_id, split[dec.decision_id],
+                                                 self.now))
+        for b in more:
+            self._begin(b)
 
     # -------------------------------------------------------------------- ranks
 

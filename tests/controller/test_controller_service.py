@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import zmq
 from controller.core import CoreConfig
 from controller.events import EventLog, read_events
 from controller.job import CommGroup, JobSpec, RankPorts
+from controller.ocs import ApplyResult, Reconfiguration
 from controller.service import ControllerClient, ControllerService
 from controller.shim import ControllerUnavailable, IntentRejected, Shim
 from controller.sim_driver import SimOcsDriver
@@ -212,3 +214,56 @@ def test_lost_rank_fails_later_calls_at_once_until_it_shows_up_again(tmp_path: P
         raw.close(0)
         ctx.term()
         service.stop()
+
+
+class GatedDriver(SimOcsDriver):
+    """The simulated OCS, whose first request holds until the test opens the gate."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.gate = threading.Event()
+        self.requests: list[tuple[Reconfiguration, ...]] = []
+
+    def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:
+        self.requests.append(tuple(reconfs))
+        if len(self.requests) == 1:
+            self.gate.wait(30)
+        return super().apply_many(reconfs)
+
+
+def test_decisions_made_while_a_rail_switches_go_out_as_one_request(tmp_path: Path) -> None:
+    groups = [CommGroup("a", "dp", (0, 1)), CommGroup("b", "dp", (2, 3)),
+              CommGroup("c", "dp", (4, 5))]
+    job = JobSpec.rail_optimized("j", 6, 1, 1, groups)
+    driver = GatedDriver(job.ports_by_rail, 5.0)
+    svc = ControllerService(driver, event_log=EventLog(tmp_path / "events.jsonl", keep=True))
+    svc.start()
+    grants: dict[int, bool] = {}
+
+    def rank(r: int, group: str) -> None:
+        with Shim(svc.endpoint, "j", r) as shim, shim.collective(group) as grant:
+            grants[r] = grant.reconfigured
+
+    try:
+        svc.register_job(job)
+        threads = [threading.Thread(target=rank, args=(r, "a")) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(driver.requests) == 1, what="group a's switch")
+        later = [threading.Thread(target=rank, args=(r, g))
+                 for r, g in ((2, "b"), (3, "b"), (4, "c"), (5, "c"))]
+        for t in later:
+            t.start()
+        wait_for(lambda: sum(e["event"] == "decision" for e in list(svc.events.records)) == 3,
+                 what="decisions for b and c")
+        assert len(driver.requests) == 1  # b and c wait for the rail
+        driver.gate.set()
+        for t in threads + later:
+            t.join(30)
+        assert grants == dict.fromkeys(range(6), True)
+        assert len(driver.requests) == 2
+        (second,) = driver.requests[1]  # one request on rail 0 with b's and c's circuits
+        assert len(second.add) == 2 and not second.remove
+    finally:
+        driver.gate.set()
+        svc.stop()
