@@ -132,20 +132,25 @@ def test_all_rails_of_a_group_switch_as_one_decision() -> None:
     assert sorted(rc.rail for rc in out.decisions[0].reconfs) == [0, 1]
 
 
+def alternate_a_and_b(core: OpusCore, job: JobSpec) -> int:
+    """Calls of group a (ranks 0, 1) and b (ranks 1, 2), twice in turn; the decisions made."""
+    core.register_job(job, 0.0)
+    decisions = 0
+    for seq in range(2):
+        for grp, (r1, r2) in (("a", (0, 1)), ("b", (1, 2))):
+            ask(core, r1, grp, seq)
+            out = light(core, ask(core, r2, grp, seq), 0.0)
+            decisions += len(out.decisions)
+            core.complete("j", r1, grp, seq, 0.0)
+            core.complete("j", r2, grp, seq, 0.0)
+    return decisions
+
+
 def test_degree_aware_keeps_alternating_phases_lit() -> None:
     job = line_job(k=2)
     for degree_aware, expected in ((False, 4), (True, 2)):
         core = OpusCore(rails_for(job), CoreConfig(degree_aware=degree_aware))
-        core.register_job(job, 0.0)
-        decisions = 0
-        for seq in range(2):
-            for grp, (r1, r2) in (("a", (0, 1)), ("b", (1, 2))):
-                ask(core, r1, grp, seq)
-                out = light(core, ask(core, r2, grp, seq), 0.0)
-                decisions += len(out.decisions)
-                core.complete("j", r1, grp, seq, 0.0)
-                core.complete("j", r2, grp, seq, 0.0)
-        assert decisions == expected
+        assert alternate_a_and_b(core, job) == expected
         assert (core.counters["avoided_reconfigurations"] > 0) == degree_aware
 
 
@@ -154,17 +159,7 @@ def test_base_mode_keeps_idle_circuits_of_the_same_parallelism() -> None:
     for axis_b, k, expected in (("pp", 2, 2), ("dp", 2, 4), ("pp", 1, 4)):
         groups = [CommGroup("a", "pp", (0, 1)), CommGroup("b", axis_b, (1, 2))]
         job = line_job(k=k, groups=groups, n=3)
-        core = OpusCore(rails_for(job))
-        core.register_job(job, 0.0)
-        decisions = 0
-        for seq in range(2):
-            for grp, (r1, r2) in (("a", (0, 1)), ("b", (1, 2))):
-                ask(core, r1, grp, seq)
-                out = light(core, ask(core, r2, grp, seq), 0.0)
-                decisions += len(out.decisions)
-                core.complete("j", r1, grp, seq, 0.0)
-                core.complete("j", r2, grp, seq, 0.0)
-        assert decisions == expected, (axis_b, k)
+        assert alternate_a_and_b(OpusCore(rails_for(job)), job) == expected, (axis_b, k)
 
 
 def test_bad_intents_are_rejected_and_change_nothing() -> None:
