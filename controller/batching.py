@@ -13,7 +13,8 @@ made them (a decision planned on ports that an earlier one frees still finds the
 decision on several rails leaves once all are free; a rail stays blocked behind a waiting
 decision, so a rail's decisions never pass each other. Batches that share no rail are
 separate requests (they light on their own rails' delays). A real OCS takes such a batch as
-one request (a Polatis NETCONF edit-config with several cross-connects).
+one request (a Polatis NETCONF edit-config with several cross-connects); a request the switch
+refuses fails every decision in it.
 """
 
 from __future__ import annotations
