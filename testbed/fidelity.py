@@ -32,6 +32,11 @@ AGGREGATE_MBPS_PER_CORE = 50.0
 MIN_LINK_MBPS = 2.0
 MAX_LINK_MBPS = 200.0
 CPU_SATURATED_PCT = 92.0
+#: Mean share of CPU time the hypervisor gave to other guests (steal) above which the run is
+#: degraded: on a shared VM host the emulated links then run below their rate while the guest's
+#: own CPU use looks moderate (measured on this 2-core VM, 4 ranks at 8 Mbit/s: 14 % steal left
+#: iterations as on a quiet host, 30 % made them 1.4x as long, 47 % 2-3x).
+CPU_STEAL_PCT = 20.0
 THROUGHPUT_RATIO_MIN = 0.7
 RANK_MEMORY_MB = 70.0  # resident memory of one replayer (Python, ZeroMQ, threads), measured
 MAX_RANKS_PER_CORE = 24
@@ -81,6 +86,7 @@ class CpuSample:
     t_s: float
     machine_pct: float
     emulator_pct: float
+    steal_pct: float = 0.0  # time the hypervisor ran other guests (Linux VMs; else 0)
 
 
 @dataclass
@@ -96,6 +102,7 @@ class CpuSampler:
 
     def start(self) -> CpuSampler:
         psutil.cpu_percent(None)
+        psutil.cpu_times_percent(None)
         self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-sampler")
         self._thread.start()
         return self
@@ -118,15 +125,18 @@ class CpuSampler:
                     total += proc.cpu_percent(None)
                 except psutil.Error:
                     self._procs.pop(pid, None)
-            self.samples.append(CpuSample(time.time(), psutil.cpu_percent(None), total))
+            steal = float(getattr(psutil.cpu_times_percent(None), "steal", 0.0))
+            self.samples.append(CpuSample(time.time(), psutil.cpu_percent(None), total, steal))
 
     def summary(self) -> dict[str, Any]:
         if not self.samples:
             return {"samples": 0}
         machine = [s.machine_pct for s in self.samples]
         emu = [s.emulator_pct for s in self.samples]
+        steal = [s.steal_pct for s in self.samples]
         return {"samples": len(self.samples), "machine_cpu_mean_pct": sum(machine) / len(machine),
                 "machine_cpu_max_pct": max(machine),
+                "machine_steal_mean_pct": sum(steal) / len(steal),
                 "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count()}
 
 
@@ -148,6 +158,10 @@ def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
     if mean is not None and mean > CPU_SATURATED_PCT:
         reasons.append(f"the machine's CPU was saturated (mean {mean:.0f} %): lower "
                        "network.link_mbps or use fewer ranks")
+    steal = cpu.get("machine_steal_mean_pct")
+    if steal is not None and steal > CPU_STEAL_PCT:
+        reasons.append(f"the hypervisor gave {steal:.0f} % of the CPU time to other guests "
+                       "(steal): this VM's host is busy; run again when it is quiet")
     if throughput_ratio_median is not None and throughput_ratio_median < THROUGHPUT_RATIO_MIN:
         reasons.append(f"collectives reached only {100 * throughput_ratio_median:.0f} % of the "
                        "configured link rate (median): lower network.link_mbps")
