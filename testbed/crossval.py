@@ -5,9 +5,10 @@ simulated (:mod:`testbed.simbackend`, the emulator's cost model) from the same p
 each into its own results directory under a temporary (or given) directory, and compares the
 mean measured iteration time. ``ratio`` is simulated over emulated. Races decide some
 iterations (two lanes of a rank asking at once: whichever intent reaches the controller first
-keeps its circuit), so iteration times are multimodal (0.9-1.5 s for the CI test's config):
-the mean weighs the outcomes by how often they happen, where a median of five iterations
-jumps between modes (medians put ratios of 1.00-1.24 on runs whose means gave 0.95-1.13).
+keeps its circuit), so iteration times are multimodal (0.9-1.5 s for the CI test's config
+with one port per rank): the mean weighs the outcomes by how often they happen, where a
+median of five iterations jumps between modes (medians put ratios of 1.00-1.24 on runs whose
+means gave 0.95-1.13).
 The simulated side pools the measured iterations of ``sim_seeds`` seeds of the
 control-latency draws; the results directory ``sim/`` is the first seed's run.
 
