@@ -6,11 +6,17 @@
   timestamps). Reported per injected delay with its error (measured - injected).
 * ``control``: what a reconfiguration costs beyond its injected delay, measured inside the OCS
   app from request receipt to the confirming barrier: ``(t_light - t_request) - delay``.
+* ``tcp``: how close TCP between two ranks comes to the shaped link rate: one way, both ways
+  at once (a two-rank ring step) and both ways with the second flow starting late (into a busy
+  reverse direction). Each figure is a flow's time over the ideal (its bytes in full frames at
+  the link rate), with the project's TCP queue cap (:func:`emulator.hostnet.
+  tcp_queue_limit_bytes`) and, for comparison in the same run, with the kernel's default.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +24,7 @@ from typing import Any
 
 from controller.ocs import Circuit, Reconfiguration
 from emulator.dataplane import Recorders, start_stream
+from emulator.hostnet import tcp_queue_limit_bytes
 from emulator.network import emulated_rails
 from emulator.probe import dark_gaps_s, probe_arrivals
 from emulator.topo import RailSpec
@@ -122,3 +129,62 @@ def run_control_bench(port_counts: Sequence[int] = (8, 16, 64), repeats: int = 3
                 progress(f"control: {ports} ports, {label} circuit(s) changed ({count}) -> "
                          f"p50 {results[-1]['overhead_ms']['p50']} ms")
     return {"benchmark": "control", "injected_delay_ms": delay_ms, "results": results}
+
+
+#: TCP payload per full Ethernet frame: 1448 of 1514 bytes (timestamps on).
+PAYLOAD_PER_FRAME = 1448 / 1514
+TCP_CASES = ("one_way", "two_way", "two_way_late")
+
+
+def _exchange(net: Any, port: int, nbytes: int, late_s: float, case: str) -> list[float]:
+    """Times (s) of the measured flows of one exchange: both ways, or rank 0's alone."""
+    both = case != "one_way"
+    start = time.time() + 0.5  # both processes up and listening well before
+    procs = []
+    for rank, peer in ((0, 1), (1, 0)):
+        sends = nbytes if rank == 0 or both else 0
+        delay = late_s if (rank == 1 and case == "two_way_late") else 0.0
+        args = [sys.executable, "-m", "emulator.tcp_exchange", net.rank_address(rank),
+                net.rank_address(peer), str(port), str(sends),
+                "1" if (rank == 1 or both) else "0", f"{start + delay:.6f}"]
+        procs.append(net.popen(rank, args, text=True))
+    times = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"tcp exchange failed: {err.strip()}")
+        times += [float(line) for line in out.split()]
+    if case == "two_way_late":
+        return times[1:]  # the late flow: rank 1's
+    return times
+
+
+def run_tcp_bench(link_mbps: float = 8.0, nbytes: int = 250_000, trials: int = 6,
+                  late_s: float = 0.05, progress: Progress = _stderr) -> dict[str, Any]:
+    """Flow time over ideal on a two-rank rail, per case and TCP queue cap (see above)."""
+    ideal_s = nbytes * 8 / (link_mbps * 1e6) / PAYLOAD_PER_FRAME
+    kernel_default = int(subprocess.run(
+        ["sysctl", "-n", "net.ipv4.tcp_limit_output_bytes"], capture_output=True, text=True,
+        check=True).stdout)
+    results: list[dict[str, Any]] = []
+    spec = RailSpec(servers=2, gpus_per_server=1, link_mbps=link_mbps, mode="electrical")
+    for queue, limit in (("project", tcp_queue_limit_bytes(link_mbps)),
+                         ("kernel", kernel_default)):
+        with emulated_rails(spec) as net:
+            for rank in (0, 1):
+                net.cmd(rank, f"sysctl -qw net.ipv4.tcp_limit_output_bytes={limit}")
+            port = 7100
+            row: dict[str, Any] = {"tcp_queue": queue, "tcp_limit_output_bytes": limit}
+            for case in TCP_CASES:
+                ratios = []
+                for _ in range(trials):
+                    port += 1
+                    ratios += [t / ideal_s for t in _exchange(net, port, nbytes, late_s, case)]
+                row[case] = {"median": round(statistics.median(ratios), 3),
+                             "max": round(max(ratios), 3), "flows": len(ratios)}
+                progress(f"tcp: {queue} queue cap, {case}: flow time / ideal, median "
+                         f"{row[case]['median']}")
+            results.append(row)
+    return {"benchmark": "tcp", "link_mbps": link_mbps, "bytes": nbytes,
+            "ideal_s": round(ideal_s, 4), "late_s": late_s, "trials": trials,
+            "results": results}

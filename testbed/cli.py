@@ -22,6 +22,7 @@ examples:
   opus-testbed demo                  # baseline vs OCS +/- provisioning (root, ~2 min)
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
+  opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
   opus-testbed clean                 # remove leftovers of crashed runs (ours only)
 """
@@ -82,6 +83,13 @@ def _bench_control(args: argparse.Namespace) -> dict[str, Any]:
 
     return run_control_bench(port_counts=[int(p) for p in _floats(args.ports)],
                              repeats=args.repeats)
+
+
+def _bench_tcp(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_tcp_bench
+
+    return run_tcp_bench(link_mbps=args.link_mbps, nbytes=args.bytes, trials=args.trials,
+                         late_s=args.late_ms / 1e3)
 
 
 def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
@@ -167,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ports", default="8,16,64", help="rail sizes in ports")
     b.add_argument("--repeats", type=int, default=30, help="reconfigurations per point")
     b.set_defaults(bench_fn=_bench_control)
+    b = bench.add_parser("tcp", help="TCP between two ranks vs the link rate: one way, both "
+                         "ways, a late second flow (root)")
+    b.add_argument("--link-mbps", type=float, default=8.0, help="shaped link rate")
+    b.add_argument("--bytes", type=int, default=250_000, help="bytes per flow")
+    b.add_argument("--trials", type=int, default=6, help="exchanges per case")
+    b.add_argument("--late-ms", type=float, default=50.0,
+                   help="how much later the second flow starts in the late case")
+    b.set_defaults(bench_fn=_bench_tcp)
     b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
     b.set_defaults(bench_fn=_bench_workload)
     _add_controller_bench(bench)
