@@ -101,7 +101,6 @@ class CpuSampler:
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
 
     def start(self) -> CpuSampler:
-        psutil.cpu_percent(None)
         psutil.cpu_times_percent(None)
         self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-sampler")
         self._thread.start()
@@ -125,8 +124,11 @@ class CpuSampler:
                     total += proc.cpu_percent(None)
                 except psutil.Error:
                     self._procs.pop(pid, None)
-            steal = float(getattr(psutil.cpu_times_percent(None), "steal", 0.0))
-            self.samples.append(CpuSample(time.time(), psutil.cpu_percent(None), total, steal))
+            # one read of the machine's counters: busy as psutil.cpu_percent counts it
+            times = psutil.cpu_times_percent(None)
+            busy = 100.0 - times.idle - getattr(times, "iowait", 0.0)
+            steal = float(getattr(times, "steal", 0.0))
+            self.samples.append(CpuSample(time.time(), busy, total, steal))
 
     def summary(self) -> dict[str, Any]:
         if not self.samples:

@@ -22,7 +22,7 @@ def test_each_reason_is_named() -> None:
     assert "1 of 10 calls did not deliver" in reasons[3]
 
 
-def test_steal_time_is_sampled() -> None:
+def test_busy_and_steal_time_are_sampled() -> None:
     sampler = CpuSampler(pids=list, interval_s=0.05).start()
     deadline = time.monotonic() + 5
     while len(sampler.samples) < 2 and time.monotonic() < deadline:
@@ -31,3 +31,4 @@ def test_steal_time_is_sampled() -> None:
     summary = sampler.summary()
     assert summary["samples"] >= 2
     assert 0.0 <= summary["machine_steal_mean_pct"] <= 100.0
+    assert 0.0 <= summary["machine_cpu_mean_pct"] <= summary["machine_cpu_max_pct"] <= 100.0
