@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.core import CoreConfig, Decision, Intent, OpusCore, Output
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
 from controller.ocs import ApplyResult, Circuit, RailDescription
 
@@ -289,12 +289,18 @@ def test_provisioning_ignores_predictions_for_a_group_with_a_lost_rank() -> None
     assert [e["code"] for e in out.events if e["event"] == "error"] == ["peer_lost"]
 
 
-def test_decision_completing_after_its_job_was_unregistered() -> None:
+def switching_for_a() -> tuple[JobSpec, OpusCore, Decision]:
+    """A registered line job whose group a's circuit is being switched on."""
     job = line_job()
     core = OpusCore(rails_for(job))
     core.register_job(job, 0.0)
     ask(core, 0, "a")
     (d,) = ask(core, 1, "a").decisions
+    return job, core, d
+
+
+def test_decision_completing_after_its_job_was_unregistered() -> None:
+    _job, core, d = switching_for_a()
     gone = core.unregister_job("j", 0.1)
     assert sorted(r.ref for r in gone.rejects) == [(0, "a"), (1, "a")]  # type: ignore[type-var]
     res = [ApplyResult(rc.rail, rc.add, rc.remove, 0.1, 0.1, 0.2) for rc in d.reconfs]
@@ -308,11 +314,7 @@ def test_decision_completing_after_its_job_was_unregistered() -> None:
 
 
 def test_failed_decision_after_its_job_was_unregistered() -> None:
-    job = line_job()
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    (d,) = ask(core, 1, "a").decisions
+    _job, core, d = switching_for_a()
     core.unregister_job("j", 0.1)
     rejects = core.counters["rejects"]
     out = core.reconfig_failed(d.decision_id, "boom", 0.2)
@@ -324,11 +326,7 @@ def test_failed_decision_after_its_job_was_unregistered() -> None:
 
 
 def test_old_decision_does_not_serve_a_job_registered_again_under_the_same_id() -> None:
-    job = line_job()
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    (d,) = ask(core, 1, "a").decisions
+    job, core, d = switching_for_a()
     core.unregister_job("j", 0.1)
     core.register_job(job, 0.2)
     core.intent(Intent("j", 0, "a", 0), 0.3, ref="new0")
