@@ -19,11 +19,11 @@ import time
 from typing import Any
 
 from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.drivers.sim import SimOcsDriver
 from controller.job import CommGroup, JobSpec
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
 from controller.service import ControllerService
 from controller.shim import Shim
-from controller.sim_driver import SimOcsDriver
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -70,6 +70,11 @@ class CoreConfig:
     provisioning: bool = False
     degree_aware: bool = False
 
+    @classmethod
+    def for_mode(cls, mode: str) -> CoreConfig:
+        """The configuration of an experiment mode (``on-demand``: neither option)."""
+        return cls(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware")
+
 
 @dataclass(frozen=True, slots=True)
 class Intent:

@@ -3,8 +3,12 @@
 A job is registered with the controller before its ranks connect. Topology conventions
 (rail-optimized cluster, ``G`` GPUs per server, ``R`` rails, ``K`` ports per rank and rail):
 
-* rank ``r`` sits on server ``r // G`` with local index ``r % G``; its rail is ``(r % G) % R``;
-* on its rail, rank ``r`` owns ports ``s*K + k + 1`` for ``k in range(K)`` where ``s = r // G``.
+* rank ``r`` sits on server ``s = r // G`` with local index ``r % G``; its rail is
+  ``(r % G) % R``;
+* on its rail, rank ``r`` owns ports ``slot*K + k + 1`` for ``k in range(K)``, where
+  ``slot = s * ceil(G / R) + (r % G) // R`` (with one rail per GPU index, ``slot = s``; with
+  fewer rails, the local GPUs that share a rail each get their own block of K ports).
+  :func:`rank_rail_ports` is the one implementation, used by every backend.
 
 A comm group's circuit demand is a set of rank pairs per rail: a ring joins consecutive members
 in ring order (members on different rails reach each other through the scale-up domain, so each
@@ -125,6 +129,22 @@ class RankPorts:
     ports: tuple[int, ...]
 
 
+def rank_rail_ports(rank: int, gpus_per_server: int, ports_per_rank: int,
+                    rails: int | None = None) -> RankPorts:
+    """Rank ``rank``'s rail and its K ports there (the numbering of the module docstring)."""
+    n_rails = rails or gpus_per_server
+    server, local = divmod(rank, gpus_per_server)
+    slot = server * -(-gpus_per_server // n_rails) + local // n_rails
+    return RankPorts(rank, local % n_rails,
+                     tuple(slot * ports_per_rank + k + 1 for k in range(ports_per_rank)))
+
+
+def rail_job_ports(ranks: Iterable[int], gpus_per_server: int, ports_per_rank: int,
+                   rails: int | None = None) -> dict[int, RankPorts]:
+    """:func:`rank_rail_ports` of each of ``ranks``."""
+    return {r: rank_rail_ports(r, gpus_per_server, ports_per_rank, rails) for r in ranks}
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A registered job: its ranks' rail ports and its comm groups, validated on creation."""
@@ -193,13 +213,8 @@ class JobSpec:
         first_rank: int = 0,
     ) -> JobSpec:
         """Build a job with the standard rail mapping (see the module docstring)."""
-        g = gpus_per_server
-        n_rails = n_rails or g
-        ranks = {}
-        for r in range(first_rank, first_rank + n_ranks):
-            s, local = divmod(r, g)
-            ports = tuple(s * ports_per_rank + k + 1 for k in range(ports_per_rank))
-            ranks[r] = RankPorts(r, local % n_rails, ports)
+        ranks = rail_job_ports(range(first_rank, first_rank + n_ranks), gpus_per_server,
+                               ports_per_rank, n_rails)
         return cls(job_id, ranks, {grp.group_id: grp for grp in groups})
 
     def to_json(self) -> dict[str, object]:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from controller.clock import VirtualClock
 from controller.core import CoreConfig, Event, Intent, OpusCore, Output
+from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec
 from controller.ocs import ApplyResult, Circuit, Reconfiguration, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
-from controller.sim_driver import SimOcsDriver
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,6 @@ def bridge_port_intf(prefix: str, rail: int, port: int) -> str:
     return f"{rail_bridge(prefix, rail)}-eth{port}"
 
 
-def rail_port(server: int, port_index: int, ports_per_rank: int) -> int:
-    """OpenFlow port number on the rail bridge for NIC port ``port_index`` of ``server``."""
-    return server * ports_per_rank + port_index + 1
-
-
 def rank_address(rank: int) -> str:
     return f"198.19.{rank // 250}.{rank % 250 + 1}"
 

@@ -26,8 +26,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from controller.drivers.emulated import EmulatedOcsDriver
 from emulator import naming, runstate
-from emulator.driver import EmulatedOcsDriver
 from emulator.hostnet import HostRouter, interface_setup_commands, shell_runner
 from emulator.topo import RailSpec, build_topo
 

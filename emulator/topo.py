@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.job import RankPorts, rail_job_ports, rank_rail_ports
 from controller.ocs import RailDescription, resolve_switching_delay_ms
 from emulator import naming
 
@@ -95,16 +96,13 @@ class RailSpec:
 
     def rank_ports(self, rank: int) -> list[RankPort]:
         """The K ports of ``rank`` on its rail, in NIC port order."""
-        rail = self.rail_of(rank)
-        server = self.server_of(rank)
-        # Several local GPUs can share a rail when R < G: give each its own block of ports.
-        slot = (rank % self.gpus_per_server) // self.num_rails
-        slots = -(-self.gpus_per_server // self.num_rails)
-        return [
-            RankPort(rank, rail, k,
-                     naming.rail_port(server * slots + slot, k, self.ports_per_rank))
-            for k in range(self.ports_per_rank)
-        ]
+        rp = rank_rail_ports(rank, self.gpus_per_server, self.ports_per_rank, self.num_rails)
+        return [RankPort(rank, rp.rail, k, port) for k, port in enumerate(rp.ports)]
+
+    def job_ports(self) -> dict[int, RankPorts]:
+        """Every rank's rail ports, as the controller's job names them."""
+        return rail_job_ports(range(self.num_ranks), self.gpus_per_server, self.ports_per_rank,
+                              self.num_rails)
 
     def ports_of_rail(self, rail: int) -> list[RankPort]:
         return [p for r in self.ranks_on_rail(rail) for p in self.rank_ports(r)]

@@ -7,7 +7,7 @@ front that puts the emulated OCS behind the same management protocol as a lab sw
   foreground);
 * :mod:`.front` -- :func:`netconf_fronts`, one NETCONF server per emulated rail.
 
-``opus-testbed ocs simulate`` runs a device from the command line (:mod:`testbed.ocs_cli`).
+``opus-testbed ocs simulate`` runs a device from the command line (:mod:`testbed.cli.ocs`).
 """
 
 from emulator.polatis.model import DeviceError, EditOp, Faults, PolatisDevice

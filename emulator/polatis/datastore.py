@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from lxml import etree
 
-from controller.polatis.xml import NC_NS, OPSW_NS
+from controller.drivers.polatis.xml import NC_NS, OPSW_NS
 from emulator.polatis.model import OPERATIONS, DeviceError, EditOp, PolatisDevice
 
 NC_OPERATION = f"{{{NC_NS}}}operation"

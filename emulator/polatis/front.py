@@ -7,7 +7,7 @@ OVS bridge, host routes updated, the rail's injected switching delay), and the r
 once the new circuits carry light. So ``driver: polatis-netconf`` pointed at these servers
 drives real circuits through the same code path as a lab switch.
 
-Port mapping as everywhere (:mod:`controller.polatis.ports`): the device is N x N with N the
+Port mapping as everywhere (:mod:`controller.drivers.polatis.ports`): the device is N x N with N the
 rail's highest port; rail port ``p`` is ingress ``p`` and egress ``N+p``. The emulated OCS
 switches duplex circuits, so an edit that would leave a one-way pair is refused
 (``operation-failed``). While the fronts run they own the rails: circuits changed behind their
@@ -22,10 +22,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.drivers.polatis.config import DEFAULT_PASSWORD_ENV
+from controller.drivers.polatis.ports import PortMap
+from controller.drivers.polatis.xml import CURRENT_REVISION
 from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
-from controller.polatis.config import DEFAULT_PASSWORD_ENV
-from controller.polatis.ports import PortMap
-from controller.polatis.xml import CURRENT_REVISION
 from emulator.polatis.model import Change, DeviceError, PolatisDevice
 from emulator.polatis.netconf_server import NetconfServer
 

@@ -1,8 +1,8 @@
 """A Polatis N x N switch as pure state: cross-connects, validation, light, switching time, faults.
 
 The servers (:mod:`.netconf_server`, :mod:`.tl1_server`) are thin shells around one
-:class:`PolatisDevice`; a NETCONF server and a TL1 server may share one device and then serve
-the same glass. Ports: ingress ``1..N``, egress ``N+1..2N`` (see :mod:`controller.polatis.ports`
+:class:`PolatisDevice`; a NETCONF server and a TL1 server may share one device and then serve the
+same glass. Ports: ingress ``1..N``, egress ``N+1..2N`` (see :mod:`controller.drivers.polatis.ports`
 for how rail ports map onto them).
 
 An edit is *planned* (validated against the current pairs, nothing changes; a refusal is a
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.polatis.xml import CURRENT_REVISION, pair_list_name
+from controller.drivers.polatis.xml import CURRENT_REVISION, pair_list_name
 
 DARK_DBM = -60.0
 OPERATIONS = ("merge", "create", "replace", "delete", "remove")

@@ -19,7 +19,7 @@ from typing import Any
 import asyncssh
 from lxml import etree
 
-from controller.polatis.xml import NC_NS, capability
+from controller.drivers.polatis.xml import NC_NS, capability
 from emulator.polatis.datastore import parse_edit, render, rpc_error, subtree_filter
 from emulator.polatis.framing import FrameError, Framer, encode
 from emulator.polatis.model import DeviceError, PolatisDevice

@@ -1,10 +1,10 @@
 """The device's TL1 agent over plain TCP, serving the same :class:`PolatisDevice` as NETCONF.
 
-Commands (forms in :mod:`controller.polatis.tl1`): ACT-USER, CANC-USER, ENT-PATCH, DLT-PATCH,
-RTRV-PATCH, RTRV-NETYPE, RTRV-PORT-POWER. Every command but ACT-USER needs a login. An
-ENT-PATCH creates (an ingress or egress already in use is refused with SAAS); DLT-PATCH takes
-either end of a patch. Faults as for NETCONF: slow replies, and a connection dropped right after
-an applied ENT/DLT-PATCH, before its reply.
+Commands (forms in :mod:`controller.drivers.polatis.tl1`): ACT-USER, CANC-USER, ENT-PATCH,
+DLT-PATCH, RTRV-PATCH, RTRV-NETYPE, RTRV-PORT-POWER. Every command but ACT-USER needs a login. An
+ENT-PATCH creates (an ingress or egress already in use is refused with SAAS); DLT-PATCH takes either
+end of a patch. Faults as for NETCONF: slow replies, and a connection dropped right after an applied
+ENT/DLT-PATCH, before its reply.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from controller.polatis.tl1 import Tl1Command, format_reply, parse_command
+from controller.drivers.polatis.tl1 import Tl1Command, format_reply, parse_command
 from emulator.polatis.model import DeviceError, EditOp, PolatisDevice
 from emulator.polatis.server import BackgroundServer
 

@@ -15,12 +15,12 @@ import pytest
 import zmq
 
 from controller.core import CoreConfig
+from controller.drivers.sim import SimOcsDriver
 from controller.events import EventLog, read_events
 from controller.job import CommGroup, JobSpec, RankPorts
 from controller.ocs import ApplyResult, Reconfiguration
 from controller.service import ControllerClient, ControllerService
 from controller.shim import ControllerUnavailable, IntentRejected, Shim
-from controller.sim_driver import SimOcsDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("shim_worker.py")

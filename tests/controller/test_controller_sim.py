@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from controller.clock import VirtualClock
 from controller.core import CoreConfig
+from controller.drivers.sim import SimOcsDriver
 from controller.job import CommGroup, JobSpec
 from controller.ocs import Reconfiguration, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
-from controller.sim_driver import SimOcsDriver
 from controller.simulate import Call, Compute, Op, Simulation
 
 # Llama3-like layout on one rail: 4 servers, DP pairs {0,1},{2,3}, PP pairs {0,2},{1,3}

@@ -1,11 +1,11 @@
 """The Opus controller, unchanged, drives the emulated OCS; ranks are real processes in Mininet.
 
 The controller service runs in the test process on the frontend network (the root namespace's
-frontend address) with the network's :class:`~emulator.driver.EmulatedOcsDriver`; every rank
-runs ``shim_rank.py`` inside its own namespace, wraps each call in ``shim.collective`` and moves
-real bytes over TCP to its circuit peer by the peer's rail address. Two comm groups need different
-circuits on each rail (A pairs the ranks of a rail 0-1, 2-3; B pairs them 0-2, 1-3), so with one
-port per rank every call switches the rail.
+frontend address) with the network's :class:`~controller.drivers.emulated.EmulatedOcsDriver`; every
+rank runs ``shim_rank.py`` inside its own namespace, wraps each call in ``shim.collective`` and
+moves real bytes over TCP to its circuit peer by the peer's rail address. Two comm groups need
+different circuits on each rail (A pairs the ranks of a rail 0-1, 2-3; B pairs them 0-2, 1-3), so
+with one port per rank every call switches the rail.
 """
 
 from __future__ import annotations

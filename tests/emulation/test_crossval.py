@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.crossval import run_crossval
+from testbed.experiment.crossval import run_crossval
 
 # FSDP 2 x PP 2 on four single-GPU servers, one rail, two ports per rank: the FSDP and PP
 # circuits of a rank change at every phase, so switching, acks and transfers all count. With

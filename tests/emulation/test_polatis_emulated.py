@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from controller.drivers.polatis import DeviceRejected, make_driver
 from controller.ocs import Circuit, PortState, Reconfiguration
-from controller.polatis import DeviceRejected, make_driver
 from emulator import naming
 from emulator.dataplane import ping_ok
 from emulator.network import EmulatedRails, emulated_rails

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment import load_experiment
-from testbed.runner import RankFailed, prepare, run_emulated
+from testbed.emulated.runner import run_emulated
+from testbed.errors import RankFailed
+from testbed.experiment.config import load_experiment
+from testbed.experiment.prepare import prepare
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 

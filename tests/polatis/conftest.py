@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.polatis import PolatisDriver, make_driver
+from controller.drivers.polatis import PolatisDriver, make_driver
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 
 SIZE = 8

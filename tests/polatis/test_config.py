@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.polatis.config import (
+from controller.drivers.polatis.config import (
     OcsConfigError,
     load_ocs_config,
     make_driver,

@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
-from controller.polatis import (
+from controller.drivers.polatis import (
     DeviceAuthError,
     DeviceMismatch,
     DeviceRejected,
@@ -18,7 +17,8 @@ from controller.polatis import (
     PolatisDriver,
     make_driver,
 )
-from controller.polatis.ports import PortMap
+from controller.drivers.polatis.ports import PortMap
+from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 
 from .conftest import SIZE, ocs_config

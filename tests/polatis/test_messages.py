@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from lxml import etree
 
+from controller.drivers.polatis import tl1, xml
+from controller.drivers.polatis.ports import PortMap
 from controller.ocs import Circuit
-from controller.polatis import tl1, xml
-from controller.polatis.ports import PortMap
 from emulator.polatis.framing import EOM, FrameError, Framer, encode
 
 NC = "urn:ietf:params:xml:ns:netconf:base:1.0"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from controller.drivers.polatis import make_driver
 from controller.ocs import Circuit
-from controller.polatis import make_driver
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
-from testbed import ocs_cli
+from testbed.cli import ocs as ocs_cli
 
 from .conftest import ENV, SIZE
 
@@ -42,7 +42,7 @@ def test_every_action_has_help_that_explains(action: str,
 
 def test_simulate_runs_until_sigterm_and_serves_netconf() -> None:
     with subprocess.Popen(
-            [sys.executable, "-m", "testbed.ocs_cli", "simulate", "--protocol", "netconf",
+            [sys.executable, "-m", "testbed.cli.ocs", "simulate", "--protocol", "netconf",
              "--port", "0", "--size", f"{SIZE}x{SIZE}", "--json"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)}) as proc:

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from controller.drivers.polatis import PolatisDriver, make_driver
 from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
-from controller.polatis import PolatisDriver, make_driver
 from emulator.network import wait_for
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 

@@ -11,24 +11,17 @@ from typing import Any
 
 import pytest
 
-from controller.job import CommGroup, JobSpec
+from controller.job import CommGroup, JobSpec, rail_job_ports
 from emulator.topo import RailSpec
-from testbed.experiment import ExperimentConfig, parse_experiment
-from testbed.metrics import compute_metrics
-from testbed.plan import COMPUTE_LANE, PlanOp, Step, build_plan
-from testbed.runner import Prepared, prepare
-from testbed.simbackend import (
-    EMULATOR_COSTS,
-    IDEAL_COSTS,
-    NetworkModel,
-    PlanSimulation,
-    network_model,
-    rank_ports,
-    run_simulated,
-    simulate_plan,
-)
-from testbed.simbench import fast_plan, run_sim_bench
-from testbed.sweep import SweepError, run_sweep, sweep_points
+from testbed.experiment.config import ExperimentConfig, parse_experiment
+from testbed.experiment.prepare import Prepared, prepare
+from testbed.experiment.sweep import SweepError, run_sweep, sweep_points
+from testbed.metrics.compute import compute_metrics
+from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step, build_plan
+from testbed.simulator.bench import fast_plan, run_sim_bench
+from testbed.simulator.engine import PlanSimulation
+from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, NetworkModel, network_model
+from testbed.simulator.run import run_simulated, simulate_plan
 from workloads import generate_schedule
 
 # FSDP 2 x PP 2 on four single-GPU servers: one rail, the FSDP and PP circuits take turns.
@@ -72,7 +65,7 @@ LAT_S = 50e-6
 
 def run_calls(programs: dict[int, list[PlanOp]], groups: list[CommGroup],
               net: NetworkModel, mode: str = "baseline", k: int = 1) -> list[dict[str, Any]]:
-    job = JobSpec("j", rank_ports(programs, 1, k), {g.group_id: g for g in groups})
+    job = JobSpec("j", rail_job_ports(programs, 1, k), {g.group_id: g for g in groups})
     sim = PlanSimulation(programs, job, mode=mode, switching_delay=0.0, iterations=1,
                          network=net, gpus_per_server=1)
     records, _ = sim.run()
@@ -159,7 +152,7 @@ def test_flows_through_one_port_share_it() -> None:
 def test_compute_lane_and_deps() -> None:
     ops = [PlanOp(0, COMPUTE_LANE, (), duration_s=0.5, tag="c0"),
            PlanOp(1, COMPUTE_LANE, (0,), duration_s=0.25, tag="c1")]
-    job = JobSpec("j", rank_ports([0], 1, 1), {})
+    job = JobSpec("j", rail_job_ports([0], 1, 1), {})
     sim = PlanSimulation({0: ops}, job, mode="baseline", switching_delay=0.0, iterations=2,
                          network=ideal(), gpus_per_server=1)
     records, _ = sim.run()
@@ -171,7 +164,7 @@ def test_compute_lane_and_deps() -> None:
 def test_rank_ports_match_the_emulator() -> None:
     for servers, gpus, k in ((4, 1, 1), (2, 4, 2), (3, 2, 4)):
         spec = RailSpec(servers=servers, gpus_per_server=gpus, ports_per_rank=k)
-        ports = rank_ports(range(spec.num_ranks), gpus, k)
+        ports = rail_job_ports(range(spec.num_ranks), gpus, k)
         for r in range(spec.num_ranks):
             assert ports[r].rail == spec.rail_of(r)
             assert ports[r].ports == tuple(p.port for p in spec.rank_ports(r))

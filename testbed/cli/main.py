@@ -1,0 +1,268 @@
+"""The ``opus-testbed`` command line.
+
+Sub-commands import their modules lazily, so ``--help`` and pure commands work without root,
+Mininet or os-ken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EPILOG = """\
+examples:
+  opus-testbed check                 # prerequisites, with a fix for each failure
+  opus-testbed run examples/llama3-8b.yaml --baseline   # one experiment end to end (root)
+  opus-testbed sweep examples/llama3-8b.yaml --delays 0,10,100   # paper Fig. 8 (root)
+  opus-testbed report results/DIR    # redraw the plots of a run or sweep
+  opus-testbed demo                  # baseline vs OCS +/- provisioning (root, ~2 min)
+  opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
+  opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
+  opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
+  opus-testbed workload examples/llama3-8b-workload.yaml
+  opus-testbed clean                 # remove leftovers of crashed runs (ours only)
+"""
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from testbed.check import run_checks
+
+    checks = run_checks()
+    if args.json:
+        print(json.dumps({"ok": all(c.ok for c in checks),
+                          "checks": [c.to_json() for c in checks]}, indent=1))
+    else:
+        for c in checks:
+            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+            if not c.ok and c.fix:
+                print(f"       fix: {c.fix}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from emulator.runstate import clean
+
+    removed = clean(include_live=args.all)
+    if args.json:
+        print(json.dumps(removed, indent=1))
+    elif not any(removed.values()):
+        print("nothing to clean")
+    else:
+        for kind, items in removed.items():
+            for item in items:
+                print(f"removed {kind.removesuffix('es') if kind == 'processes' else kind[:-1]}: "
+                      f"{item}")
+    return 0
+
+
+def _print_bench(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=1))
+        return
+    for key, value in result.items():
+        if key == "results":
+            for row in value:
+                print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+        else:
+            print(f"{key}: {value}")
+
+
+def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_fidelity_bench
+
+    return run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
+                              interval_us=args.interval_us)
+
+
+def _bench_control(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_control_bench
+
+    return run_control_bench(port_counts=[int(p) for p in _floats(args.ports)],
+                             repeats=args.repeats)
+
+
+def _bench_tcp(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_tcp_bench
+
+    return run_tcp_bench(link_mbps=args.link_mbps, nbytes=args.bytes, trials=args.trials,
+                         late_s=args.late_ms / 1e3)
+
+
+def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
+    from workloads.bench import run_workload_bench
+
+    return run_workload_bench()
+
+
+def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.experiment.crossval import run_crossval
+
+    return run_crossval(args.config, work_dir=Path(args.keep) if args.keep else None,
+                        sim_seeds=args.seeds)
+
+
+def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
+    from testbed.simulator.bench import run_sim_benches
+
+    mirror = {"auto": None, "on": True, "off": False}[args.mirror]
+    return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
+                           switching_delay_ms=args.delay, mirror=mirror)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"opus-testbed: error: expected comma-separated numbers, got {text!r}"
+                         ) from None
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    result = args.bench_fn(args)
+    _print_bench(result, args.json)
+    return 0
+
+
+def _cmd_workload(args: argparse.Namespace) -> int:
+    from workloads.cli import run
+
+    return int(run(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opus-testbed",
+        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
+                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("check", help="report prerequisites (root, OVS, Mininet, os-ken, ...)",
+                       description="Check every prerequisite; exit 1 if any is missing.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("clean", help="remove leftovers of crashed runs (this project's only)",
+                       description="Remove processes (by recorded pid), OVS bridges and "
+                       "interfaces (by the ot<xxx> name prefix) of runs whose owner is gone.")
+    p.add_argument("--all", action="store_true",
+                   help="also remove runs whose owner process is still alive")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_clean)
+
+    from testbed.cli.experiments import register as register_experiments
+    from testbed.cost.cli import register as register_cost
+
+    register_experiments(sub)
+    register_cost(sub)
+    _add_ocs(sub)
+
+    p = sub.add_parser("bench", help="benchmarks, JSON on stdout",
+                       description="Benchmarks; progress goes to stderr, results to stdout.")
+    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    b = bench.add_parser("fidelity", help="data-plane dark period vs injected delay (root)")
+    b.add_argument("--delays", default="1,5,25,100", help="injected delays in ms")
+    b.add_argument("--switches", type=int, default=20, help="reconfigurations per delay")
+    b.add_argument("--interval-us", type=float, default=100.0, help="probe interval")
+    b.set_defaults(bench_fn=_bench_fidelity)
+    b = bench.add_parser("control", help="OCS app overhead beyond the delay (root)")
+    b.add_argument("--ports", default="8,16,64", help="rail sizes in ports")
+    b.add_argument("--repeats", type=int, default=30, help="reconfigurations per point")
+    b.set_defaults(bench_fn=_bench_control)
+    b = bench.add_parser("tcp", help="TCP between two ranks vs the link rate: one way, both "
+                         "ways, a late second flow (root)")
+    b.add_argument("--link-mbps", type=float, default=8.0, help="shaped link rate")
+    b.add_argument("--bytes", type=int, default=250_000, help="bytes per flow")
+    b.add_argument("--trials", type=int, default=6, help="exchanges per case")
+    b.add_argument("--late-ms", type=float, default=50.0,
+                   help="how much later the second flow starts in the late case")
+    b.set_defaults(bench_fn=_bench_tcp)
+    b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
+    b.set_defaults(bench_fn=_bench_workload)
+    _add_controller_bench(bench)
+    b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)")
+    b.add_argument("config", help="experiment YAML that fits the emulator")
+    b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
+    b.add_argument("--seeds", type=int, default=5,
+                   help="simulation seeds; their measured iterations are pooled")
+    b.set_defaults(bench_fn=_bench_crossval)
+    b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
+    b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")
+    b.add_argument("--mode", default="provisioning",
+                   choices=("baseline", "on-demand", "provisioning", "degree-aware"))
+    b.add_argument("--delay", type=float, default=25.0, help="switching delay in ms")
+    b.add_argument("--mirror", choices=("auto", "on", "off"), default="auto",
+                   help="simulate one rank per stage and mirror the others (auto: large runs)")
+    b.set_defaults(bench_fn=_bench_sim)
+    for b in bench.choices.values():
+        b.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
+                       description="Generate one training iteration's per-rank schedule.")
+    from workloads.cli import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_workload)
+    return parser
+
+
+def _add_controller_bench(bench: Any) -> None:
+    """``bench intents``, when the controller package provides it."""
+    try:
+        from controller.bench import run_intents_bench
+    except ImportError:
+        return
+    b = bench.add_parser("intents", help="Opus intent->ack latency and core throughput")
+    fn: Callable[[argparse.Namespace], dict[str, Any]] = lambda _a: run_intents_bench()  # noqa: E731
+    b.set_defaults(bench_fn=fn)
+
+
+def _add_ocs(sub: Any) -> None:
+    """``ocs`` (lab switches and the Polatis device simulator), when its module is present."""
+    try:
+        from testbed.cli.ocs import register
+    except ImportError:
+        return
+    register(sub)
+
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # SIGTERM (e.g. from `timeout` or CI) unwinds like Ctrl-C, so every teardown path runs.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    from testbed.errors import RankFailed, RunError, RunRefused
+    from workloads.errors import WorkloadConfigError
+
+    try:
+        return int(args.func(args))
+    except WorkloadConfigError as exc:  # bad experiment file or option: nothing was started
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RankFailed as exc:
+        print(f"error: the run failed: {exc} (the network was torn down)", file=sys.stderr)
+        return 1
+    except RunRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; the run's network and processes were torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

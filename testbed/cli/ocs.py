@@ -1,0 +1,299 @@
+"""``opus-testbed ocs``: run a Polatis simulator, and inspect or drive a lab switch by hand.
+
+``register(subparsers)`` adds the ``ocs`` command to the main parser; the handlers return an exit
+code (0 ok, 1 device or rule error, 2 bad configuration). ``python -m testbed.cli.ocs ...`` runs
+the same sub-commands on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EPILOG = """\
+examples:
+  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16
+  export OPUS_OCS_PASSWORD=root
+  opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 --json
+  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830
+  opus-testbed ocs disconnect 1 2 --config examples/lab.yaml
+"""
+
+TARGET_HELP = """\
+the switch: --config FILE (a YAML file with an `ocs:` mapping, e.g. the experiment file), or
+--host/--port/... for one switch. The password comes from $OPUS_OCS_PASSWORD (or
+--password-env NAME) or a credentials file (YAML with `password`, mode 600).
+"""
+
+
+def _target_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("switch", TARGET_HELP)
+    g.add_argument("--config", metavar="FILE",
+                   help="YAML file holding an `ocs:` mapping (driver polatis-netconf/-tl1)")
+    g.add_argument("--driver", choices=("polatis-netconf", "polatis-tl1"),
+                   default="polatis-netconf", help="protocol when --host is given "
+                   "(default: polatis-netconf)")
+    g.add_argument("--host", help="switch address (one switch, rail 0)")
+    g.add_argument("--port", type=int, help="management port (default 830 NETCONF, 3082 TL1)")
+    g.add_argument("--username", help="login name (default: admin)")
+    g.add_argument("--password-env", metavar="NAME",
+                   help="environment variable holding the password (default OPUS_OCS_PASSWORD)")
+    g.add_argument("--credentials-file", metavar="FILE",
+                   help="YAML file with `password` (and `username`), mode 600")
+    g.add_argument("--size", help="expected size N or NxN; a switch of another size is refused")
+    g.add_argument("--timeout-s", type=float, help="per-request timeout in seconds (default 10)")
+    return p
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``ocs`` with ``simulate``, ``status``, ``connect`` and ``disconnect``."""
+    p = subparsers.add_parser(
+        "ocs", help="Polatis OCS: run a simulator, or inspect and drive a lab switch",
+        description="Hardware-in-the-loop tools for Polatis optical circuit switches (NETCONF "
+        "or TL1). Rail port p is ingress p and egress N+p of an N x N switch; a circuit a<->b "
+        "is the pairs a->N+b and b->N+a.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="ocs_command", required=True, metavar="ACTION")
+
+    s = sub.add_parser(
+        "simulate", help="run a simulated Polatis switch on 127.0.0.1 until Ctrl-C",
+        description="Run a simulated Polatis N x N switch in the foreground on 127.0.0.1: "
+        "NETCONF over SSH (optical-switch YANG) or TL1 over TCP. It validates edits, models "
+        "the switching time (touched egress ports read about -60 dBm meanwhile) and can inject "
+        "faults. Stop it with Ctrl-C or SIGTERM.")
+    s.add_argument("--protocol", choices=("netconf", "tl1"), default="netconf",
+                   help="management protocol (default netconf)")
+    s.add_argument("--port", type=int, default=0,
+                   help="TCP port on 127.0.0.1 (default 0: a free port, printed at start)")
+    s.add_argument("--size", default="16x16", help="switch size NxN (default 16x16)")
+    s.add_argument("--user", default="admin", help="login name (default admin)")
+    s.add_argument("--password", default="root",
+                   help="login password (default root, the factory default)")
+    s.add_argument("--revision", default=None,
+                   help="optical-switch YANG revision to announce (default 2017-08-04; an "
+                   "earlier one makes the cross-connect list `pairs`)")
+    s.add_argument("--switching-ms", type=float, default=25.0,
+                   help="switching time in ms (default 25, a piezo-beam switch)")
+    s.add_argument("--fail-port", type=int, action="append", default=[], metavar="PORT",
+                   help="report this device port FAILED (repeatable)")
+    s.add_argument("--reply-delay-ms", type=float, default=0.0,
+                   help="delay every reply (a slow device)")
+    s.add_argument("--no-base11", action="store_true",
+                   help="NETCONF: announce base:1.0 only (end-of-message framing)")
+    s.add_argument("--json", action="store_true",
+                   help="print the listening address as one JSON line")
+    s.set_defaults(func=cmd_simulate)
+
+    parent = _target_parent()
+    s = sub.add_parser(
+        "status", parents=[parent], help="show a switch: model, size, circuits, port light",
+        description="Connect to the configured switch(es) and show model, size, YANG revision, "
+        "the rail circuits read from the device, one-way (stray) pairs, and each rail port's "
+        "light (lit, dark, idle).")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_status)
+
+    for name, verb in (("connect", "set up"), ("disconnect", "take down")):
+        s = sub.add_parser(
+            name, parents=[parent], help=f"{verb} one duplex circuit between two rail ports",
+            description=f"{verb.capitalize()} the duplex circuit between rail ports A and B "
+            "(pairs A->N+B and B->N+A), checked against the device's current cross-connects "
+            "first; prints the time from request to light.")
+        s.add_argument("a", type=int, help="rail port A")
+        s.add_argument("b", type=int, help="rail port B")
+        s.add_argument("--rail", type=int, default=0, help="rail (default 0)")
+        s.add_argument("--json", action="store_true", help="print the result as JSON")
+        s.set_defaults(func=cmd_connect if name == "connect" else cmd_disconnect)
+    return p
+
+
+# --- handlers ------------------------------------------------------------------------------
+
+def _parse_size(text: str) -> int:
+    a, sep, b = text.lower().partition("x")
+    if not a.isdigit() or (sep and b != a) or int(a) < 1:
+        raise SystemExit(f"opus-testbed ocs: error: --size must be NxN (square), got {text!r}")
+    return int(a)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from controller.drivers.polatis.xml import CURRENT_REVISION
+    from emulator.polatis.model import PolatisDevice
+    from emulator.polatis.netconf_server import NetconfServer
+    from emulator.polatis.server import BackgroundServer
+    from emulator.polatis.tl1_server import Tl1Server
+
+    size = _parse_size(args.size)
+    try:
+        device = PolatisDevice(size, revision=args.revision or CURRENT_REVISION,
+                               switching_time_ms=args.switching_ms)
+    except ValueError as exc:
+        print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        return 2
+    device.faults.failed_ports.update(args.fail_port)
+    device.faults.reply_delay_s = args.reply_delay_ms / 1e3
+    server: BackgroundServer
+    if args.protocol == "netconf":
+        server = NetconfServer(device, port=args.port, username=args.user,
+                               password=args.password, base11=not args.no_base11)
+    else:
+        server = Tl1Server(device, port=args.port, username=args.user, password=args.password)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"opus-testbed ocs: error: cannot listen on 127.0.0.1:{args.port}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
+        info = {"protocol": args.protocol, "host": server.host, "port": server.port,
+                "size": f"{size}x{size}", "username": args.user, "revision": device.revision,
+                "switching_ms": args.switching_ms}
+        if args.json:
+            print(json.dumps(info), flush=True)
+        else:
+            print(f"simulated Polatis {size}x{size} ({args.protocol}, revision "
+                  f"{device.revision}) listening on {server.host}:{server.port}; login "
+                  f"{args.user}; Ctrl-C to stop", flush=True)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if not args.json:
+        print(f"simulator stopped after {device.edits} edit(s)", file=sys.stderr)
+    return 0
+
+
+def _ocs_config(args: argparse.Namespace) -> Any:
+    from controller.drivers.polatis.config import OcsConfigError, load_ocs_config, parse_ocs_config
+
+    if args.config:
+        if args.host:
+            raise OcsConfigError("--host", "give either --config or --host, not both")
+        return load_ocs_config(args.config)
+    if not args.host:
+        raise OcsConfigError("--host", "give --host HOST (or --config FILE)")
+    mapping: dict[str, Any] = {"driver": args.driver, "host": args.host}
+    for key, value in (("port", args.port), ("username", args.username),
+                       ("password_env", args.password_env),
+                       ("credentials_file", args.credentials_file), ("size", args.size),
+                       ("timeout_s", args.timeout_s)):
+        if value is not None:
+            mapping[key] = value
+    return parse_ocs_config(mapping, key="ocs (command line)")
+
+
+def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
+    from controller.drivers.polatis.config import OcsConfigError, make_driver
+    from controller.drivers.polatis.errors import PolatisError
+    from controller.ocs import ReconfigurationRejected
+
+    try:
+        cfg = _ocs_config(args)
+        if not cfg.is_hardware:
+            raise OcsConfigError("ocs.driver", f"driver {cfg.driver} has no switch to talk to; "
+                                 "use polatis-netconf or polatis-tl1")
+        with make_driver(cfg) as driver:
+            return body(driver)
+    except OcsConfigError as exc:
+        print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        return 2
+    except (PolatisError, ReconfigurationRejected) as exc:
+        print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", []):
+            print(f"  {note}", file=sys.stderr)
+        return 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    def body(driver: Any) -> int:
+        rails = []
+        for rail in driver.rails:
+            view = driver.read_device(rail)
+            states = driver.port_states(rail)
+            rails.append({
+                "rail": rail, "device": driver.device_name(rail),
+                "info": driver.device_info(rail).to_json(),
+                "circuits": [c.to_json() for c in sorted(view.circuits)],
+                "stray_pairs": [list(p) for p in sorted(view.stray_pairs)],
+                "port_states": {str(p): s.value for p, s in states.items()},
+                "power_dbm": {str(p): v for p, v in sorted(driver.power_dbm(rail).items())},
+            })
+        if args.json:
+            print(json.dumps({"rails": rails}, indent=1))
+            return 0
+        for r in rails:
+            info = r["info"]
+            print(f"rail {r['rail']}: {r['device']}  {info['model']} ({info['size']}), "
+                  f"revision {info['revision'] or '-'}, serial {info['serial'] or '-'}")
+            circuits = ", ".join(f"{a}<->{b}" for a, b in r["circuits"]) or "none"
+            print(f"  circuits: {circuits}")
+            if r["stray_pairs"]:
+                stray = ", ".join(f"{i}->{e}" for i, e in r["stray_pairs"])
+                print(f"  one-way pairs (cleared when their ports are next set): {stray}")
+            counts: dict[str, list[str]] = {}
+            for port, state in r["port_states"].items():
+                counts.setdefault(state, []).append(port)
+            print("  ports: " + "; ".join(f"{state}: {' '.join(ports)}"
+                                          for state, ports in sorted(counts.items())))
+        return 0
+
+    return _with_driver(args, body)
+
+
+def _apply(args: argparse.Namespace, connect: bool) -> int:
+    from controller.ocs import Circuit
+
+    def body(driver: Any) -> int:
+        circuit = Circuit(args.rail, args.a, args.b)
+        if connect:
+            result = driver.apply(args.rail, add=[circuit])
+        else:
+            result = driver.apply(args.rail, remove=[circuit])
+        elapsed_ms = (result.t_light_s - result.t_request_s) * 1e3
+        if args.json:
+            print(json.dumps({**result.to_json(), "request_to_light_ms": elapsed_ms},
+                             indent=1))
+        else:
+            print(f"rail {args.rail}: {'connected' if connect else 'disconnected'} "
+                  f"{circuit.port_a}<->{circuit.port_b} in {elapsed_ms:.1f} ms "
+                  "(request to confirmed light)")
+        return 0
+
+    return _with_driver(args, body)
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    return _apply(args, connect=True)
+
+
+def cmd_disconnect(args: argparse.Namespace) -> int:
+    return _apply(args, connect=False)
+
+
+# --- standalone entry point ----------------------------------------------------------------
+
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m testbed.cli.ocs ACTION ...`` (the same as ``opus-testbed ocs ACTION ...``)."""
+    parser = argparse.ArgumentParser(prog="opus-testbed")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(sub)
+    args = parser.parse_args(["ocs", *(argv if argv is not None else sys.argv[1:])])
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

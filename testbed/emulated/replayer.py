@@ -1,0 +1,355 @@
+"""The rank process: replays a rank's plan as timed compute and real TCP collectives.
+
+Run inside the rank's Mininet namespace by the runner::
+
+    python -m testbed.emulated.replayer RANK_PLAN.json
+
+The plan file (written by :mod:`testbed.emulated.runner`) holds ``rank``, ``job``, ``endpoint`` (the
+Opus controller on the frontend network), ``addr`` (this rank's rail address), ``peers`` (rank ->
+rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``out`` (JSON-lines
+file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
+
+Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
+own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
+rank's groups. Inside a call, a sender opens one TCP connection per peer to the peer's rail address
+(only there: the circuits are lit), introduces it with a JSON line (iteration, collective id,
+sender) and sends each step as a 12-byte header (step, length) plus payload; a listener thread
+drains every incoming connection and counts bytes per (iteration, collective, sender, step), so a
+receiving step just waits for its count. A sender finishes by shutting down its side and waiting for
+the receiver's EOF: the bytes have then been read by the peer, not only queued. Records go to the
+``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
+failure the process records the rank, iteration and op and exits with status 1. Fault injection for
+tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7) as the iteration
+starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from controller.profile import CallProfile
+from controller.shim import Shim
+from testbed.plan.replay import COMPUTE_LANE, PlanOp
+
+STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
+PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
+POLL_S = 0.25
+
+
+class ReplayError(RuntimeError):
+    """A call could not complete (peer silent, short read, controller refused)."""
+
+
+class Abort(Exception):
+    """Another lane failed; this one stops."""
+
+
+class Inbox:
+    """Bytes received per (iteration, collective id, sender, step), with waiting."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._got: dict[tuple[int, str, int, int], int] = {}
+        self.errors: list[str] = []
+
+    def post(self, key: tuple[int, str, int, int], n: int) -> None:
+        with self._cv:
+            self._got[key] = self._got.get(key, 0) + n
+            self._cv.notify_all()
+
+    def fail(self, message: str) -> None:
+        with self._cv:
+            self.errors.append(message)
+            self._cv.notify_all()
+
+    def wait(self, key: tuple[int, str, int, int], expected: int, timeout_s: float,
+             aborted: threading.Event) -> int:
+        """Wait until ``expected`` bytes of ``key`` arrived; returns what arrived."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while self._got.get(key, 0) < expected:
+                if aborted.is_set():
+                    raise Abort
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ReplayError(
+                        f"received {self._got.get(key, 0)} of {expected} bytes from rank "
+                        f"{key[2]} for {key[1]} step {key[3]} (iteration {key[0]}) within "
+                        f"{timeout_s:.0f} s")
+                self._cv.wait(min(left, POLL_S))
+            return self._got.pop(key)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> None:
+    """Drain one incoming connection into the inbox; close it at the sender's EOF."""
+    with conn:
+        try:
+            conn.settimeout(io_timeout_s)
+            line = bytearray()
+            while not line.endswith(b"\n"):
+                ch = conn.recv(1)
+                if not ch:
+                    return
+                line += ch
+            hello = json.loads(line)
+            it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
+            view = memoryview(bytearray(1 << 18))
+            while True:
+                head = _recv_exact(conn, STEP_HEADER.size)
+                if not head:
+                    return  # EOF: the sender is done; closing tells it we read everything
+                if len(head) < STEP_HEADER.size:
+                    raise ReplayError(f"truncated step header from rank {src} for {cid}")
+                step, length = STEP_HEADER.unpack(head)
+                left = length
+                while left:
+                    n = conn.recv_into(view, min(left, len(view)))
+                    if not n:
+                        raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
+                                          f"of {length} bytes unsent")
+                    left -= n
+                    inbox.post((it, cid, src, step), n)
+                if length == 0:
+                    inbox.post((it, cid, src, step), 0)
+        except (OSError, ValueError, KeyError, ReplayError) as exc:
+            inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
+
+
+class Outgoing:
+    """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
+
+    def __init__(self, addr: str, port: int, hello: dict[str, Any], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: OSError | None = None
+        while True:
+            sock = socket.socket()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
+            try:
+                sock.connect((addr, port))
+                break
+            except OSError as exc:  # refused before the peer listens, or lost SYN: retry
+                last = exc
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise ReplayError(f"cannot connect to {addr}:{port} within "
+                                      f"{timeout_s:.0f} s: {last}") from exc
+                threading.Event().wait(0.02)
+        sock.settimeout(timeout_s)
+        self.sock = sock
+        self.sent = 0
+        sock.sendall(json.dumps(hello).encode() + b"\n")
+
+    def send_step(self, step: int, n: int) -> None:
+        self.sock.sendall(STEP_HEADER.pack(step, n))
+        left = n
+        view = memoryview(PAYLOAD)
+        while left:
+            k = min(left, len(view))
+            self.sock.sendall(view[:k])
+            left -= k
+        self.sent += n
+
+    def finish(self) -> None:
+        """Shut our side and wait for the receiver's EOF (it has read every byte)."""
+        with self.sock:
+            self.sock.shutdown(socket.SHUT_WR)
+            while self.sock.recv(4096):
+                pass
+
+
+class Replayer:
+    """One rank's replay; :meth:`run` returns the exit status."""
+
+    def __init__(self, plan: dict[str, Any], out: IO[str]) -> None:
+        self.plan = plan
+        self.rank = int(plan["rank"])
+        self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
+        self.iterations = int(plan["iterations"])
+        self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
+        self.port = int(plan["port"])
+        self.io_timeout_s = float(plan.get("io_timeout_s", 60.0))
+        self.ack_timeout_s = float(plan.get("ack_timeout_s", 120.0))
+        self.out = out
+        self._out_lock = threading.Lock()
+        self.inbox = Inbox()
+        self.aborted = threading.Event()
+        self.profile = CallProfile()
+        self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
+        self.done = {(it, op.index): threading.Event()
+                     for it in range(self.iterations) for op in self.ops}
+        self.go = [threading.Event() for _ in range(self.iterations)]
+        self.failure: dict[str, Any] | None = None
+
+    def emit(self, **record: Any) -> None:
+        line = json.dumps({**record, "rank": self.rank}, separators=(",", ":"))
+        with self._out_lock:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    # ------------------------------------------------------------------ lanes
+
+    def _wait(self, ev: threading.Event) -> None:
+        while not ev.wait(POLL_S):
+            if self.aborted.is_set():
+                raise Abort
+
+    def _lane(self, name: str, ops: list[PlanOp]) -> None:
+        shim: Shim | None = None
+        current: tuple[int, PlanOp] | None = None
+        try:
+            if name != COMPUTE_LANE:
+                shim = Shim(str(self.plan["endpoint"]), str(self.plan["job"]), self.rank,
+                            ack_timeout_s=self.ack_timeout_s, profile=self.profile,
+                            seqs=self.seqs)
+            for it in range(self.iterations):
+                self._wait(self.go[it])
+                for op in ops:
+                    current = (it, op)
+                    for d in op.deps:
+                        self._wait(self.done[(it, d)])
+                    if shim is None:
+                        self._compute(it, op)
+                    else:
+                        self._call(shim, it, op)
+                    self.done[(it, op.index)].set()
+        except Abort:
+            pass
+        except BaseException as exc:  # record and stop the whole rank
+            it, failed = current if current else (-1, None)
+            self.failure = {"it": it, "i": failed.index if failed else -1,
+                            "tag": failed.tag if failed else "", "lane": name,
+                            "error": f"{type(exc).__name__}: {exc}"}
+            self.aborted.set()
+        finally:
+            if shim is not None:
+                shim.close()
+
+    def _compute(self, it: int, op: PlanOp) -> None:
+        t0 = time.time()
+        end = time.monotonic() + op.duration_s
+        while (left := end - time.monotonic()) > 0:
+            if self.aborted.wait(min(left, POLL_S)):
+                raise Abort
+        self.emit(ev="compute", it=it, i=op.index, t_start=t0, t_end=time.time())
+
+    def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
+        t_intent = time.time()
+        sent = received = 0
+        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
+            t_ack = time.time()
+            conns: dict[int, Outgoing] = {}
+            try:
+                for k, step in enumerate(op.steps):
+                    for peer, n in step.sends:
+                        if peer not in conns:
+                            conns[peer] = Outgoing(
+                                self.peers[peer], self.port,
+                                {"it": it, "cid": op.collective_id, "src": self.rank},
+                                self.io_timeout_s)
+                        conns[peer].send_step(k, n)
+                        sent += n
+                    for peer, n in step.recvs:
+                        if self.inbox.errors:
+                            raise ReplayError(self.inbox.errors[0])
+                        received += self.inbox.wait((it, op.collective_id, peer, k), n,
+                                                    self.io_timeout_s, self.aborted)
+                for conn in conns.values():
+                    conn.finish()
+            finally:
+                for conn in conns.values():
+                    conn.sock.close()
+        self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
+                  cid=op.collective_id, tag=op.tag, seq=grant.seq,
+                  reconfigured=grant.reconfigured, t_intent=t_intent, t_ack=t_ack,
+                  t_end=time.time(), sent=sent, received=received,
+                  expected=op.expected_bytes, size_bytes=op.size_bytes,
+                  wire_bytes=op.wire_bytes)
+
+    # -------------------------------------------------------------------- run
+
+    def _listen(self, lsock: socket.socket) -> None:
+        while not self.aborted.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=_serve_connection, args=(conn, self.inbox,
+                                                             self.io_timeout_s),
+                             daemon=True).start()
+
+    def run(self) -> int:
+        lsock = socket.socket()
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind((str(self.plan["addr"]), self.port))
+        lsock.listen(64)
+        lsock.settimeout(POLL_S)
+        threading.Thread(target=self._listen, args=(lsock,), daemon=True).start()
+        lanes: dict[str, list[PlanOp]] = {}
+        for op in self.ops:
+            lanes.setdefault(op.lane, []).append(op)
+        threads = [threading.Thread(target=self._lane, args=(name, ops), daemon=True,
+                                    name=f"lane-{name}") for name, ops in lanes.items()]
+        for t in threads:
+            t.start()
+        self.emit(ev="started", t=time.time(), lanes=list(lanes))
+        status = 0
+        try:
+            crash_at = os.environ.get("OPUS_FAULT_CRASH", "")  # "RANK:ITERATION", for tests
+            for it in range(self.iterations):
+                if crash_at == f"{self.rank}:{it}":
+                    self.out.flush()
+                    os._exit(7)  # a crash: no record, no goodbye
+                with self.profile.lock:
+                    self.profile.mark_iteration()
+                t_start = time.time()
+                self.go[it].set()
+                for op in self.ops:
+                    self._wait(self.done[(it, op.index)])
+                self.emit(ev="iteration", it=it, t_start=t_start, t_end=time.time())
+        except Abort:
+            status = 1
+        for t in threads:
+            t.join(5.0)
+        if self.failure is not None:
+            self.emit(ev="error", **self.failure)
+            status = 1
+        else:
+            self.emit(ev="finished", t=time.time(),
+                      mispredictions=self.profile.mispredictions)
+        lsock.close()
+        return status
+
+
+def main(argv: list[str] | None = None, opener: Callable[..., IO[str]] = open) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    with open(args[0]) as fh:
+        plan = json.load(fh)
+    with opener(plan["out"], "a", encoding="utf-8") as out:
+        status = Replayer(plan, out).run()
+    sys.stdout.flush()
+    os._exit(status)  # lanes blocked in a failed call must not keep the process alive
+
+
+if __name__ == "__main__":
+    main()

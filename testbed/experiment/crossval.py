@@ -1,0 +1,183 @@
+"""``opus-testbed bench crossval``: one experiment on both backends, iteration times compared.
+
+Runs the config emulated (Mininet, Open vSwitch, real TCP, the Opus service; needs root) and
+simulated (:mod:`testbed.simulator.engine`, the emulator's cost model) from the same prepared plan,
+each into its own results directory under a temporary (or given) directory, and compares the
+mean measured iteration time. ``ratio`` is simulated over emulated. Races decide some
+iterations (two lanes of a rank asking at once: whichever intent reaches the controller first
+keeps its circuit), so iteration times are multimodal (0.9-1.5 s for the CI test's config
+with one port per rank): the mean weighs the outcomes by how often they happen, where a
+median of five iterations jumps between modes (medians put ratios of 1.00-1.24 on runs whose
+means gave 0.95-1.13).
+The simulated side pools the measured iterations of ``sim_seeds`` seeds of the
+control-latency draws; the results directory ``sim/`` is the first seed's run.
+
+It also measures, from the emulated run's records and event log, the constants the sim backend
+uses for the emulator (:data:`testbed.simulator.engine.EMULATOR_COSTS`), so that a machine whose
+emulator is faster or slower can be modelled (:func:`measure_costs`):
+
+* ``control_s``: median of intent -> core, ack -> rank and completion -> core;
+* ``switch_overhead_s``: median of decision -> end of reconfiguration, minus the delay, for
+  decisions that did not wait for an earlier one on their rail;
+* ``goodput``, ``step_s``, ``connect_finish_s``: a least-squares fit of the median call
+  duration (ack to end) of each call shape in the measured iterations to ``a + step_s * steps
+  with receptions + connect_finish_s * peers + bytes * 8 / (goodput * link rate)``; rough
+  (a handful of shapes, a loaded machine), but it shows when the model's constants are off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.experiment.config import load_experiment
+from testbed.results import store
+
+Say = Callable[[str], None]
+
+
+def _say_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def measure_costs(run_dir: Path) -> dict[str, float | None]:
+    """Emulator constants measured from an emulated run directory (see the module docstring)."""
+    manifest = _read_json(run_dir / "manifest.json")
+    link_bps = float(manifest["link_mbps"]) * 1e6
+    delay_s = float(manifest["config"].get("switching_delay_ms", 0.0)) / 1e3
+    warmup = int(manifest["config"].get("warmup", 0))
+    records = [r for p in sorted((run_dir / "ranks").glob("rank*.jsonl"))
+               for r in store.read_jsonl(p)]
+    events = store.read_jsonl(run_dir / "controller-events.jsonl")
+    intent, ack, done = {}, {}, {}
+    for e in events:
+        key = (e.get("rank"), e.get("group"), e.get("seq"))
+        if e["event"] == "intent":
+            intent[key] = float(e["t_s"])
+        elif e["event"] == "ack":
+            ack[key] = float(e["t_s"])
+        elif e["event"] == "complete":
+            done[key] = float(e["t_s"])
+    control = []
+    for r in records:
+        if r.get("ev") != "call":
+            continue
+        key = (r["rank"], r["lane"], r["seq"])
+        if key in intent:
+            control.append(intent[key] - float(r["t_intent"]))
+        if key in ack:
+            control.append(float(r["t_ack"]) - ack[key])
+        if key in done:
+            control.append(done[key] - float(r["t_end"]))
+    decided = {e["decision"]: float(e["t_s"]) for e in events if e["event"] == "decision"}
+    switch = [float(e["t_s"]) - decided[e["decision"]] - delay_s for e in events
+              if e["event"] == "reconfig_end" and e["decision"] in decided
+              and float(e["t_request_s"]) - decided[e["decision"]] < 0.5 * max(delay_s, 1e-3)]
+    out: dict[str, float | None] = {"control_s": _median(control),
+                                    "switch_overhead_s": _median(switch) if delay_s else None}
+    out.update(_fit_calls(run_dir, records, link_bps, warmup))
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: float,
+               warmup: int) -> dict[str, float | None]:
+    plans: dict[int, dict[int, Any]] = {}
+    for p in (run_dir / "ranks").glob("rank*.plan.json"):
+        plan = _read_json(p)
+        plans[int(plan["rank"])] = {int(o["i"]): o for o in plan["ops"]}
+    shapes: dict[tuple[int, int, int], list[float]] = {}
+    for r in records:
+        if r.get("ev") != "call" or int(r["it"]) < warmup:
+            continue
+        op = plans.get(int(r["rank"]), {}).get(int(r["i"]))
+        if op is None:
+            continue
+        steps = op["steps"]
+        with_recv = sum(1 for _sends, recvs in steps if recvs)
+        peers = len({p for sends, _ in steps for p, _n in sends})
+        moved = max(int(r["sent"]), int(r["expected"]))
+        shapes.setdefault((with_recv, peers, moved), []).append(
+            float(r["t_end"]) - float(r["t_ack"]))
+    if len(shapes) < 4:
+        return {"goodput": None, "step_s": None, "connect_finish_s": None}
+    # one row per call shape, its median duration: robust to the stalls of a loaded machine
+    x = np.array([[1.0, w, p, n * 8 / link_bps] for w, p, n in shapes])
+    y = np.array([statistics.median(v) for v in shapes.values()])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return {"goodput": float(1 / coef[3]) if coef[3] > 0 else None,
+            "step_s": float(coef[1]), "connect_finish_s": float(coef[2])}
+
+
+def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
+                 say: Say = _say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+    """``{"emu_iteration_s", "sim_iteration_s", "ratio", ...}`` for one experiment file.
+
+    Needs root (the emulated run). ``work_dir`` keeps both results directories (``emu/`` and
+    ``sim/``); by default they go to a temporary directory that is removed.
+    """
+    from testbed.emulated.runner import run_emulated
+    from testbed.errors import RunError
+    from testbed.experiment.prepare import prepare
+    from testbed.metrics.compute import compute_metrics
+    from testbed.simulator.run import run_simulated, simulate_plan
+
+    if os.geteuid() != 0:
+        raise RunError("cross-validation runs the emulator: it needs root "
+                              "(sudo opus-testbed bench crossval ...)")
+    cfg = load_experiment(config_path)
+    prep = prepare(cfg)
+    with tempfile.TemporaryDirectory(prefix="opus-crossval-") as tmp:
+        base = work_dir if work_dir is not None else Path(tmp)
+        say(f"cross-validation of {cfg.source}: emulated run")
+        emu = run_emulated(prep, base / "emu", say)
+        prefixes = sorted(p.name for p in (base / "emu" / "emulator").iterdir()
+                          if p.is_dir()) if (base / "emu" / "emulator").exists() else []
+        costs = measure_costs(base / "emu")
+        say("cross-validation: simulated run")
+        seeds = [cfg.seed + 1 + i for i in range(max(1, sim_seeds))]
+        sim = run_simulated(prep, base / "sim", say, seed=seeds[0])
+    sim_times = list(sim.get("iteration_times_s") or [])
+    for seed in seeds[1:]:
+        records, events = simulate_plan(prep, seed=seed)
+        sim_times += compute_metrics(records, events, warmup=cfg.warmup,
+                                     link_mbps=prep.link_mbps, scale=prep.scale,
+                                     num_rails=cfg.workload.cluster.gpus_per_server
+                                     ).summary["iteration_times_s"]
+    emu_times = list(emu.get("iteration_times_s") or [])
+    emu_it = statistics.mean(emu_times) if emu_times else None
+    sim_it = statistics.mean(sim_times) if sim_times else None
+    return {
+        "config": str(config_path), "mode": cfg.mode,
+        "switching_delay_ms": cfg.switching_delay_ms, "world_size": prep.schedule.world_size,
+        "link_mbps": prep.link_mbps,
+        "emu_iteration_s": emu_it, "sim_iteration_s": sim_it,
+        "ratio": (sim_it / emu_it) if emu_it and sim_it is not None else None,
+        "emu_iteration_times_s": emu.get("iteration_times_s"),
+        "sim_iteration_times_s": sim_times, "sim_seeds": seeds,
+        "emu_reconfigurations": emu.get("reconfigurations"),
+        "emu_reconfigurations_per_iteration": emu.get("reconfigurations_per_iteration"),
+        "sim_reconfigurations_per_iteration": sim.get("reconfigurations_per_iteration"),
+        "emu_exposed_reconfig_s": emu.get("exposed_reconfig_s"),
+        "sim_exposed_reconfig_s": sim.get("exposed_reconfig_s"),
+        "emu_fidelity": emu.get("fidelity"),
+        "emu_fidelity_reasons": emu.get("fidelity_reasons"), "emu_wall_s": emu.get("wall_s"),
+        "sim_wall_s": sim.get("wall_s"), "measured_costs": costs,
+        "emu_prefix": prefixes[0] if prefixes else None,
+        "work_dir": str(work_dir) if work_dir is not None else None,
+    }

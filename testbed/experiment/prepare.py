@@ -1,0 +1,64 @@
+"""Everything a run needs before anything starts: schedule, replay plan, link rate, byte scale.
+
+Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
+(:mod:`workloads`), refuses what this machine cannot host (emulation only), picks the emulated
+link rate and lowers the schedule to per-rank replay plans (:mod:`testbed.plan.replay`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import RunRefused
+from testbed.experiment.config import ExperimentConfig
+from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
+from testbed.plan.replay import PlanError, ReplayPlan, build_plan
+from workloads import generate_schedule
+from workloads.schedule import Schedule
+from workloads.timing import TimingModel, simulate
+
+
+@dataclass
+class Prepared:
+    """What a run needs before anything starts: schedule, plan, link rate and scale."""
+
+    config: ExperimentConfig
+    schedule: Schedule
+    plan: ReplayPlan
+    link_mbps: float
+    scale: float
+    modeled_iteration_s: float
+
+
+def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
+    """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
+    schedule = generate_schedule(cfg.workload)
+    world = schedule.world_size
+    if check_capacity:
+        problem = capacity_problem(world)
+        if problem is not None:
+            raise RunRefused(f"{cfg.source}: cannot emulate this cluster here: "
+                             f"{problem.message}")
+    link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
+    scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
+    if scale > 1:
+        raise RunRefused(f"{cfg.source}: network.link_mbps ({link_mbps}) is above the modelled "
+                         f"rail rate ({cfg.rail_gbps} Gbit/s)")
+    try:
+        plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
+                          latency_s=cfg.latency_us * 1e-6)
+    except PlanError as exc:
+        raise RunRefused(f"{cfg.source}: {exc}") from exc
+    times = simulate(schedule, TimingModel(rail_gbps=cfg.rail_gbps,
+                                           latency_s=cfg.latency_us * 1e-6))
+    modeled = max(e for _, e in times.values()) if times else 0.0
+    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+
+
+def default_out_dir(cfg: ExperimentConfig, root: Path = Path("results")) -> Path:
+    """``results/<name>-<mode>[-<delay>ms]-<timestamp>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    delay = "" if cfg.mode == "baseline" else f"-{cfg.switching_delay_ms:g}ms"
+    return root / f"{cfg.name}-{cfg.mode}{delay}-{stamp}"

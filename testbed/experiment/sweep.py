@@ -1,0 +1,212 @@
+"""``opus-testbed sweep``: iteration time against switching delay per mode (paper Fig. 8).
+
+One experiment, run for every (mode, delay) point plus the electrical baseline once (a delay of
+0 ms in the list stands for the baseline and is not run in the OCS modes); the overhead of each
+point is its iteration time against that baseline, measured in the same sweep. Each point is a
+full run directory under ``OUT`` (``baseline/``, ``on-demand-25ms/``, ...); the sweep directory
+gets ``sweep.csv`` (``mode, delay_ms, iteration_time_s, overhead_pct`` and extras),
+``sweep.json`` (name, backend, points) and the plot (:func:`testbed.results.store.render_sweep`).
+
+Backends: emulated points run one after another (one emulated network at a time on a machine);
+simulated points run in parallel, ``workers`` at a time, in a
+:class:`concurrent.futures.ProcessPoolExecutor` (``engine="process"``). Optional engines for
+simulated sweeps on a cluster: ``engine="ray"`` (``ray.remote`` tasks; ``ray.init()`` joins the
+cluster named by ``RAY_ADDRESS`` or starts a local one) and ``engine="dask"``
+(``dask.distributed``; a local cluster of ``workers`` processes, or the scheduler named by
+``DASK_SCHEDULER_ADDRESS``). They are not dependencies of the testbed: without the package
+the sweep stops with an error naming the pip extra.
+
+A point that fails is recorded with its error and the sweep goes on; a failed baseline leaves
+the overheads empty.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from testbed.experiment.config import MODES, ExperimentConfig
+from testbed.results import store
+
+Say = Callable[[str], None]
+BACKENDS = ("emu", "sim")
+ENGINES = ("process", "ray", "dask")
+COLUMNS = ("mode", "delay_ms", "iteration_time_s", "overhead_pct", "exposed_reconfig_s",
+           "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
+           "backend", "wall_s", "run_dir", "error")
+EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start (bad option, missing engine); nothing was run."""
+
+
+def _say_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def sweep_points(modes: Sequence[str], delays_ms: Sequence[float]) -> list[tuple[str, float]]:
+    """(mode, delay_ms) of every run: the baseline once at 0, then each mode at each delay > 0."""
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise SweepError(f"unknown modes {bad}; choose from {', '.join(MODES)}")
+    if any(d < 0 for d in delays_ms):
+        raise SweepError(f"switching delays must be >= 0 ms, got {list(delays_ms)}")
+    points = [("baseline", 0.0)]
+    for mode in dict.fromkeys(modes):
+        if mode != "baseline":  # a delay of 0 ms is the baseline's point
+            points += [(mode, float(d)) for d in dict.fromkeys(delays_ms) if d > 0]
+    return points
+
+
+def point_dir(out: Path, mode: str, delay_ms: float) -> Path:
+    return out / ("baseline" if mode == "baseline" else f"{mode}-{delay_ms:g}ms")
+
+
+def _point_config(cfg: ExperimentConfig, mode: str, delay_ms: float) -> ExperimentConfig:
+    if mode == "baseline":
+        return cfg.replace(mode=mode)
+    return cfg.replace(mode=mode, switching_delay=float(delay_ms))
+
+
+def run_sim_point(cfg: ExperimentConfig, mode: str, delay_ms: float, run_dir: str
+                  ) -> dict[str, Any]:
+    """One simulated point (in a worker process); returns its summary or its error."""
+    from testbed.experiment.prepare import prepare
+    from testbed.simulator.run import run_simulated
+
+    t0 = time.monotonic()
+    try:
+        prep = prepare(_point_config(cfg, mode, delay_ms), check_capacity=False)
+        return run_simulated(prep, Path(run_dir), _quiet)
+    except Exception as exc:  # reported in the sweep's row, the other points go on
+        return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.monotonic() - t0,
+                "trace": traceback.format_exc(limit=3)}
+
+
+def _run_emu_point(cfg: ExperimentConfig, mode: str, delay_ms: float, run_dir: Path,
+                   say: Say) -> dict[str, Any]:
+    from testbed.emulated.runner import run_emulated
+    from testbed.errors import RunError
+    from testbed.experiment.prepare import prepare
+
+    t0 = time.monotonic()
+    try:
+        return run_emulated(prep=prepare(_point_config(cfg, mode, delay_ms)), out=run_dir,
+                            say=say)
+    except RunError as exc:
+        return {"error": str(exc), "wall_s": time.monotonic() - t0}
+
+
+def _map_sim(cfg: ExperimentConfig, points: list[tuple[str, float]], out: Path, workers: int,
+             engine: str, say: Say) -> list[dict[str, Any]]:
+    args = [(cfg, m, d, str(point_dir(out, m, d))) for m, d in points]
+    if engine == "process":
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(run_sim_point, *a) for a in args]
+            summaries = []
+            for (m, d), fut in zip(points, futures, strict=True):
+                summaries.append(fut.result())
+                say(f"  {m} {d:g} ms: {_brief(summaries[-1])}")
+            return summaries
+    if engine == "ray":
+        try:
+            import ray
+        except ImportError as exc:
+            raise SweepError("--engine ray needs Ray: pip install 'opus-testbed[ray]'") from exc
+        ray.init(ignore_reinit_error=True, **({} if os.environ.get("RAY_ADDRESS")
+                                              else {"num_cpus": workers}))
+        task = ray.remote(num_cpus=1)(run_sim_point)
+        return list(ray.get([task.remote(*a) for a in args]))
+    if engine == "dask":
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError as exc:
+            raise SweepError("--engine dask needs dask.distributed: pip install "
+                             "'opus-testbed[dask]'") from exc
+        address = os.environ.get("DASK_SCHEDULER_ADDRESS")
+        if address:
+            with Client(address) as client:
+                return list(client.gather(client.map(run_sim_point, *zip(*args, strict=True),
+                                                     pure=False)))
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
+                Client(cluster) as client:
+            return list(client.gather(client.map(run_sim_point, *zip(*args, strict=True),
+                                                 pure=False)))
+    raise SweepError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+
+
+def _brief(summary: dict[str, Any]) -> str:
+    if summary.get("error"):
+        return f"failed: {summary['error']}"
+    t = summary.get("iteration_time_s")
+    return f"{t:.3f} s per iteration" if t is not None else "no measured iteration"
+
+
+def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], out: Path,
+              backend: str, workers: int, say: Say = _say_stderr, *,
+              engine: str = "process") -> list[dict[str, Any]]:
+    """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows."""
+    if backend not in BACKENDS:
+        raise SweepError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if engine not in ENGINES:
+        raise SweepError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if backend == "emu" and engine != "process":
+        raise SweepError("emulated points run one at a time on this machine; --engine is for "
+                         "the sim backend")
+    if workers < 1:
+        raise SweepError(f"workers must be >= 1, got {workers}")
+    points = sweep_points(modes, delays_ms)
+    if out.exists() and any(out.iterdir()):
+        raise SweepError(f"{out} exists and is not empty; choose another --out (nothing was "
+                         "changed)")
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"sweep {cfg.name} ({backend}): {len(points)} points (baseline, then "
+        f"{', '.join(m for m in dict.fromkeys(modes) if m != 'baseline')} at "
+        f"{', '.join(f'{d:g}' for d in dict.fromkeys(delays_ms))} ms); results in {out}")
+    t0 = time.monotonic()
+    if backend == "sim":
+        summaries = _map_sim(cfg, points, out, workers, engine, say)
+    else:
+        summaries = []
+        for m, d in points:
+            say(f"point {m} {d:g} ms")
+            summaries.append(_run_emu_point(cfg, m, d, point_dir(out, m, d), say))
+            say(f"  {m} {d:g} ms: {_brief(summaries[-1])}")
+    rows = sweep_rows(points, summaries, out, backend)
+    store.write_csv(out / "sweep.csv", rows)
+    store.write_json(out / "sweep.json", {
+        "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
+        "delays_ms": list(delays_ms), "config": cfg.to_json(),
+        "wall_s": time.monotonic() - t0, "points": rows})
+    store.render_sweep(out)
+    return rows
+
+
+def sweep_rows(points: Sequence[tuple[str, float]], summaries: Sequence[dict[str, Any]],
+               out: Path, backend: str) -> list[dict[str, Any]]:
+    """One row per point; overheads against the baseline point of the same sweep."""
+    base = next((s.get("iteration_time_s") for (m, _), s in zip(points, summaries, strict=True)
+                 if m == "baseline"), None)
+    rows = []
+    for (mode, delay), s in zip(points, summaries, strict=True):
+        t = s.get("iteration_time_s")
+        overhead = None if t is None or not base else 100.0 * (t / base - 1.0)
+        rows.append({
+            "mode": mode, "delay_ms": delay, "iteration_time_s": t, "overhead_pct": overhead,
+            "exposed_reconfig_s": s.get("exposed_reconfig_s"),
+            "reconfigurations_per_iteration": s.get("reconfigurations_per_iteration"),
+            "all_iterations_completed": s.get("all_iterations_completed"),
+            "fidelity": s.get("fidelity"), "backend": backend, "wall_s": s.get("wall_s"),
+            "run_dir": str(point_dir(out, mode, delay)), "error": s.get("error", "")})
+    return [{k: r[k] for k in COLUMNS} for r in rows]

@@ -1,0 +1,164 @@
+"""The results directory of a run: manifest, tables, summary, plots; and ``report``.
+
+Layout of ``DIR``::
+
+    manifest.json            config, package versions, git revision, machine facts
+    summary.json             the figures (see :mod:`testbed.metrics.compute`) and the fidelity verdict
+    controller-events.jsonl  the Opus event log
+    ranks/rank*.jsonl        what each rank recorded
+    iterations.csv calls.csv compute.csv windows.csv circuits.csv rails.csv
+    timeline.png windows_cdf.png
+
+A sweep directory has ``sweep.csv``, ``sweep.json``, ``iteration_vs_delay.png`` and one run
+directory per point.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from testbed.results import plots
+
+TABLES = ("iterations", "calls", "compute", "windows", "circuits", "rails")
+PACKAGES = ("opus-testbed", "os-ken", "pyzmq", "numpy", "matplotlib", "psutil", "PyYAML",
+            "ncclient", "asyncssh")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut by a crash
+    return out
+
+
+def git_revision() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        res = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                             check=False, timeout=10)
+        return res.stdout.strip() if res.returncode == 0 else ""
+
+    rev = git("rev-parse", "HEAD")
+    return {"revision": rev or None, "dirty": bool(git("status", "--porcelain")) if rev else None}
+
+
+def machine_facts() -> dict[str, Any]:
+    ovs = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True,
+                         check=False).stdout.splitlines()
+    return {"hostname": platform.node(), "kernel": platform.release(),
+            "python": sys.version.split()[0], "cpus": os.cpu_count(),
+            "memory_mb": round(psutil.virtual_memory().total / 2**20),
+            "load_average": os.getloadavg(), "ovs": ovs[0] if ovs else None}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def start_manifest(out: Path, backend: str, config: dict[str, Any], **facts: Any
+                   ) -> dict[str, Any]:
+    """Write ``manifest.json`` as a run starts (status "running"); returns it for updating."""
+    manifest = {"status": "running", "backend": backend, "config": config, **facts,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "packages": package_versions(), "git": git_revision(),
+                "machine": machine_facts(), "command": sys.argv}
+    write_json(out / "manifest.json", manifest)
+    return manifest
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def render_run(run_dir: Path, title: str = "") -> list[Path]:
+    """Draw a run's plots from its CSV files; returns the files written."""
+    summary = json.loads((run_dir / "summary.json").read_text()) if (
+        run_dir / "summary.json").exists() else {}
+    title = title or str(summary.get("name", run_dir.name))
+    calls = read_csv(run_dir / "calls.csv")
+    compute = read_csv(run_dir / "compute.csv")
+    circuits = read_csv(run_dir / "circuits.csv")
+    iterations = read_csv(run_dir / "iterations.csv")
+    windows = read_csv(run_dir / "windows.csv")
+    written = []
+    measured = [r for r in iterations if r.get("measured") == "True"] or iterations
+    if measured:
+        ranks = [int(r) for r in summary.get("timeline_ranks", [])] or sorted(
+            {int(c["rank"]) for c in calls})[:8]
+        rails = [int(r) for r in summary.get("timeline_rails", [0])]
+        path = run_dir / "timeline.png"
+        plots.timeline(calls, compute, circuits, measured[-1], ranks, rails, path,
+                       f"{title}: collectives per rank and circuits per rail")
+        written.append(path)
+    path = run_dir / "windows_cdf.png"
+    plots.window_cdf(windows, path, f"{title}: windows between phases (paper §3.1)")
+    written.append(path)
+    return written
+
+
+def render_sweep(sweep_dir: Path) -> list[Path]:
+    rows = read_csv(sweep_dir / "sweep.csv")
+    meta = json.loads((sweep_dir / "sweep.json").read_text()) if (
+        sweep_dir / "sweep.json").exists() else {}
+    path = sweep_dir / "iteration_vs_delay.png"
+    plots.sweep_plot(rows, path, f"{meta.get('name', sweep_dir.name)}: iteration time vs "
+                     "switching delay (paper Fig. 8)")
+    return [path]
+
+
+def report(path: Path) -> list[Path]:
+    """Redraw the plots of a run or a sweep directory (and of the sweep's runs)."""
+    if (path / "sweep.csv").exists():
+        written = render_sweep(path)
+        for sub in sorted(p for p in path.iterdir() if (p / "summary.json").exists()):
+            written += render_run(sub)
+        return written
+    if (path / "summary.json").exists():
+        return render_run(path)
+    raise FileNotFoundError(f"{path} is neither a run directory (summary.json) nor a sweep "
+                            "directory (sweep.csv)")

@@ -1,0 +1,648 @@
+"""The sim backend's event engine: every rank's replay plan on a virtual clock.
+
+The same schedule, the same plan (:mod:`testbed.plan.replay`) and the same Opus core run against the
+simulated OCS driver (:class:`~controller.drivers.sim.SimOcsDriver`) and the analytic network of
+:mod:`testbed.simulator.network`. Every rank executes its plan as the replayer
+(:mod:`testbed.emulated.replayer`) does: lanes, deps, iterations that start when the previous one
+is done, the shim's intent / ack / completion with a per-rank
+:class:`~controller.profile.CallProfile` shared by the lanes, steps whose receptions wait for the
+sender's transfer. Records and controller events come out in the emulated run's formats, with
+times in seconds of the virtual clock (starting at 0).
+
+Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
+``reconfig_done``. As in the controller service, decisions made while their rails switch wait
+and then leave together, one request per rail (:class:`controller.batching.RailBatcher`).
+
+Symmetric ranks (``mirrors``, used by :mod:`testbed.simulator.bench`): a simulated rank may stand
+for other ranks of the same program. Its intents are repeated to the core for the ranks it stands
+for, on their groups; a mirrored rank's call completes its lone duration (the call's steps with no
+other traffic) after its own ack, with the prediction its representative made for the same call
+(none if the representative has not finished it yet). A transfer to a mirrored rank leaves through
+the sender's port and counts against the port of the rank standing for the receiver; a reception
+from a mirrored rank completes when the rank standing for the sender has delivered its own transfers
+of that step to mirrored ranks. Without mirrors the simulation is exact for the model above.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from controller.batching import Batch, RailBatcher
+from controller.clock import VirtualClock
+from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.drivers.sim import SimOcsDriver
+from controller.job import JobSpec
+from controller.ocs import ApplyResult, ReconfigurationRejected
+from controller.profile import CallProfile, CallSignature
+from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.simulator.network import NetworkModel
+
+Record = dict[str, Any]
+
+
+class SimulationError(RuntimeError):
+    """The simulated run could not finish (rejected call, deadlock); the message says where."""
+
+
+# ------------------------------------------------------------------------------- engine
+
+class _Port:
+    """One direction of one rail port: the flows that share it."""
+
+    __slots__ = ("flows",)
+
+    def __init__(self) -> None:
+        self.flows: list[_Flow] = []
+
+
+_NO_PORT = _Port()
+
+
+class _Conn:
+    """One TCP connection of a call to a peer: its flows go out one after the other."""
+
+    __slots__ = ("busy", "queue")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: list[_Flow] = []
+
+
+class _Flow:
+    __slots__ = ("bits", "call", "conn", "dst", "k", "n", "peer", "rate", "src", "t_last",
+                 "token")
+
+    def __init__(self, call: _Call, peer: int, k: int, n: int, conn: _Conn) -> None:
+        self.call = call
+        self.peer = peer
+        self.k = k
+        self.n = n
+        self.bits = n * 8.0
+        self.conn = conn
+        self.src = self.dst = _NO_PORT
+        self.rate = 0.0
+        self.t_last = 0.0
+        self.token = 0
+
+
+class _Call:
+    __slots__ = ("conns", "finishing", "it", "k", "lane", "last", "op", "rank", "received",
+                 "reconfigured", "sent", "seq", "t_ack", "t_intent", "undelivered", "waiting")
+
+    def __init__(self, rank: _Rank, lane: _Lane, op: PlanOp, it: int, seq: int,
+                 t_intent: float) -> None:
+        self.rank = rank
+        self.lane = lane
+        self.op = op
+        self.it = it
+        self.seq = seq
+        self.t_intent = t_intent
+        self.t_ack = 0.0
+        self.last = 0.0  # when the current step's sends were issued / receptions arrived
+        self.k = 0
+        self.sent = 0
+        self.received = 0
+        self.reconfigured = False
+        self.undelivered = 0
+        self.waiting = 0
+        self.finishing = False
+        self.conns: dict[int, _Conn] = {}
+
+
+class _Lane:
+    __slots__ = ("it", "name", "ops", "pos", "rank")
+
+    def __init__(self, rank: _Rank, name: str, ops: list[PlanOp]) -> None:
+        self.rank = rank
+        self.name = name
+        self.ops = ops
+        self.pos = 0
+        self.it = 0
+
+
+class _Rank:
+    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "lanes_by_name", "left",
+                 "mirror_box", "mirror_wait", "profile", "rank", "seq", "started", "t_start",
+                 "wait_go", "waiters")
+
+    def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
+        self.rank = rank
+        self.profile = CallProfile()
+        self.seq: dict[str, int] = {}
+        by_lane: dict[str, list[PlanOp]] = {}
+        for op in ops:
+            by_lane.setdefault(op.lane, []).append(op)
+        self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
+        self.lanes_by_name = {ln.name: ln for ln in self.lanes}
+        self.by_tag = {op.tag: op for op in ops if op.is_call}
+        self.done = [bytearray(len(ops)) for _ in range(iterations)]
+        self.left = [len(ops)] * iterations
+        self.waiters: dict[tuple[int, int], list[_Lane]] = {}
+        self.wait_go: list[_Lane] = []
+        self.started = -1
+        self.t_start = 0.0
+        # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
+        self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}
+        self.expect: dict[tuple[int, str, int, int], tuple[_Call, int]] = {}
+        # (it, tag, step): arrivals of this rank's transfers to mirrored ranks, and waiters
+        self.mirror_box: dict[tuple[int, str, int], tuple[int, float]] = {}
+        self.mirror_wait: dict[tuple[int, str, int], list[tuple[_Call, int, int]]] = {}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Rank ``rank`` behaves as its representative; ``lanes`` maps the rep's lanes to its own."""
+
+    rank: int
+    lanes: Mapping[str, str]
+
+
+class PlanSimulation:
+    """One run of per-rank plans on the virtual clock; build, then :meth:`run`.
+
+    ``programs`` are the simulated ranks' plans; ``job`` holds every rank the controller knows
+    (the simulated ones and those they mirror) and every group they use.
+    """
+
+    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *, mode: str,
+                 switching_delay: float | str, iterations: int, network: NetworkModel,
+                 gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
+                 mirrors: Mapping[int, Sequence[Mirror]] | None = None) -> None:
+        self.clock = VirtualClock()
+        self.now = 0.0
+        self.net = network
+        self._rng = random.Random(seed)
+        self.iterations = iterations
+        self.job = job
+        self.electrical = mode == "baseline"
+        self.driver = SimOcsDriver(
+            {rail: sorted(ps) for rail, ps in job.ports_by_rail.items()},
+            0.0 if self.electrical else switching_delay, clock=self.clock,
+            jitter_ms=jitter_ms, seed=seed, mode="electrical" if self.electrical else "ocs")
+        self.config = CoreConfig.for_mode(mode)
+        self.core = OpusCore(self.driver.describe(), self.config)
+        self.gpus = gpus_per_server
+        self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
+        self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
+        self.rep_of = {m.rank: r for r, ms in self.mirrors.items() for m in ms}
+        self._mirror_of = {m.rank: m for ms in self.mirrors.values() for m in ms}
+        self.ports = {r: rp.ports for r, rp in job.ranks.items()}
+        self.port_owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
+                           for i, p in enumerate(rp.ports)}
+        self.peer_port: dict[tuple[int, int], int] = {}  # (rail, port) -> port (circuits)
+        self.egress: dict[tuple[int, int], _Port] = {}
+        self.ingress: dict[tuple[int, int], _Port] = {}
+        self.records: list[Record] = []
+        self.events: list[dict[str, Any]] = []
+        self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
+        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._tick = itertools.count()
+        self._batcher = RailBatcher()
+        # (mirrored rank, its lane) -> (representative, its lane)
+        self._mirror_lane = {(m.rank, mine): (r, theirs) for r, ms in self.mirrors.items()
+                             for m in ms for theirs, mine in m.lanes.items()}
+        self._rep_next: dict[tuple[int, str, int], Intent | None] = {}
+        self._mirror_sends: dict[tuple[int, str], list[int]] = {}
+        self._lone_s: dict[int, float] = {}
+        self._finished = 0
+        self._open: dict[_Call, None] = {}  # calls in progress, for deadlock reports
+        self._absorb(self.core.register_job(job, 0.0))
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _at(self, t_s: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._heap, (t_s, next(self._tick), fn, args))
+
+    def _control_s(self) -> float:
+        """One message between a rank and the controller."""
+        jitter = self.net.control_jitter_s
+        return self.net.control_s + (self._rng.expovariate(1 / jitter) if jitter else 0.0)
+
+    def _emit(self, rank: int, **record: Any) -> None:
+        record["rank"] = rank
+        self.records.append(record)
+
+    def run(self) -> tuple[list[Record], list[dict[str, Any]]]:
+        """Run every iteration of every rank; returns (records, controller events)."""
+        for r in sorted(self.ranks):
+            st = self.ranks[r]
+            self._emit(r, ev="started", t=0.0, lanes=[ln.name for ln in st.lanes])
+            self._start_iteration(st)
+        heap = self._heap
+        pop = heapq.heappop
+        clock = self.clock
+        n = 0
+        while heap:
+            t_s, _, fn, args = pop(heap)
+            if t_s > self.now:
+                self.now = t_s
+                clock.advance_to(t_s)
+            fn(*args)
+            n += 1
+        self.counters["events"] = n
+        if self._finished < len(self.ranks):
+            calls = [f"rank {c.rank.rank} {c.op.lane}#{c.seq} ({c.op.tag}, iteration {c.it}): "
+                     + (f"step {c.k}, {c.waiting} receptions and {c.undelivered} sends open"
+                        if c.t_ack else "not acknowledged") for c in list(self._open)[:6]]
+            raise SimulationError(
+                f"deadlock at t={self.now:.6f} s: {len(self.ranks) - self._finished} ranks did "
+                f"not finish; calls in progress: {'; '.join(calls) or 'none'}; calls pending "
+                f"at the controller: {self.core.pending()[:6]}")
+        return self.records, self.events
+
+    # --------------------------------------------------------------- controller
+
+    def _absorb(self, out: Output) -> None:
+        if out.events:
+            self.events.extend(out.events)
+        for rej in out.rejects:
+            if isinstance(rej.ref, _Call):
+                c = rej.ref
+                raise SimulationError(
+                    f"rank {c.rank.rank} failed in iteration {c.it} at op {c.op.index} "
+                    f"({c.op.tag}, lane {c.lane.name}): the controller refused: {rej.code}: "
+                    f"{rej.message}")
+            raise SimulationError(f"the controller refused a mirrored request: {rej.code}: "
+                                  f"{rej.message}")
+        for dec in out.decisions:
+            for batch in self._batcher.submit(dec):
+                self._begin(batch)
+        for ack in out.acks:
+            if isinstance(ack.ref, _Call):
+                self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
+                continue
+            rep, lane = self._mirror_lane[(ack.rank, ack.group_id)]
+            ops = self.ranks[rep].lanes_by_name[lane].ops
+            t_s = (self._control_s() + self._control_s()
+                   + self._lone_duration_s(ops[ack.seq % len(ops)]))
+            self._at(self.now + t_s, self._mirror_end, ack.rank, ack.group_id, ack.seq, rep,
+                     lane)
+
+    def _begin(self, batch: Batch) -> None:
+        try:
+            results = self.driver.begin(batch.reconfs)
+        except ReconfigurationRejected as exc:
+            _batch, more = self._batcher.finished(batch.batch_id)
+            for dec in batch.decisions:
+                self._absorb(self.core.reconfig_failed(dec.decision_id, str(exc), self.now))
+            for b in more:
+                self._begin(b)
+            return
+        peer = self.peer_port
+        for rc in batch.reconfs:
+            for c in rc.remove:
+                peer.pop((rc.rail, c.port_a), None)
+                peer.pop((rc.rail, c.port_b), None)
+            for c in rc.add:
+                peer[(rc.rail, c.port_a)] = c.port_b
+                peer[(rc.rail, c.port_b)] = c.port_a
+        t_light = max((r.t_light_s for r in results), default=self.now)
+        self._at(t_light + self.net.switch_overhead_s, self._lit, batch, results)
+
+    def _lit(self, batch: Batch, results: list[ApplyResult]) -> None:
+        _batch, more = self._batcher.finished(batch.batch_id)
+        split = batch.split(results)
+        for dec in batch.decisions:
+            self._absorb(self.core.reconfig_done(dec.decision_id, split[dec.decision_id],
+                                                 self.now))
+        for b in more:
+            self._begin(b)
+
+    # -------------------------------------------------------------------- ranks
+
+    def _start_iteration(self, st: _Rank) -> None:
+        st.started += 1
+        st.profile.mark_iteration()
+        st.t_start = self.now
+        lanes = st.lanes if st.started == 0 else st.wait_go
+        st.wait_go = []
+        for lane in lanes:
+            self._advance(lane)
+
+    def _advance(self, lane: _Lane) -> None:
+        """Start the lane's next op if it may run now; otherwise park it where it waits."""
+        st = lane.rank
+        if lane.pos == len(lane.ops):
+            lane.it += 1
+            lane.pos = 0
+            if lane.it >= self.iterations:
+                return
+        it = lane.it
+        if it > st.started:
+            st.wait_go.append(lane)
+            return
+        op = lane.ops[lane.pos]
+        done = st.done[it]
+        for d in op.deps:
+            if not done[d]:
+                st.waiters.setdefault((it, d), []).append(lane)
+                return
+        if op.lane == COMPUTE_LANE:
+            self._at(self.now + op.duration_s, self._compute_end, lane, op, self.now)
+        else:
+            self._call_start(lane, op)
+
+    def _op_done(self, lane: _Lane, op: PlanOp) -> None:
+        st = lane.rank
+        it = lane.it
+        st.done[it][op.index] = 1
+        st.left[it] -= 1
+        lane.pos += 1
+        waiting = st.waiters.pop((it, op.index), None)
+        if waiting:
+            for w in waiting:
+                self._advance(w)
+        self._advance(lane)
+        if not st.left[it]:
+            self._emit(st.rank, ev="iteration", it=it, t_start=st.t_start, t_end=self.now)
+            if it + 1 < self.iterations:
+                self._start_iteration(st)
+            else:
+                self._emit(st.rank, ev="finished", t=self.now,
+                           mispredictions=st.profile.mispredictions)
+                self._finished += 1
+
+    def _compute_end(self, lane: _Lane, op: PlanOp, t_start: float) -> None:
+        self._emit(lane.rank.rank, ev="compute", it=lane.it, i=op.index, t_start=t_start,
+                   t_end=self.now)
+        self._op_done(lane, op)
+
+    # -------------------------------------------------------------------- calls
+
+    def _call_start(self, lane: _Lane, op: PlanOp) -> None:
+        st = lane.rank
+        group = op.lane
+        seq = st.seq.get(group, 0)
+        st.seq[group] = seq + 1
+        st.profile.observe(CallSignature(group, op.kind, op.size_bytes, op.axis))
+        call = _Call(st, lane, op, lane.it, seq, self.now)
+        self._open[call] = None
+        self._at(self.now + self._control_s(), self._intent, call)
+
+    def _intent(self, call: _Call) -> None:
+        op, rank, jid = call.op, call.rank.rank, self.job.job_id
+        for m in self.mirrors.get(rank, ()):  # first: the representative is the last to ask
+            self._absorb(self.core.intent(Intent(jid, m.rank, m.lanes[op.lane], call.seq,
+                                                 op.kind, op.size_bytes, op.axis), self.now))
+        self._absorb(self.core.intent(Intent(jid, rank, op.lane, call.seq, op.kind,
+                                             op.size_bytes, op.axis), self.now, ref=call))
+
+    def _acked(self, call: _Call, reconfigured: bool) -> None:
+        call.t_ack = self.now
+        call.reconfigured = reconfigured
+        self._step(call)
+
+    def _step(self, call: _Call) -> None:
+        """Issue the current step's sends, then wait for its receptions (loops over steps)."""
+        op = call.op
+        steps = op.steps
+        net = self.net
+        st = call.rank
+        while True:
+            now = self.now
+            if call.k >= len(steps):
+                if call.undelivered:
+                    call.finishing = True
+                else:
+                    self._at(now + (net.finish_s if call.conns else 0.0), self._call_end, call)
+                return
+            step = steps[call.k]
+            t = now
+            for peer, n in step.sends:
+                conn = call.conns.get(peer)
+                if conn is None:
+                    conn = call.conns[peer] = _Conn()
+                    t += net.connect_s  # the sender blocks in connect()
+                call.sent += n
+                call.undelivered += 1
+                flow = _Flow(call, peer, call.k, n, conn)
+                if t > now:
+                    self._at(t, self._enqueue, flow)
+                else:
+                    self._enqueue(flow)
+            call.last = t
+            if step.recvs:
+                call.waiting = len(step.recvs)
+                for peer, n in step.recvs:
+                    if peer in self.rep_of:
+                        self._expect_mirror(call, peer, n)
+                        continue
+                    key = (call.it, op.collective_id, peer, call.k)
+                    got = st.inbox.pop(key, None)
+                    if got is None:
+                        st.expect[key] = (call, n)
+                    else:
+                        call.received += got[0]
+                        call.waiting -= 1
+                        if got[1] > call.last:
+                            call.last = got[1]
+                if call.waiting:
+                    return
+                t = call.last + net.step_s
+            call.k += 1
+            if t > now:
+                self._at(t, self._step, call)
+                return
+
+    def _received(self, call: _Call, n: int) -> None:
+        """One reception of the call's current step is complete (now)."""
+        call.received += n
+        call.waiting -= 1
+        if self.now > call.last:
+            call.last = self.now
+        if not call.waiting:
+            call.k += 1
+            self._at(call.last + self.net.step_s, self._step, call)
+
+    def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
+        """A reception from a mirrored rank: done when its representative's sends arrived."""
+        rep = self.ranks[self.rep_of[peer]]
+        tag = call.op.tag
+        counts = self._mirror_sends.get((rep.rank, tag))
+        if counts is None:
+            rop = rep.by_tag[tag]
+            counts = [sum(1 for p, _ in s.sends if p in self.rep_of) for s in rop.steps]
+            self._mirror_sends[(rep.rank, tag)] = counts
+        need = counts[call.k] if call.k < len(counts) else 0
+        key = (call.it, tag, call.k)
+        got = rep.mirror_box.get(key, (0, 0.0))
+        if got[0] >= need:
+            call.received += n
+            call.waiting -= 1
+            if got[1] > call.last:
+                call.last = got[1]
+        else:
+            rep.mirror_wait.setdefault(key, []).append((call, n, need))
+
+    def _enqueue(self, flow: _Flow) -> None:
+        conn = flow.conn
+        if conn.busy:
+            conn.queue.append(flow)
+        else:
+            conn.busy = True
+            self._flow_start(flow)
+
+    def _port_index(self, a: int, b: int) -> tuple[int, int]:
+        """Indices (into each rank's ports) of the ports that carry a -> b."""
+        pa = self.ports[a]
+        k = len(pa)
+        if k == 1:
+            return 0, 0
+        if self.electrical:
+            i = (a + b) % k
+            return i, i
+        rail = a % self.gpus
+        peer, owner = self.peer_port, self.port_owner
+        for i, p in enumerate(pa):
+            q = peer.get((rail, p))
+            if q is not None:
+                o = owner.get((rail, q))
+                if o is not None and o[0] == b:
+                    return i, o[1]
+        return 0, 0
+
+    def _flow_start(self, flow: _Flow) -> None:
+        a = flow.call.rank.rank
+        b = flow.peer
+        ia, ib = self._port_index(a, b)
+        src = self.egress.get((a, ia))
+        if src is None:
+            src = self.egress[(a, ia)] = _Port()
+        key = (self.rep_of.get(b, b), ib)
+        dst = self.ingress.get(key)
+        if dst is None:
+            dst = self.ingress[key] = _Port()
+        flow.src, flow.dst = src, dst
+        flow.t_last = self.now
+        self.counters["flows"] += 1
+        src.flows.append(flow)
+        dst.flows.append(flow)
+        if len(src.flows) == 1 and len(dst.flows) == 1:
+            self._rate(flow)
+        else:
+            self._rerate(src.flows, dst.flows)
+
+    def _rate(self, flow: _Flow) -> None:
+        flow.rate = self.net.payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
+        flow.token += 1
+        self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
+
+    def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
+        now = self.now
+        for f in a + [f for f in b if f not in a]:
+            f.bits = max(0.0, f.bits - f.rate * (now - f.t_last))
+            f.t_last = now
+            self._rate(f)
+
+    def _flow_sent(self, flow: _Flow, token: int) -> None:
+        if token != flow.token:
+            return  # superseded by a rate change
+        src, dst = flow.src, flow.dst
+        src.flows.remove(flow)
+        dst.flows.remove(flow)
+        if src.flows or dst.flows:
+            self._rerate(src.flows, dst.flows)
+        conn = flow.conn
+        if conn.queue:
+            self._flow_start(conn.queue.pop(0))
+        else:
+            conn.busy = False
+        self._at(self.now + self.net.latency_s, self._arrive, flow)
+
+    def _arrive(self, flow: _Flow) -> None:
+        call = flow.call
+        b = flow.peer
+        dst = self.ranks.get(b)
+        if dst is not None:
+            key = (call.it, call.op.collective_id, call.rank.rank, flow.k)
+            waiting = dst.expect.pop(key, None)
+            if waiting is None:
+                dst.inbox[key] = (flow.n, self.now)
+            else:
+                self._received(waiting[0], flow.n)
+        elif b in self.rep_of:
+            st = call.rank
+            key2 = (call.it, call.op.tag, flow.k)
+            count = st.mirror_box.get(key2, (0, 0.0))[0] + 1
+            st.mirror_box[key2] = (count, self.now)
+            waiters = st.mirror_wait.get(key2)
+            if waiters:
+                keep = []
+                for c, n, need in waiters:
+                    if count >= need:
+                        self._received(c, n)
+                    else:
+                        keep.append((c, n, need))
+                st.mirror_wait[key2] = keep
+        call.undelivered -= 1
+        if call.finishing and not call.undelivered:
+            self._at(self.now + self.net.finish_s, self._call_end, call)
+
+    def _call_end(self, call: _Call) -> None:
+        st, op = call.rank, call.op
+        now = self.now
+        nxt = st.profile.predict_next()
+        intent = None
+        if nxt is not None and nxt.group_id != op.lane and self.config.provisioning:
+            intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
+                            nxt.kind, nxt.size_bytes, nxt.axis)
+        self._at(now + self._control_s(), self._complete, call, intent)
+        del self._open[call]
+        self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
+                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.seq,
+                   reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
+                   t_end=now, sent=call.sent, received=call.received,
+                   expected=op.expected_bytes, size_bytes=op.size_bytes,
+                   wire_bytes=op.wire_bytes)
+        self._op_done(call.lane, op)
+
+    def _complete(self, call: _Call, nxt: Intent | None) -> None:
+        op, rank = call.op, call.rank.rank
+        self._absorb(self.core.complete(self.job.job_id, rank, op.lane, call.seq, self.now,
+                                        ref=call, next_intent=nxt))
+        if rank in self.mirrors:
+            self._rep_next[(rank, op.lane, call.seq)] = nxt
+
+    # ---------------------------------------------------------------- mirrored
+
+    def _mirror_end(self, rank: int, lane: str, seq: int, rep: int, rep_lane: str) -> None:
+        """A mirrored rank's call is done: complete it with its representative's prediction."""
+        key = (rep, rep_lane, seq)
+        nxt = None
+        if key in self._rep_next:
+            rep_nxt = self._rep_next[key]
+            mirror = self._mirror_of[rank]
+            if rep_nxt is not None and rep_nxt.group_id in mirror.lanes:
+                nxt = replace(rep_nxt, rank=rank, group_id=mirror.lanes[rep_nxt.group_id])
+        elif self.config.provisioning:
+            self.counters["mirror_unpredicted"] += 1
+        self._absorb(self.core.complete(self.job.job_id, rank, lane, seq, self.now,
+                                        next_intent=nxt))
+
+    def _lone_duration_s(self, op: PlanOp) -> float:
+        """The call's duration from its ack with no other traffic and symmetric peers."""
+        t_s = self._lone_s.get(id(op))
+        if t_s is not None:
+            return t_s
+        net = self.net
+        t_s = 0.0
+        peers: set[int] = set()
+        for step in op.steps:
+            for peer, _ in step.sends:
+                if peer not in peers:
+                    peers.add(peer)
+                    t_s += net.connect_s
+            sizes = [n for _, n in step.sends] + [n for _, n in step.recvs]
+            if sizes:
+                t_s += net.transfer_s(max(sizes)) * max(len(step.sends), len(step.recvs), 1)
+            if step.recvs:
+                t_s += net.step_s
+        if peers:
+            t_s += net.finish_s
+        self._lone_s[id(op)] = t_s
+        return t_s

@@ -1,0 +1,97 @@
+"""The sim backend's analytic rail network and the emulator's measured fixed costs.
+
+A transfer is a flow from the sender's rail port to the
+receiver's rail port (the port whose circuit joins them; on an electrical rail port
+``(a + b) % K`` on both sides, as the emulator routes). Each direction of a port carries
+``link_bps`` of line rate, of which ``goodput`` is payload; flows through a port share it
+equally (a flow's rate is the payload rate over the flow count of its busier port). Flows of one
+call to one peer are one TCP connection: they go out in order. A flow arrives ``latency_s``
+after its last byte left, so a lone 2-member all-gather of ``N`` bytes takes
+``latency_s + 8 N / (goodput * link_bps)`` plus the fixed costs below. The sender does not wait
+for its bytes to leave before it waits for the step's receptions (the socket buffers them).
+
+Fixed costs of the emulator (:data:`EMULATOR_COSTS`; measured on the development
+machine, 4 ranks on userspace Open vSwitch, 2 cores, with :mod:`testbed.experiment.crossval`):
+
+* ``control_s`` + ``control_jitter_s``: one way between a rank and the controller (ZeroMQ over
+  the frontend network plus the service loop): an intent reaches the core, an ack reaches the
+  rank and a completion reaches the core ``control_s`` plus an exponential draw of mean
+  ``control_jitter_s`` after it was sent (measured: p10 0.4 ms, median 0.9-1.3 ms, p90 2-3.6
+  ms). The draws come from a generator seeded by ``seed``: a run is reproducible, and two lanes
+  of a rank that ask at the same instant reach the core in either order, as in the emulator;
+* ``connect_s``: the TCP connect and hello line the sender does, blocking, on a call's first
+  transfer to each peer;
+* ``step_s``: per step with receptions, the framing and the wake-up of the receiving lane;
+* ``finish_s``: the sender's shutdown and wait for the receiver's EOF at the end of a call
+  (connect + finish measured ~2 ms per call and peer, a step ~1 ms);
+* ``switch_overhead_s``: the emulated driver's time beyond the switching delay per decision
+  (request, barrier, light notification; measured ~4.5 ms at 25 ms);
+* ``goodput``: the payload share of the shaped link rate (0.85: TCP/IP headers leave 1448/1514
+  of a frame, ack clocking through HTB and CPU contention the rest; per-call fits gave 0.72-0.91,
+  medians ~0.90, means lower; iteration times add up means).
+
+These grow with the load of the machine (16 ranks on 2 cores measured about twice as much).
+:data:`IDEAL_COSTS` sets them all to zero: the modelled fabric alone (``network.latency_us`` per
+hop, full line rate), which the scale benchmark uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Analytic rail network: per-port rate, per-hop latency and fixed per-call/step costs."""
+
+    link_bps: float
+    latency_s: float = 5e-6
+    goodput: float = 1.0
+    control_s: float = 0.0
+    control_jitter_s: float = 0.0
+    connect_s: float = 0.0
+    step_s: float = 0.0
+    finish_s: float = 0.0
+    switch_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.link_bps <= 0 or not 0 < self.goodput <= 1:
+            raise ValueError(f"link_bps must be > 0 and goodput in (0, 1], got {self.link_bps} "
+                             f"and {self.goodput}")
+        if min(self.latency_s, self.control_s, self.control_jitter_s, self.connect_s,
+               self.step_s, self.finish_s, self.switch_overhead_s) < 0:
+            raise ValueError("network model times must be >= 0")
+
+    @property
+    def payload_bps(self) -> float:
+        return self.link_bps * self.goodput
+
+    def transfer_s(self, n_bytes: int) -> float:
+        """One lone flow of ``n_bytes``: from its first byte out to its arrival."""
+        return self.latency_s + n_bytes * 8 / self.payload_bps
+
+
+#: Costs of the emulator on the development machine (see the module docstring).
+EMULATOR_COSTS: dict[str, float] = {
+    "goodput": 0.85,
+    "extra_latency_s": 0.1e-3,  # veth + userspace OVS hop, on top of network.latency_us
+    "control_s": 0.4e-3,
+    "control_jitter_s": 0.7e-3,
+    "connect_s": 1.0e-3,
+    "step_s": 1.0e-3,
+    "finish_s": 1.0e-3,
+    "switch_overhead_s": 4.5e-3,
+}
+#: The modelled fabric alone.
+IDEAL_COSTS: dict[str, float] = {**dict.fromkeys(EMULATOR_COSTS, 0.0), "goodput": 1.0}
+
+
+def network_model(link_mbps: float, latency_us: float,
+                  costs: Mapping[str, float] = EMULATOR_COSTS) -> NetworkModel:
+    """The model for links of ``link_mbps`` and ``latency_us`` with ``costs`` (as above)."""
+    return NetworkModel(
+        link_bps=link_mbps * 1e6,
+        latency_s=latency_us * 1e-6 + costs.get("extra_latency_s", 0.0),
+        **{k: costs[k] for k in ("goodput", "control_s", "control_jitter_s", "connect_s",
+                                 "step_s", "finish_s", "switch_overhead_s") if k in costs})

@@ -1,0 +1,96 @@
+"""``opus-testbed run --backend sim``: a prepared run on the event engine, no Mininet, no root.
+
+:func:`run_simulated` writes the same results directory as an emulated run
+(:func:`testbed.results.summary.finish_run`), with times in seconds of the virtual clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from controller.job import rail_job_ports
+from testbed.errors import RunError, Say, require_empty_dir, say_stderr
+from testbed.experiment.prepare import Prepared
+from testbed.results import store
+from testbed.results.summary import finish_run
+from testbed.simulator.engine import PlanSimulation, Record, SimulationError
+from testbed.simulator.network import NetworkModel, network_model
+
+
+def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
+                     ) -> PlanSimulation:
+    """A :class:`PlanSimulation` of a prepared run (:func:`testbed.experiment.prepare.prepare`)."""
+    cfg = prep.config
+    cluster = cfg.workload.cluster
+    ports = rail_job_ports(range(prep.schedule.world_size), cluster.gpus_per_server,
+                           cfg.effective_ports_per_rank)
+    job = prep.plan.job("train", ports)
+    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
+                          switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
+                          network=net, gpus_per_server=cluster.gpus_per_server,
+                          seed=seed or cfg.seed)
+
+
+def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
+                  ) -> tuple[list[Record], list[dict[str, Any]]]:
+    """(rank records, controller events) of ``prep`` run on the virtual clock.
+
+    ``network`` defaults to the emulator's model (:func:`network_model` with
+    :data:`EMULATOR_COSTS`) at the run's link rate; ``seed`` (default: the config's
+    ``run.seed``) seeds the simulated OCS.
+    """
+    return build_simulation(prep, seed=seed, network=network).run()
+
+
+def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int = 0,
+                  network: NetworkModel | None = None) -> dict[str, Any]:
+    """Run ``prep`` on the sim backend; writes the results directory as ``run_emulated`` does."""
+    cfg, plan = prep.config, prep.plan
+    require_empty_dir(out)
+    cluster = cfg.workload.cluster
+    world = prep.schedule.world_size
+    rails = cluster.gpus_per_server
+    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ranks").mkdir(exist_ok=True)
+    (out / "experiment.yaml").write_text(cfg.text)
+    manifest = store.start_manifest(
+        out, "sim", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
+        network_model=asdict(net), seed=seed or cfg.seed)
+    say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
+        f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, links "
+        f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
+        f"iterations; results in {out}")
+    t0 = time.monotonic()
+    try:
+        sim = build_simulation(prep, seed=seed, network=net)
+        records, events = sim.run()
+    except SimulationError as exc:
+        manifest.update(status="failed", error=str(exc))
+        store.write_json(out / "manifest.json", manifest)
+        raise RunError(f"{cfg.source}: {exc}") from exc
+    wall_s = time.monotonic() - t0
+    say(f"  simulated {sim.now:.3f} s of virtual time in {wall_s:.1f} s "
+        f"({sim.counters['events']} events)")
+    with (out / "controller-events.jsonl").open("w", encoding="utf-8") as fh:
+        for e in events:
+            fh.write(json.dumps(e, separators=(",", ":")) + "\n")
+    by_rank: dict[int, list[str]] = {r: [] for r in plan.programs}
+    for rec in records:
+        by_rank[int(rec["rank"])].append(json.dumps(rec, separators=(",", ":")))
+    for r, lines in by_rank.items():
+        (out / "ranks" / f"rank{r}.jsonl").write_text("".join(x + "\n" for x in lines))
+        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(
+            {"rank": r, "iterations": cfg.total_iterations,
+             "ops": [op.to_json() for op in plan.programs[r]]}))
+    cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
+    return finish_run(out, prep, records, events, cpu, manifest, wall_s,
+                             num_rails=rails,
+                             ranks_rail0=[r for r in range(world) if r % rails == 0],
+                             backend="sim")

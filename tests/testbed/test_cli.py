@@ -1,0 +1,97 @@
+"""The command line: help for every command, clear errors for bad input, JSON where promised."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.cli.main import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed.cli.main", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("command", ["check", "clean", "demo", "bench", "workload", "run",
+                                     "sweep", "report", "cost", "ocs"])
+def test_every_command_has_help(command: str) -> None:
+    res = run_cli(command, "--help")
+    assert res.returncode == 0 and "usage: opus-testbed" in res.stdout, res.stderr
+
+
+def test_every_benchmark_has_help_and_json() -> None:
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    names = bench._subparsers._group_actions[0].choices
+    assert {"fidelity", "control", "workload", "intents"} <= set(names)
+    for name, parser in names.items():
+        assert "--json" in parser.format_help(), name
+
+
+def test_check_json_lists_each_prerequisite_with_a_verdict() -> None:
+    res = run_cli("check", "--json")
+    data = json.loads(res.stdout)
+    names = {c["name"] for c in data["checks"]}
+    assert {"root", "openvswitch", "mininet.net", "os_ken", "offload"} <= names
+    assert res.returncode == (0 if data["ok"] else 1)
+    assert all(c["ok"] or c["fix"] for c in data["checks"]), "a failed check without a fix hint"
+
+
+def test_bad_benchmark_numbers_are_rejected_with_the_value() -> None:
+    with pytest.raises(SystemExit, match="'1,x'"):
+        main(["bench", "fidelity", "--delays", "1,x"])
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    res = run_cli("frobnicate")
+    assert res.returncode == 2 and "invalid choice" in res.stderr
+
+
+def test_workload_reports_a_bad_key_with_its_position(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    good = (ROOT / "examples/llama3-8b-workload.yaml").read_text().splitlines()
+    line = good.index("  gpu: a100") + 1
+    config.write_text("\n".join([*good[:line], "  colour: blue", *good[line:]]) + "\n")
+    res = run_cli("workload", str(config))
+    assert res.returncode == 2
+    out = res.stderr + res.stdout
+    assert "colour" in out and f"bad.yaml:{line + 1}:" in out, out
+
+
+def test_workload_prints_the_paper_volumes_as_json() -> None:
+    res = run_cli("workload", "examples/llama3-8b-workload.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["model"].lower().startswith("llama3")
+
+
+def test_run_refuses_a_bad_experiment_and_starts_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {servers: 2, gpus_per_server: 1}\n"
+                   "workload: {model: llama3-8b, parallelism: {fsdp: 2}}\nmode: warp\n")
+    out = tmp_path / "out"
+    res = run_cli("run", str(bad), "--out", str(out))
+    assert res.returncode == 2
+    assert "bad.yaml:3:7: mode: must be one of" in res.stderr
+    assert not out.exists()
+
+
+def test_run_refuses_a_cluster_too_big_for_this_machine(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("cluster: {servers: 64, gpus_per_server: 8}\n"
+                   "workload: {model: llama3-8b, parallelism: {tp: 8, fsdp: 64}}\n")
+    res = run_cli("run", str(big), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2
+    assert "512 ranks exceed" in res.stderr and "--backend sim" in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> None:
+    res = run_cli("report", str(tmp_path))
+    assert res.returncode != 0 and "neither a run directory" in res.stderr

@@ -1,1 +1,0 @@
-"""Unit tests of the pure modules (no root, no network)."""
