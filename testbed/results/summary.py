@@ -1,0 +1,90 @@
+"""The end of a run, on either backend: metrics, the fidelity verdict, tables, summary, plots.
+
+:func:`finish_run` turns what the ranks recorded and the controller logged into the results
+directory (:mod:`testbed.results.store`); :func:`summary_text` is the one-screen summary printed
+at the end of ``opus-testbed run``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.experiment.prepare import Prepared
+from testbed.metrics.compute import compute_metrics
+from testbed.metrics.fidelity import judge
+from testbed.results import store
+
+
+def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
+               events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
+               wall_s: float, *, num_rails: int, ranks_rail0: list[int],
+               backend: str = "emu") -> dict[str, Any]:
+    """Metrics, fidelity verdict, tables, summary and plots of a finished run."""
+    cfg = prep.config
+    m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
+                        scale=prep.scale, num_rails=num_rails)
+    compute_rows = [{"rank": r["rank"], "it": r["it"], "op": r["i"], "t_start": r["t_start"],
+                     "t_end": r["t_end"]} for r in records if r.get("ev") == "compute"]
+    for name, rows in (("iterations", m.iterations), ("calls", m.calls),
+                       ("compute", compute_rows), ("windows", m.windows),
+                       ("circuits", m.circuits), ("rails", m.rails)):
+        store.write_csv(out / f"{name}.csv", rows)
+    s = m.summary
+    if backend == "emu":
+        fidelity, reasons = judge(cpu, s["throughput_ratio_median"], s["calls"],
+                                  s["calls_delivered"])
+    else:
+        fidelity, reasons = "ok", []
+    expected_iterations = cfg.total_iterations
+    summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
+               "switching_delay_ms": cfg.switching_delay_ms,
+               "ports_per_rank": cfg.effective_ports_per_rank, "link_mbps": prep.link_mbps,
+               "scale": prep.scale, "world_size": prep.schedule.world_size,
+               "warmup": cfg.warmup, "iterations": cfg.iterations,
+               "all_iterations_completed": s["iterations_completed"] == expected_iterations,
+               **s, "fidelity": fidelity, "fidelity_reasons": reasons, "cpu": cpu,
+               "modeled_iteration_s": prep.modeled_iteration_s, "wall_s": wall_s,
+               "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
+                                     if r.get("ev") == "finished"),
+               "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    store.write_json(out / "summary.json", summary)
+    manifest.update(status="done", finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    store.write_json(out / "manifest.json", manifest)
+    store.render_run(out)
+    return summary
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """The one-screen summary printed at the end of a run."""
+    def f(key: str, fmt: str = "{:.3f}") -> str:
+        v = summary.get(key)
+        return "n/a" if v is None else fmt.format(v)
+
+    lines = [
+        f"== {summary['name']}: {summary['mode']} "
+        f"({summary['switching_delay_ms']:g} ms switching, K={summary['ports_per_rank']}, "
+        f"{summary['backend']}) ==",
+        f"iteration time      {f('iteration_time_s')} s  (mean of {summary['iterations']} after "
+        f"{summary['warmup']} warm-up; each: "
+        + ", ".join(f"{t:.3f}" for t in summary.get("iteration_times_s", [])) + ")",
+    ]
+    if summary.get("baseline_iteration_time_s") is not None:
+        lines.append(f"baseline            {f('baseline_iteration_time_s')} s  -> overhead "
+                     f"{f('overhead_pct', '{:+.2f}')} %")
+    lines += [
+        f"reconfigurations    {summary['reconfigurations']} rail switches "
+        f"({f('reconfigurations_per_iteration', '{:.1f}')} per measured iteration)",
+        f"exposed reconfig    {f('exposed_reconfig_s')} s per iteration waiting on light",
+        f"windows             {summary['windows']} (>1 ms: "
+        f"{f('windows_over_1ms_pct', '{:.0f}')} %, median {f('window_median_s')} s)",
+        f"delivery            {summary['calls_delivered']}/{summary['calls']} calls complete, "
+        f"{summary['bytes_received_scaled']}/{summary['bytes_expected_scaled']} bytes",
+        f"throughput          median {f('throughput_ratio_median', '{:.2f}')} of the configured "
+        f"{summary['link_mbps']:g} Mbit/s",
+        f"fidelity            {summary['fidelity']}"
+        + ("" if not summary.get("fidelity_reasons") else ": "
+           + "; ".join(summary["fidelity_reasons"])),
+    ]
+    return "\n".join(lines)
