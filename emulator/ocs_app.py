@@ -21,10 +21,16 @@ operations into OpenFlow messages, sends them and keeps the time:
   costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss);
 * flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
   operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
-* barrier replies are handled on the datapath's receive thread: the handler is registered on
-  os-ken's ``ofp_event`` service (public ``register_handler``), the same way os-ken answers echo
-  requests inline in ``Datapath._recv_loop``. Through the app's own event queue each reply would
-  wait for a second thread to be scheduled before the rail worker; see :class:`OcsApp`.
+* barrier replies take the app's ordinary ``set_ev_cls`` handler, through the app's event queue
+  and thread, in the ``config`` state too (the set-up barrier can be answered before os-ken's
+  port-description exchange has moved the connection to ``main``). Releasing the rail worker
+  straight from the datapath's receive thread instead (formerly by overriding os-ken's private
+  ``_send_event``) gained nothing measurable on this shared 2-core machine: interleaved runs of
+  ``opus-testbed bench control`` (overhead p50 about 1 ms at 8 ports either way) and ``bench
+  fidelity`` (dark-period error p50 within 0.5 ms of each other, in both directions) differed
+  by less than their run-to-run noise. If it ever matters, os-ken's ``ofp_event`` service takes
+  handlers (``register_handler``) that ``Datapath._recv_loop`` runs inline on the receive
+  thread, as it runs os-ken's echo handler.
 
 The app runs in its own process (:mod:`emulator.ocs_service`); nothing outside this package
 imports os-ken.
@@ -53,7 +59,6 @@ from os_ken.controller.handler import (
     DEAD_DISPATCHER,
     MAIN_DISPATCHER,
     set_ev_cls,
-    set_ev_handler,
 )
 from os_ken.ofproto import ofproto_v1_3
 
@@ -419,14 +424,7 @@ def realtime_priority(priority: int = 10) -> bool:
 
 
 class OcsApp(app_manager.OSKenApp):
-    """The thin os-ken shell: forwards switch events to the :class:`OcsFabric`.
-
-    Barrier replies take one path: :meth:`start` registers a handler for them with os-ken's
-    ``ofp_event`` service, whose handlers ``Datapath._recv_loop`` calls inline on the datapath's
-    receive thread (as it calls os-ken's own echo and hello handlers). The app does not
-    subscribe to barrier replies with ``set_ev_cls``, so they never enter its event queue, and
-    no private os-ken method is overridden.
-    """
+    """The thin os-ken shell: forwards switch events to the :class:`OcsFabric`."""
 
     OFP_VERSIONS: ClassVar[list[int]] = [ofproto_v1_3.OFP_VERSION]
     #: Set by the service before os-ken instantiates the app (os-ken passes no arguments).
@@ -438,24 +436,13 @@ class OcsApp(app_manager.OSKenApp):
             raise RuntimeError("OcsApp.fabric must be set before the app starts")
         self.ocs = OcsApp.fabric
 
-    def start(self) -> Any:
-        # Before the app's event loop runs: set-up, which sends the first barrier, starts there.
-        ofp_service = app_manager.lookup_service_brick(ofp_event.NAME)
-        if ofp_service is None:
-            raise RuntimeError("os-ken's ofp_event service is not loaded")
-        fabric = self.ocs
-
-        @set_ev_handler(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
-        def barrier_reply(ev: Any) -> None:
-            fabric.on_barrier_reply(ev.msg.xid)
-
-        ofp_service.register_handler(ofp_event.EventOFPBarrierReply, barrier_reply)
-        return super().start()
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _barrier_reply(self, ev: Any) -> None:
+        self.ocs.on_barrier_reply(ev.msg.xid)
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev: Any) -> None:
-        # Set-up waits for the bridge's barrier reply: run it aside, so that the other bridges'
-        # events are not held up behind it.
+        # Set-up waits for a barrier reply, which this very event loop delivers: run it aside.
         threading.Thread(target=self.ocs.on_datapath, args=(ev.msg.datapath,),
                          name="ocs-switch-setup", daemon=True).start()
 
