@@ -1,14 +1,17 @@
 """os-ken app (OpenFlow 1.3) that makes every rail bridge behave as an optical circuit switch.
 
-The rules live in :class:`controller.ocs.CrossconnectState`; this module only turns accepted
-reconfigurations into OpenFlow messages and timing:
+What the switch must do is decided in the pure core, :mod:`emulator.ocs_core` (circuits as flow
+pairs, table-miss, set-up, the break-before-make sequence of operations); the one-to-one rule is
+:class:`controller.ocs.CrossconnectState`. This module is the shell: it encodes the core's
+operations into OpenFlow messages, sends them and keeps the time:
 
-* a circuit ``a<->b`` is two flows, ``in_port=a -> output:b`` and ``in_port=b -> output:a``;
-  the table-miss flow drops (no flooding, no learning, no packet-in), and bridges run with
+* each rail has one worker thread fed in the order requests were accepted, so the physical order
+  always matches the order in which the state checked them; bridges run with
   ``fail_mode=secure`` so they never fall back to learning when the app is away;
-* a reconfiguration is break-before-make: delete the flows of the touched ports, barrier (the
-  ports are dark), wait the rail's switching delay, add the new flows, barrier (light), then
-  acknowledge. Flows of untouched ports are never modified;
+* a reconfiguration runs break-before-make: the removals and the dark barrier go out, the worker
+  sleeps until the switching delay has passed, then the additions and the light barrier go out;
+  the acknowledgement waits for both barrier replies. vswitchd applies one connection's messages
+  in order, so the additions can never overtake the removal;
 * the switching time runs from the moment the removal is sent: the data plane goes dark as
   soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
   the same transit to vswitchd;
@@ -16,9 +19,18 @@ reconfigurations into OpenFlow messages and timing:
   unixctl). Without it the datapath keeps the "drop" flow it cached for a dark port until OVS's
   revalidators get round to it, which lit new circuits ~3.5 ms late on this machine. Purging
   costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss);
-* each rail has one worker thread fed in the order requests were accepted, so the physical order
-  always matches the order in which the state checked them;
-* in ``electrical`` mode a rail is an all-to-all learning switch (``NORMAL``), the baseline.
+* flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
+  operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
+* barrier replies take the app's ordinary ``set_ev_cls`` handler, through the app's event queue
+  and thread, in the ``config`` state too (the set-up barrier can be answered before os-ken's
+  port-description exchange has moved the connection to ``main``). Releasing the rail worker
+  straight from the datapath's receive thread instead (formerly by overriding os-ken's private
+  ``_send_event``) gained nothing measurable on this shared 2-core machine: interleaved runs of
+  ``opus-testbed bench control`` (overhead p50 about 1 ms at 8 ports either way) and ``bench
+  fidelity`` (dark-period error p50 within 0.5 ms of each other, in both directions) differed
+  by less than their run-to-run noise. If it ever matters, os-ken's ``ofp_event`` service takes
+  handlers (``register_handler``) that ``Datapath._recv_loop`` runs inline on the receive
+  thread, as it runs os-ken's echo handler.
 
 The app runs in its own process (:mod:`emulator.ocs_service`); nothing outside this package
 imports os-ken.
@@ -31,13 +43,14 @@ import json
 import logging
 import os
 import queue
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -52,19 +65,33 @@ from os_ken.ofproto import ofproto_v1_3
 from controller.ocs import (
     ApplyResult,
     Circuit,
-    CrossconnectState,
     PortState,
     RailDescription,
     Reconfiguration,
-    ReconfigurationRejected,
+)
+from emulator.ocs_core import (
+    CIRCUIT_PRIORITY,
+    Barrier,
+    BarrierKind,
+    DeleteAllFlows,
+    FlowAdd,
+    FlowDelete,
+    FlowOperation,
+    OcsRails,
+    Operation,
+    TableMiss,
+    WaitDelay,
 )
 from emulator.ovs_unixctl import Unixctl, UnixctlError
 
 LOG = logging.getLogger("opus.ocs")
 
-CIRCUIT_PRIORITY = 100
 BARRIER_TIMEOUT_S = 5.0
 SETUP_BARRIER_ATTEMPTS = 4
+#: Byte offset of the transaction id in an OpenFlow header (version, type, length, xid).
+_XID_OFFSET = 4
+
+_PendingBarrier = tuple[int, threading.Event]
 
 
 class SwitchUnavailable(RuntimeError):
@@ -74,12 +101,13 @@ class SwitchUnavailable(RuntimeError):
 @dataclass
 class _Job:
     reconf: Reconfiguration
+    operations: tuple[Operation, ...]
     t_request_s: float
     future: Future[ApplyResult]
 
 
 class OcsFabric:
-    """All rail switches of one emulated network: state, datapaths and per-rail workers."""
+    """All rail switches of one emulated network: the core's state, datapaths, rail workers."""
 
     def __init__(
         self,
@@ -88,18 +116,16 @@ class OcsFabric:
         event_log: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.rails = {r.rail: r for r in rails}
+        self.core = OcsRails(rails)
         self.rail_of_dpid = {dpid: rail for rail, dpid in dpids.items()}
-        self.delay_ms = {r.rail: r.switching_delay_ms for r in rails}
-        self.state = CrossconnectState({r.rail: r.ports for r in rails if r.mode == "ocs"})
         self.clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the core, datapaths and dark ports
         self._datapaths: dict[int, Any] = {}
         self._ready: dict[int, threading.Event] = {r: threading.Event() for r in self.rails}
         self._dark: dict[int, set[int]] = {r: set() for r in self.rails}
         self._queues: dict[int, queue.Queue[_Job | None]] = {r: queue.Queue() for r in self.rails}
         self._barriers: dict[int, threading.Event] = {}
-        self._flow_cache: dict[tuple[int, int, int, bool], bytes] = {}
+        self._message_cache: dict[tuple[int, FlowOperation | type[Barrier]], bytes] = {}
         self._xids = itertools.count(0x40000000)
         self._unixctl = _DatapathFlusher()
         self._log_lock = threading.Lock()
@@ -112,36 +138,35 @@ class OcsFabric:
         for w in self._workers:
             w.start()
 
+    @property
+    def rails(self) -> dict[int, RailDescription]:
+        return self.core.rails
+
+    @property
+    def delay_ms(self) -> dict[int, float]:
+        return self.core.delay_ms
+
     # ---- events from the os-ken app -------------------------------------------------------
 
     def on_datapath(self, datapath: Any) -> None:
-        """A bridge connected: wipe its table and install the mode's base flows and circuits."""
+        """A bridge connected: run the core's set-up on it and wait until it confirms."""
         rail = self.rail_of_dpid.get(datapath.id)
         if rail is None:
             LOG.warning("ignoring unknown datapath %016x", datapath.id)
             return
-        parser = datapath.ofproto_parser
-        ofp = datapath.ofproto
-        datapath.send_msg(parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE,
-                                            table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-                                            out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
-        if self.rails[rail].mode == "electrical":
-            actions = [parser.OFPActionOutput(ofp.OFPP_NORMAL)]
-        else:
-            actions = []  # table miss: drop, as on glass
-        datapath.send_msg(self._flow_add(datapath, 0, parser.OFPMatch(), actions))
         with self._lock:
             self._datapaths[rail] = datapath
-            circuits = self.state.circuits(rail) if rail in self.state.rails else frozenset()
-        self._send_circuits(datapath, circuits, add=True)
+            operations = self.core.setup(rail)
+        pending = self._run(datapath, operations, self.clock())
         for attempt in range(SETUP_BARRIER_ATTEMPTS):  # a loaded machine can be slow to confirm
             try:
-                self._barrier(datapath)
+                self._confirm(datapath, pending)
                 break
             except SwitchUnavailable:
                 if attempt == SETUP_BARRIER_ATTEMPTS - 1:
                     raise
                 LOG.warning("rail %d: setup not confirmed yet, asking again", rail)
+                pending = self._run(datapath, (Barrier(BarrierKind.SETUP),), self.clock())
         self._ready[rail].set()
         self._log({"event": "switch_connected", "rail": rail, "dpid": f"{datapath.id:016x}"})
 
@@ -166,45 +191,33 @@ class OcsFabric:
         return sorted(r for r, ev in self._ready.items() if ev.is_set())
 
     def describe(self) -> list[RailDescription]:
-        return [
-            RailDescription(r.rail, r.ports, self.delay_ms[r.rail], r.mode)
-            for r in self.rails.values()
-        ]
+        return self.core.describe()
 
     def set_delay_ms(self, rail: int, delay_ms: float) -> None:
-        self._require_rail(rail)
-        if delay_ms < 0:
-            raise ValueError(f"rail {rail}: switching delay must be >= 0 ms, got {delay_ms}")
-        self.delay_ms[rail] = float(delay_ms)
+        with self._lock:
+            self.core.set_delay_ms(rail, delay_ms)
 
     def circuits(self, rail: int) -> frozenset[Circuit]:
-        self._require_ocs(rail)
         with self._lock:
-            return self.state.circuits(rail)
+            return self.core.circuits(rail)
 
     def port_states(self, rail: int) -> dict[int, PortState]:
-        self._require_rail(rail)
-        desc = self.rails[rail]
         with self._lock:
-            if desc.mode == "electrical":
-                return dict.fromkeys(desc.ports, PortState.LIT)
-            return self.state.port_states(rail, dark=self._dark[rail])
+            return self.core.port_states(rail, dark=self._dark.get(rail, ()))
 
     def submit(self, reconfs: Sequence[Reconfiguration]) -> list[Future[ApplyResult]]:
         """Check a batch (all-or-nothing), commit it and queue it on the rails' workers."""
         t_request = self.clock()
-        for r in reconfs:
-            self._require_ocs(r.rail)
         with self._lock:
+            for r in reconfs:
+                self.core.require_ocs(r.rail)
             missing = [r.rail for r in reconfs if not self._ready[r.rail].is_set()]
             if missing:
                 raise SwitchUnavailable(f"rail(s) {missing} not connected to the OCS app")
-            self.state.check_all(reconfs)
             futures = []
-            for r in reconfs:
-                self.state.apply(r)
+            for r, operations in zip(reconfs, self.core.accept(reconfs), strict=True):
                 fut: Future[ApplyResult] = Future()
-                self._queues[r.rail].put(_Job(r, t_request, fut))
+                self._queues[r.rail].put(_Job(r, operations, t_request, fut))
                 futures.append(fut)
         return futures
 
@@ -223,16 +236,6 @@ class OcsFabric:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _require_rail(self, rail: int) -> None:
-        if rail not in self.rails:
-            raise ReconfigurationRejected(rail, [], f"no such rail (rails: {sorted(self.rails)})")
-
-    def _require_ocs(self, rail: int) -> None:
-        self._require_rail(rail)
-        if self.rails[rail].mode != "ocs":
-            raise ReconfigurationRejected(
-                rail, [], "rail is an electrical packet switch (baseline): it has no circuits")
-
     def _worker(self, rail: int) -> None:
         realtime_priority()
         q = self._queues[rail]
@@ -247,7 +250,7 @@ class OcsFabric:
 
     def _switch(self, rail: int, job: _Job) -> ApplyResult:
         reconf = job.reconf
-        if reconf.is_empty:
+        if not job.operations:
             now = self.clock()
             return ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, now, now)
         datapath = self._datapaths.get(rail)
@@ -257,87 +260,88 @@ class OcsFabric:
         with self._lock:
             self._dark[rail] |= touched
         try:
-            # The data plane goes dark as soon as vswitchd applies the removal, well before its
-            # barrier reply travels back through os-ken; so the switching time runs from here.
-            # vswitchd applies one connection's messages in order, so the additions sent after
-            # the delay can never overtake the removal; both barriers confirm before the ack.
             t_dark = self.clock()
-            self._send_circuits(datapath, reconf.remove, add=False)
-            removed = self._barrier_start(datapath)
-            self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark})
-            _sleep_until(t_dark + self.delay_ms[rail] / 1e3, self.clock)
-            self._send_circuits(datapath, reconf.add, add=True)
-            lit = self._barrier_start(datapath)
-            self._barrier_wait(datapath, *removed)
-            self._barrier_wait(datapath, *lit)
+            pending = self._run(datapath, job.operations, t_dark)
+            self._confirm(datapath, pending)
             self._unixctl.flush()
             t_light = self.clock()
         finally:
             with self._lock:
                 self._dark[rail] -= touched
+        self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark})
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
         self._log({"event": "light", **result.to_json()})
         return result
 
-    def _flow_add(self, datapath: Any, priority: int, match: Any, actions: list[Any]) -> Any:
-        parser = datapath.ofproto_parser
-        ofp = datapath.ofproto
-        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-        return parser.OFPFlowMod(datapath, priority=priority, match=match, instructions=inst,
-                                 command=ofp.OFPFC_ADD)
+    def _run(self, datapath: Any, operations: Sequence[Operation],
+             t_start_s: float) -> list[_PendingBarrier]:
+        """Send ``operations`` in order; return the barriers whose replies are outstanding.
 
-    def _send_circuits(self, datapath: Any, circuits: Iterable[Circuit], *, add: bool) -> None:
-        """Send the flow mods of ``circuits`` in one write (bytes cached per flow)."""
-        buf = b"".join(self._flow_bytes(datapath, src, dst, add)
-                       for c in sorted(circuits)
-                       for src, dst in ((c.port_a, c.port_b), (c.port_b, c.port_a)))
-        if buf:
-            datapath.send(buf)
-
-    def _flow_bytes(self, datapath: Any, src: int, dst: int, add: bool) -> bytes:
-        """The serialised flow mod for ``in_port=src -> output:dst`` (add or strict delete).
-
-        Serialising through os-ken costs ~0.1 ms per message; circuits recur, so each message
-        is built once per datapath and reused (xid 0: replies are matched by the barrier).
+        Messages between two waits go out in one write. A :class:`WaitDelay` sleeps until its
+        delay has passed since ``t_start_s``; barriers are sent, not waited for (see
+        :meth:`_confirm`).
         """
-        key = (datapath.id, src, dst, add)
-        cached = self._flow_cache.get(key)
-        if cached is not None:
-            return cached
-        parser = datapath.ofproto_parser
-        ofp = datapath.ofproto
-        match = parser.OFPMatch(in_port=src)
-        if add:
-            msg = self._flow_add(datapath, CIRCUIT_PRIORITY, match, [parser.OFPActionOutput(dst)])
-        else:
-            msg = parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE_STRICT,
-                                    priority=CIRCUIT_PRIORITY, match=match,
-                                    out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+        buf = bytearray()
+        pending: list[_PendingBarrier] = []
+        for op in operations:
+            if isinstance(op, WaitDelay):
+                self._send(datapath, buf)
+                _sleep_until(t_start_s + op.delay_ms / 1e3, self.clock)
+            elif isinstance(op, Barrier):
+                xid = next(self._xids) & 0xFFFFFFFF
+                done = threading.Event()
+                self._barriers[xid] = done
+                pending.append((xid, done))
+                buf += self._barrier_bytes(datapath, xid)
+            else:
+                buf += self._message_bytes(datapath, op)
+        self._send(datapath, buf)
+        return pending
+
+    @staticmethod
+    def _send(datapath: Any, buf: bytearray) -> None:
+        if buf:
+            datapath.send(bytes(buf))
+            buf.clear()
+
+    def _confirm(self, datapath: Any, pending: Sequence[_PendingBarrier]) -> None:
+        """Wait for the replies to ``pending`` barriers; SwitchUnavailable after the timeout."""
+        deadline_s = time.monotonic() + BARRIER_TIMEOUT_S
+        try:
+            for _xid, done in pending:
+                if not done.wait(max(0.0, deadline_s - time.monotonic())):
+                    raise SwitchUnavailable(f"datapath {datapath.id:016x} did not confirm "
+                                            f"within {BARRIER_TIMEOUT_S} s")
+        finally:
+            for xid, _done in pending:
+                self._barriers.pop(xid, None)
+
+    def _barrier_bytes(self, datapath: Any, xid: int) -> bytes:
+        """A serialised barrier request with transaction id ``xid`` (template cached)."""
+        template = self._message_cache.get((datapath.id, Barrier))
+        if template is None:
+            msg = datapath.ofproto_parser.OFPBarrierRequest(datapath)
+            template = self._serialise(msg)
+            self._message_cache[(datapath.id, Barrier)] = template
+        out = bytearray(template)
+        struct.pack_into("!I", out, _XID_OFFSET, xid)
+        return bytes(out)
+
+    def _message_bytes(self, datapath: Any, op: FlowOperation) -> bytes:
+        """The serialised flow mod for ``op``, built once per datapath and reused (xid 0:
+        replies are matched by the barriers)."""
+        key = (datapath.id, op)
+        cached = self._message_cache.get(key)
+        if cached is None:
+            cached = self._serialise(_flow_mod(datapath, op))
+            self._message_cache[key] = cached
+        return cached
+
+    @staticmethod
+    def _serialise(msg: Any) -> bytes:
         msg.set_xid(0)
         msg.serialize()
-        data = bytes(msg.buf)
-        self._flow_cache[key] = data
-        return data
-
-    def _barrier(self, datapath: Any) -> None:
-        self._barrier_wait(datapath, *self._barrier_start(datapath))
-
-    def _barrier_start(self, datapath: Any) -> tuple[int, threading.Event]:
-        msg = datapath.ofproto_parser.OFPBarrierRequest(datapath)
-        xid = next(self._xids) & 0xFFFFFFFF
-        msg.set_xid(xid)
-        done = threading.Event()
-        self._barriers[xid] = done
-        datapath.send_msg(msg)
-        return xid, done
-
-    def _barrier_wait(self, datapath: Any, xid: int, done: threading.Event) -> None:
-        try:
-            if not done.wait(BARRIER_TIMEOUT_S):
-                raise SwitchUnavailable(
-                    f"datapath {datapath.id:016x} did not confirm within {BARRIER_TIMEOUT_S} s")
-        finally:
-            self._barriers.pop(xid, None)
+        return bytes(msg.buf)
 
     def _log(self, record: dict[str, Any]) -> None:
         if self._log_file is None:
@@ -348,6 +352,35 @@ class OcsFabric:
             if self._log_file:
                 self._log_file.write(line + "\n")
                 self._log_file.flush()
+
+
+def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
+    """The os-ken message for one of the core's flow operations."""
+    parser = datapath.ofproto_parser
+    ofp = datapath.ofproto
+    if isinstance(op, DeleteAllFlows):
+        return parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                 out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                 match=parser.OFPMatch())
+    if isinstance(op, FlowDelete):
+        return parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE_STRICT,
+                                 priority=CIRCUIT_PRIORITY,
+                                 match=parser.OFPMatch(in_port=op.in_port),
+                                 out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+    if isinstance(op, FlowAdd):
+        priority = CIRCUIT_PRIORITY
+        match = parser.OFPMatch(in_port=op.in_port)
+        actions = [parser.OFPActionOutput(op.out_port)]
+    elif isinstance(op, TableMiss):
+        priority = 0
+        match = parser.OFPMatch()
+        # An empty action list drops, as on glass.
+        actions = [parser.OFPActionOutput(ofp.OFPP_NORMAL)] if op.normal else []
+    else:
+        assert_never(op)
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    return parser.OFPFlowMod(datapath, command=ofp.OFPFC_ADD, priority=priority, match=match,
+                             instructions=inst)
 
 
 class _DatapathFlusher:
@@ -403,23 +436,15 @@ class OcsApp(app_manager.OSKenApp):
             raise RuntimeError("OcsApp.fabric must be set before the app starts")
         self.ocs = OcsApp.fabric
 
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _barrier_reply(self, ev: Any) -> None:
+        self.ocs.on_barrier_reply(ev.msg.xid)
+
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev: Any) -> None:
         # Set-up waits for a barrier reply, which this very event loop delivers: run it aside.
         threading.Thread(target=self.ocs.on_datapath, args=(ev.msg.datapath,),
                          name="ocs-switch-setup", daemon=True).start()
-
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
-    def _barrier_reply(self, ev: Any) -> None:
-        self.ocs.on_barrier_reply(ev.msg.xid)
-
-    def _send_event(self, ev: Any, state: Any) -> None:
-        # Barrier replies release a waiting rail worker straight from the datapath's receive
-        # thread: the detour through this app's event queue and thread cost up to ms.
-        if isinstance(ev, ofp_event.EventOFPBarrierReply):
-            self.ocs.on_barrier_reply(ev.msg.xid)
-            return
-        super()._send_event(ev, state)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _error(self, ev: Any) -> None:
