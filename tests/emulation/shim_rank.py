@@ -115,6 +115,9 @@ def exchange(plan: dict[str, Any], call: dict[str, Any], rnd: int, index: int,
         t.start()
         if stall_after is not None:
             t.join(IO_TIMEOUT_S)
+            if t.is_alive():
+                raise TimeoutError(f"sending {stall_after} bytes to rank {peer} took over "
+                                   f"{IO_TIMEOUT_S} s")
             # report only once the peer's kernel has acknowledged every byte sent, so the peer
             # really is mid-call with part of the data when the test kills us
             deadline = time.monotonic() + IO_TIMEOUT_S
@@ -134,7 +137,9 @@ def exchange(plan: dict[str, Any], call: dict[str, Any], rnd: int, index: int,
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc}"
         t.join(IO_TIMEOUT_S)
-        if send_error and not error:
+        if t.is_alive() and not error:
+            error = f"send: still blocked {IO_TIMEOUT_S} s after the peer's data ended"
+        elif send_error and not error:
             error = f"send: {send_error[0]}"
     ok = bytes(received) == expected and sent == len(out) and not error
     if not ok and not error:

@@ -11,15 +11,17 @@ with one port per rank every call switches the rail.
 from __future__ import annotations
 
 import json
+import signal
+import statistics
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dark_bounds import dark_bound_ms
 
 from controller.events import EventLog
 from controller.job import CommGroup, JobSpec, RankPorts
@@ -68,8 +70,10 @@ class RankProcess:
     def finish(self, timeout_s: float) -> int:
         """Wait for the process and its output; returns the exit code."""
         code = self.proc.wait(timeout=timeout_s)
-        self._out.join(timeout_s)
-        self._err.join(timeout_s)
+        for reader in (self._out, self._err):
+            reader.join(timeout_s)
+            assert not reader.is_alive(), (
+                f"rank {self.rank} exited but its output was still open after {timeout_s} s")
         return code
 
     def describe(self) -> str:
@@ -236,7 +240,16 @@ def test_controller_switches_emulated_rails_for_real_traffic(
         assert counters["rejects"] == 0
         ends = [e for e in svc.events.records if e["event"] == "reconfig_end"]
         assert len(ends) == 2 * rounds * spec.num_rails
-        assert all(e["dark_ms"] >= 10.0 for e in ends), [e["dark_ms"] for e in ends]
+        # Every switch is dark for at least its 10 ms, and on each rail the median switch for at
+        # most the bound: a wrong, doubled or per-circuit delay moves the median. Single switches
+        # are not bounded by it: with 4-8 rank processes and two rails switching at once, this
+        # test measured 10.7-87 ms (once 245 ms) for 10 ms at load 2-7 on this shared 2-core VM,
+        # so a bound per switch failed about one run in three; the per-rail medians were
+        # 11.5-13.4 ms in 8 runs at load 3.7-5.2, over 20 ms in 3 of ~35 earlier runs (load 3-5).
+        for rail in range(spec.num_rails):
+            dark_ms = [e["dark_ms"] for e in ends if e["rail"] == rail]
+            assert min(dark_ms) >= 10.0, dark_ms
+            assert statistics.median(dark_ms) <= dark_bound_ms(10.0), (rail, dark_ms)
         assert not svc.core.pending()
         assert svc.error is None
 
@@ -263,23 +276,21 @@ def test_killed_rank_mid_collective_fails_its_peers_fast(
         assert {c.ports for c in svc.core.active_circuits()} == {
             (net.port(0), net.port(1)), (net.port(2), net.port(3))}
 
-        t_kill = time.monotonic()
         procs[victim].proc.terminate()  # SIGTERM by its own Popen
-        procs[victim].finish(timeout_s=5)
+        assert procs[victim].finish(timeout_s=5) == -signal.SIGTERM, procs[victim].describe()
         survivors = [p for p in procs if p.rank != victim]
 
         def all_rejected() -> bool:
             return all(p.events("rejected") for p in survivors)
 
+        # (10 s only bounds the wait; an ack timeout would be 20 s and end a rank with exit 3)
         wait_for(all_rejected, 10, "every surviving rank to get an error")
-        elapsed = time.monotonic() - t_kill
         for p in survivors:
             assert p.finish(timeout_s=5) == 2, p.describe()
             (rej,) = p.events("rejected")
             assert rej["code"] == "peer_lost", p.describe()
             assert f"rank {victim}" in rej["message"]
             assert (rej["round"], rej["group"]) == (1, "B"), rej
-        assert elapsed < heartbeat_timeout_s + 4, f"peers learned of the loss after {elapsed} s"
 
         # the victim's partner saw its TCP exchange cut in the middle, not a hang
         partner_calls = procs[partner].events("call")
@@ -292,9 +303,15 @@ def test_killed_rank_mid_collective_fails_its_peers_fast(
             if p.rank != partner:
                 assert [c["ok"] for c in p.events("call")] == [True, True, True], p.describe()
 
+        # the loss came from the heartbeat path (the service's session expiry is what emits
+        # rank_lost), and every rejection followed it: the loss, not anything else, failed them
         events = svc.events.records
-        lost = [e for e in events if e["event"] == "rank_lost"]
-        assert [e["rank"] for e in lost] == [victim]
+        lost = [i for i, e in enumerate(events) if e["event"] == "rank_lost"]
+        assert [events[i]["rank"] for i in lost] == [victim]
+        peer_lost = [i for i, e in enumerate(events)
+                     if e["event"] == "error" and e["code"] == "peer_lost"]
+        assert peer_lost and min(peer_lost) > lost[0], [events[i] for i in peer_lost]
+        assert all(f"rank {victim} " in events[i]["message"] for i in peer_lost)
         # the lost rank's running call was released: nothing is pending or protected
         assert not svc.core.pending() and not svc.core.active_circuits()
         check_no_switch_under_a_running_call(events)

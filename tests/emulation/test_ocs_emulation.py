@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from pathlib import Path
 
 import pytest
+from dark_bounds import dark_bound_ms
 
-from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
+from controller.ocs import (
+    ApplyResult,
+    Circuit,
+    PortState,
+    Reconfiguration,
+    ReconfigurationRejected,
+)
 from emulator.dataplane import Recorders, ping_ok, start_stream, tcp_transfer_mbps
-from emulator.network import emulated_rails, wait_for
-from emulator.probe import missing_seqs, probe_arrivals
+from emulator.network import EmulatedRails, emulated_rails, wait_for
+from emulator.probe import dark_gaps_s, missing_seqs, probe_arrivals
 from emulator.topo import RailSpec
+
+
+def rx_packets(net: EmulatedRails, rank: int) -> int:
+    """Frames received on ``rank``'s rail interface (its counter, read in its namespace)."""
+    out = net.cmd(rank, f"ip -s -j link show dev {net.rail_intf(rank)}")
+    return int(json.loads(out[out.index("["):])[0]["stats64"]["rx"]["packets"])
 
 
 def test_ping_and_tcp_across_a_lit_circuit(no_leftovers: list[str]) -> None:
@@ -87,20 +101,27 @@ def test_untouched_circuit_keeps_light_while_others_switch(
             sender = start_stream(net, 0, net.rail_intf(0), duration_s=3600, interval_us=200)
             wait_for(lambda: net.driver.port_states(0)[p[1]] == PortState.LIT, 5, "lit")
             seen_dark: list[dict[int, PortState]] = []
+            results: list[ApplyResult] = []
             peer = p[3]
             for _ in range(3):
                 new = p[4] if peer == p[3] else p[3]
                 reconf = Reconfiguration.of(0, add=[(p[2], new)], remove=[Circuit(0, p[2], peer)])
-                worker = threading.Thread(target=net.driver.apply_many, args=([reconf],))
+                worker = threading.Thread(
+                    target=lambda r=reconf: results.extend(net.driver.apply_many([r])),
+                    daemon=True)
                 worker.start()
                 seen_dark.append(wait_for(
                     lambda: (s := net.driver.port_states(0))[p[2]] == PortState.DARK and s,
                     5, "the switched ports to go dark"))
                 worker.join(timeout=10)
+                assert not worker.is_alive(), "a 100 ms switch still running after 10 s"
                 peer = new
             sender.terminate()
             sender.wait(timeout=5)
             frames = rec.stop()
+        assert len(results) == 3, "a switch failed (its thread's error is above)"
+        assert all(100.0 <= r.dark_ms <= dark_bound_ms(100.0) for r in results), [
+            r.dark_ms for r in results]
         for states in seen_dark:
             assert states[p[0]] == states[p[1]] == PortState.LIT
         arrivals = probe_arrivals(frames[(1, net.rail_intf(1))], stream=1)
@@ -111,16 +132,39 @@ def test_untouched_circuit_keeps_light_while_others_switch(
 
 
 def test_reconfiguration_is_break_before_make_with_the_injected_delay(
-        no_leftovers: list[str]) -> None:
+        tmp_path: Path, no_leftovers: list[str]) -> None:
     spec = RailSpec(servers=3, gpus_per_server=1, link_mbps=None, switching_delay="3d-mems")
+    delay_ms = 15.0  # Table 3's 3D-MEMS
     with emulated_rails(spec) as net:
         no_leftovers.append(net.prefix)
         p0, p1, p2 = net.port(0), net.port(1), net.port(2)
+        assert net.driver.describe()[0].switching_delay_ms == delay_ms
         net.driver.apply(0, add=[(p0, p1)])
-        res = net.driver.apply_many(
-            [Reconfiguration.of(0, add=[(p0, p2)], remove=[Circuit(0, p0, p1)])])[0]
+        # rank 0 streams probe frames over its port while the circuit moves from rank 1 to 2
+        watched = {1: [net.rail_intf(1)], 2: [net.rail_intf(2)]}
+        with Recorders(net, watched, tmp_path) as rec:
+            sender = start_stream(net, 0, net.rail_intf(0), duration_s=3600, interval_us=200)
+            old = rx_packets(net, 1)
+            wait_for(lambda: rx_packets(net, 1) > old + 50, 5, "probe frames on the old circuit")
+            res = net.driver.apply_many(
+                [Reconfiguration.of(0, add=[(p0, p2)], remove=[Circuit(0, p0, p1)])])[0]
+            new = rx_packets(net, 2)
+            wait_for(lambda: rx_packets(net, 2) > new + 50, 5, "probe frames on the new circuit")
+            sender.terminate()
+            sender.wait(timeout=5)
+            frames = rec.stop()
         assert res.t_request_s <= res.t_dark_s < res.t_light_s
-        assert res.dark_ms >= 15.0, f"dark {res.dark_ms:.2f} ms for a 15 ms 3D-MEMS switch"
+        assert delay_ms <= res.dark_ms <= dark_bound_ms(delay_ms), (
+            f"the OCS app reports {res.dark_ms:.2f} ms dark for a {delay_ms} ms switch")
+        # the wire, apart from the app: every frame reached rank 1 before any reached rank 2
+        # (break before make), rank 2's first frame came at least the delay after the app
+        # began the break, and the stream was dark no longer than the bound
+        arrivals = [probe_arrivals(frames[(r, net.rail_intf(r))], stream=1) for r in (1, 2)]
+        (gap_s,) = dark_gaps_s(arrivals)
+        first_new_s = arrivals[1][0][0]
+        assert first_new_s - res.t_dark_s >= delay_ms / 1e3, (
+            f"rank 2 got a frame {(first_new_s - res.t_dark_s) * 1e3:.2f} ms into the switch")
+        assert 0 < gap_s * 1e3 <= dark_bound_ms(delay_ms), f"wire dark {gap_s * 1e3:.2f} ms"
         assert ping_ok(net, 0, 2) and not ping_ok(net, 0, 1)
 
 

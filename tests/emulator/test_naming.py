@@ -128,8 +128,16 @@ def test_rank_and_frontend_addresses_unique_and_in_benchmark_range() -> None:
 
 @pytest.mark.parametrize("slot", [0, 255])
 def test_frontend_addresses_of_extreme_slots_are_valid(slot: int) -> None:
-    ipaddress.ip_address(naming.frontend_address(slot, 249))
-    ipaddress.ip_address(naming.frontend_root_address(slot))
+    """The slot's /24 holds its ranks' and the root's addresses, none a network or broadcast
+    address, all distinct and inside the benchmarking range."""
+    subnet = ipaddress.ip_network(f"198.18.{slot}.0/24")
+    addrs = [naming.frontend_address(slot, r) for r in (0, 249)]
+    addrs.append(naming.frontend_root_address(slot))
+    ips = [ipaddress.ip_address(a) for a in addrs]
+    assert len(set(ips)) == len(ips), addrs
+    for ip in ips:
+        assert ip in subnet and ip in ipaddress.ip_network("198.18.0.0/15"), ip
+        assert ip not in (subnet.network_address, subnet.broadcast_address), ip
 
 
 @pytest.mark.parametrize("rank", [-1, 250, 1000])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,42 +94,69 @@ def test_pid_alive_and_cmdline_of_self() -> None:
     assert runstate.cmdline(2**22 + 12345) == ""
 
 
-def start_sleep() -> subprocess.Popen[bytes]:
-    """A child we own: ``sleep 30`` with a recognisable argument."""
-    return subprocess.Popen(["sleep", "30.0417"])
+SLEEP_ARG = "30.0417"  # recognisable in /proc/PID/cmdline
 
 
-def test_stop_process_refuses_pid_without_marker() -> None:
-    proc = start_sleep()
+class WatchedSleep:
+    """``sleep 30.0417`` started by a shell that prints the sleep's pid, then how it ended.
+
+    The shell is the sleep's parent, so ``stop_process`` cannot reap it, and the shell's
+    ``wait`` reports which signal ended it: an observer apart from the code under test.
+    """
+
+    def __init__(self) -> None:
+        self.shell = subprocess.Popen(
+            ["sh", "-c", f"sleep {SLEEP_ARG} & echo $!; wait $!; echo $?"],
+            stdout=subprocess.PIPE, text=True)
+        assert self.shell.stdout is not None
+        self.pid = int(self.shell.stdout.readline())
+        deadline = time.monotonic() + 10
+        while SLEEP_ARG not in runstate.cmdline(self.pid):  # until exec has replaced sh's image
+            assert time.monotonic() < deadline, f"pid {self.pid} never became sleep {SLEEP_ARG}"
+            time.sleep(0.005)
+
+    def ending_signal(self) -> int:
+        """The signal that ended the sleep, as its parent shell saw it."""
+        out, _ = self.shell.communicate(timeout=10)
+        status = int(out.split()[-1])
+        assert status > 128, f"sleep exited with status {status}, not by a signal"
+        return status - 128
+
+    def close(self) -> None:
+        """End the sleep (if still ours and alive) and its shell."""
+        if SLEEP_ARG in runstate.cmdline(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+        self.shell.communicate(timeout=10)
+
+
+@pytest.fixture
+def watched_sleep() -> Iterator[WatchedSleep]:
+    sleeper = WatchedSleep()
     try:
-        assert not runstate.stop_process(proc.pid, "opus-marker-not-there", timeout_s=0.5)
-        time.sleep(0.05)
-        assert proc.poll() is None, "a process without the marker must not be signalled"
+        yield sleeper
     finally:
-        proc.kill()
-        proc.wait()
+        sleeper.close()
 
 
-def test_stop_process_stops_pid_with_marker() -> None:
-    proc = start_sleep()
-    try:
-        for _ in range(100):  # wait until exec has replaced the forked python image
-            if "30.0417" in runstate.cmdline(proc.pid):
-                break
-            time.sleep(0.01)
-        t0 = time.monotonic()
-        assert runstate.stop_process(proc.pid, "sleep 30.0417", timeout_s=3.0)
-        assert time.monotonic() - t0 < 2.0, "SIGTERM should be enough for sleep"
-        assert proc.wait(timeout=2) is not None
-        assert "30.0417" not in runstate.cmdline(proc.pid)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def test_stop_process_refuses_pid_without_marker(watched_sleep: WatchedSleep) -> None:
+    assert not runstate.stop_process(watched_sleep.pid, "opus-marker-not-there", timeout_s=0.5)
+    # Now end it ourselves with a signal stop_process never sends. A signal it had sent would
+    # have decided the exit already (a default-action fatal signal sets the exit code when it
+    # is sent), and SIGVTALRM is numbered above SIGTERM, so it could not be delivered first.
+    os.kill(watched_sleep.pid, signal.SIGVTALRM)
+    assert watched_sleep.ending_signal() == signal.SIGVTALRM, (
+        "a process without the marker must not be signalled")
+
+
+def test_stop_process_stops_pid_with_marker(watched_sleep: WatchedSleep) -> None:
+    assert runstate.stop_process(watched_sleep.pid, f"sleep {SLEEP_ARG}", timeout_s=3.0)
+    assert SLEEP_ARG not in runstate.cmdline(watched_sleep.pid)
+    ended_by = signal.Signals(watched_sleep.ending_signal())
+    assert ended_by == signal.SIGTERM, f"sleep ended by {ended_by.name}: SIGTERM is enough"
 
 
 def test_stop_process_of_dead_pid_is_false() -> None:
-    proc = start_sleep()
+    proc = subprocess.Popen(["sleep", SLEEP_ARG])
     proc.kill()
     proc.wait()
     assert not runstate.stop_process(proc.pid, "sleep")

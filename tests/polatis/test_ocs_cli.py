@@ -71,7 +71,10 @@ def test_status_connect_disconnect_against_a_simulator(
                   "--size", str(SIZE)]
         assert ocs_cli.main(["connect", "1", "2", *target, "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
-        assert result["added"] == [[1, 2]] and result["request_to_light_ms"] > 0
+        assert result["added"] == [[1, 2]]
+        # the device's 1 ms switch (once per pair over TL1: two for a duplex circuit) plus the
+        # commands' round trips on loopback, 1-11 ms measured on this shared 2-core VM
+        assert 1.0 <= result["request_to_light_ms"] <= 1.0 + 20.0, result
         assert ocs_cli.main(["status", *target, "--json"]) == 0
         (rail,) = json.loads(capsys.readouterr().out)["rails"]
         assert rail["circuits"] == [[1, 2]] and rail["port_states"]["1"] == "lit"

@@ -64,11 +64,54 @@ def test_workload_reports_a_bad_key_with_its_position(tmp_path: Path) -> None:
     assert "colour" in out and f"bad.yaml:{line + 1}:" in out, out
 
 
-def test_workload_prints_the_paper_volumes_as_json() -> None:
+MIB = 2**20
+#: rank 0's rail phases for Llama3-8B TP4 FSDP2 PP2 (DESIGN.md, "Numbers from the paper"):
+#: (axis, kind) -> (calls, MiB per call); the paper's 957 MB and 3829 MB are MiB truncated
+PAPER_PHASES = [(("dp", "allgather"), 1, 957.38), (("pp", "sendrecv"), 16, 64.0),
+                (("dp", "reducescatter"), 1, 3829.50), (("dp", "allreduce"), 1, 0.0),
+                (("pp", "allreduce"), 1, 0.0)]
+
+
+def printed_phases(text: str) -> list[tuple[tuple[str, str], int, float]]:
+    """Rank 0's phase table of ``opus-testbed workload``: ((axis, kind), calls, MiB per call)."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:3] == ["#", "axis", "kind"])
+    rows = []
+    for line in lines[head + 1:]:
+        if not line.strip():
+            break
+        _index, axis, kind, calls, _message, per_call, _wire, _start = line.split()
+        rows.append(((axis, kind), int(calls), float(per_call)))
+    return rows
+
+
+def assert_paper_volumes(phases: list[tuple[tuple[str, str], int, float]]) -> None:
+    """The per-call volumes of the paper: 957 / 3829 MiB on DP, 64 MiB PP, sync < 1 MiB."""
+    assert [(key, calls) for key, calls, _ in phases] == [
+        (key, calls) for key, calls, _ in PAPER_PHASES], phases
+    for (key, _calls, mib), (_key, _, paper_mib) in zip(phases, PAPER_PHASES, strict=True):
+        if key[1] == "allreduce":
+            assert mib < 1, f"{key}: sync all-reduce of {mib} MiB, the paper's is < 1 MB"
+        else:
+            assert mib == pytest.approx(paper_mib, abs=0.01), (key, mib)
+
+
+def test_workload_prints_the_paper_volumes() -> None:
+    res = run_cli("workload", "examples/llama3-8b-workload.yaml")
+    assert res.returncode == 0, res.stderr
+    assert "llama3-8b (8.03 B params) on 16 ranks: tp=4 dp=1 fsdp=2 pp=2" in res.stdout
+    assert_paper_volumes(printed_phases(res.stdout))
+
+
+def test_workload_json_has_the_paper_volumes() -> None:
     res = run_cli("workload", "examples/llama3-8b-workload.yaml", "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
-    assert data["model"].lower().startswith("llama3")
+    assert (data["model"], data["ranks"], data["rank"]) == ("llama3-8b", 16, 0)
+    assert_paper_volumes([((p["axis"], p["kind"]), p["calls"], p["max_call_bytes"] / MIB)
+                          for p in data["phases"]])
+    pp_sizes = {p["kind"]: p["max_call_bytes"] for p in data["phases"] if p["axis"] == "pp"}
+    assert pp_sizes["sendrecv"] == 1 * 8192 * 4096 * 2  # one micro-batch's bf16 activation
 
 
 def test_run_refuses_a_bad_experiment_and_starts_nothing(tmp_path: Path) -> None:
