@@ -59,8 +59,16 @@ class ForgingCore:
         return forged
 
 
-def forged_decision(*reconfs: Reconfiguration) -> Decision:
-    return Decision(99, "j", "forged", 0, reconfs, False)
+def forge_decision_once(event: str, reconf: Reconfiguration) -> Forge:
+    """At the core's first ``event``, a decision 99 (group ``forged``) asking for ``reconf``."""
+    done = []
+
+    def forge(name: str, _args: tuple[Any, ...], _kw: dict[str, Any], out: Output) -> None:
+        if name == event and not done:
+            done.append(True)
+            out.decisions.append(Decision(99, "j", "forged", 0, (reconf,), False))
+
+    return forge
 
 
 def run_forged(sim: PlanSimulation, forge: Forge) -> None:
@@ -73,13 +81,7 @@ def run_forged(sim: PlanSimulation, forge: Forge) -> None:
 def test_a_request_that_cuts_an_active_circuit_fails_the_run() -> None:
     """At the first completion of the DP call (three members still use its circuits) the core
     also asks to remove circuit 1-2 (ranks 0, 1)."""
-    done = []
-
-    def cut(name: str, _args: tuple[Any, ...], _kw: dict[str, Any], out: Output) -> None:
-        if name == "complete" and not done:
-            done.append(True)
-            out.decisions.append(forged_decision(Reconfiguration.of(0, remove=[(1, 2)])))
-
+    cut = forge_decision_once("complete", Reconfiguration.of(0, remove=[(1, 2)]))
     with pytest.raises(SimulationError, match=r"invariant violated: t=0\.01\d+ s: a request for "
                        r"decision\(s\) 99 \(forged#0\) on rail 0 touches port [12] \(circuit "
                        r"[12]<->[12]\), which call\(s\) dp#0 use"):
@@ -110,14 +112,7 @@ def test_an_ack_before_the_light_fails_the_run(when: str, problem: str) -> None:
 def test_a_request_that_gives_a_port_two_peers_fails_the_run() -> None:
     """When the DP circuits light, the core also asks for circuit 1-3: port 1 is rank 0's
     only port and already joined to port 2."""
-    done = []
-
-    def second_peer(name: str, _args: tuple[Any, ...], _kw: dict[str, Any],
-                    out: Output) -> None:
-        if name == "reconfig_done" and not done:
-            done.append(True)
-            out.decisions.append(forged_decision(Reconfiguration.of(0, add=[(1, 3)])))
-
+    second_peer = forge_decision_once("reconfig_done", Reconfiguration.of(0, add=[(1, 3)]))
     with pytest.raises(SimulationError, match=r"t=0\.010000 s: a request for decision\(s\) 99 "
                        r"\(forged#0\) breaks the one-to-one rule: rail 0, port\(s\) 1, 2: port 1 "
                        r"already has peer 2"):
