@@ -58,7 +58,8 @@ def waits_s(calls: list[dict[str, Any]], iteration: int | None = None) -> list[f
 @pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("mode", ["on-demand", "provisioning", "degree-aware"])
 def test_dp_pp_runs_clean(k: int, mode: str) -> None:
-    """Every call is acknowledged once and delivers its bytes (run: checked invariants)."""
+    """Every call is acknowledged once and delivers its bytes; the engine checked the
+    invariants on every request, ack and completion."""
     sim, _calls = run(0.05, mode, k=k)
     assert sim.core.counters["acks"] == CALLS_PER_ITERATION * 4
 
