@@ -261,6 +261,11 @@ class CrossconnectState:
         self._require_rail(rail)
         return self._peer[rail].get(port)
 
+    def peers(self, rail: int) -> Mapping[int, int]:
+        """Port -> peer of every circuit on ``rail``: a live view, for lookups in a loop."""
+        self._require_rail(rail)
+        return self._peer[rail]
+
     def circuits(self, rail: int) -> frozenset[Circuit]:
         self._require_rail(rail)
         return frozenset(Circuit(rail, a, b) for a, b in self._peer[rail].items() if a < b)

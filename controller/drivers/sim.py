@@ -80,6 +80,16 @@ class SimOcsDriver(OcsDriver):
                 if all(self._dark_until.get((rail, p), float("-inf")) <= t for p in c.ports)
             )
 
+    def lit_peer(self, rail: int, port: int, t_s: float | None = None) -> int | None:
+        """The peer of ``port`` if their circuit carries light at ``t_s`` (default: now)."""
+        t = self.clock.now() if t_s is None else t_s
+        with self._lock:
+            peer = self._state.peer(rail, port)
+            dark = self._dark_until
+            if peer is None or max(dark.get((rail, port), t), dark.get((rail, peer), t)) > t:
+                return None
+            return peer
+
     def port_states(self, rail: int) -> dict[int, PortState]:
         t = self.clock.now()
         with self._lock:

@@ -12,6 +12,9 @@ times in seconds of the virtual clock (starting at 0).
 Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
 ``reconfig_done``. As in the controller service, decisions made while their rails switch wait
 and then leave together, one request per rail (:class:`controller.batching.RailBatcher`).
+Every request, ack and completion is checked against the physical invariants (no active
+circuit cut, one-to-one, FCFS per rail: :mod:`testbed.simulator.invariants`); a violation fails
+the run with a :class:`SimulationError` naming it.
 
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simulator.bench`): a simulated rank may stand
 for other ranks of the same program. Its intents are repeated to the core for the ranks it stands
@@ -40,13 +43,15 @@ from controller.job import JobSpec
 from controller.ocs import ApplyResult, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
 
 Record = dict[str, Any]
 
 
 class SimulationError(RuntimeError):
-    """The simulated run could not finish (rejected call, deadlock); the message says where."""
+    """The simulated run could not finish (rejected call, deadlock, broken invariant); the
+    message says where."""
 
 
 # ------------------------------------------------------------------------------- engine
@@ -192,9 +197,7 @@ class PlanSimulation:
         self.rep_of = {m.rank: r for r, ms in self.mirrors.items() for m in ms}
         self._mirror_of = {m.rank: m for ms in self.mirrors.values() for m in ms}
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
-        self.port_owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
-                           for i, p in enumerate(rp.ports)}
-        self.peer_port: dict[tuple[int, int], int] = {}  # (rail, port) -> port (circuits)
+        self.invariants = CircuitInvariants(job, self.driver)
         self.egress: dict[tuple[int, int], _Port] = {}
         self.ingress: dict[tuple[int, int], _Port] = {}
         self.records: list[Record] = []
@@ -237,13 +240,16 @@ class PlanSimulation:
         pop = heapq.heappop
         clock = self.clock
         n = 0
-        while heap:
-            t_s, _, fn, args = pop(heap)
-            if t_s > self.now:
-                self.now = t_s
-                clock.advance_to(t_s)
-            fn(*args)
-            n += 1
+        try:
+            while heap:
+                t_s, _, fn, args = pop(heap)
+                if t_s > self.now:
+                    self.now = t_s
+                    clock.advance_to(t_s)
+                fn(*args)
+                n += 1
+        except InvariantViolation as exc:
+            raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
         if self._finished < len(self.ranks):
             calls = [f"rank {c.rank.rank} {c.op.lane}#{c.seq} ({c.op.tag}, iteration {c.it}): "
@@ -272,6 +278,8 @@ class PlanSimulation:
         for dec in out.decisions:
             for batch in self._batcher.submit(dec):
                 self._begin(batch)
+        if out.acks:
+            self.invariants.acked(out.acks, self.now)
         for ack in out.acks:
             if isinstance(ack.ref, _Call):
                 self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
@@ -284,6 +292,7 @@ class PlanSimulation:
                      lane)
 
     def _begin(self, batch: Batch) -> None:
+        self.invariants.request(batch, self.now)
         try:
             results = self.driver.begin(batch.reconfs)
         except ReconfigurationRejected as exc:
@@ -293,14 +302,7 @@ class PlanSimulation:
             for b in more:
                 self._begin(b)
             return
-        peer = self.peer_port
-        for rc in batch.reconfs:
-            for c in rc.remove:
-                peer.pop((rc.rail, c.port_a), None)
-                peer.pop((rc.rail, c.port_b), None)
-            for c in rc.add:
-                peer[(rc.rail, c.port_a)] = c.port_b
-                peer[(rc.rail, c.port_b)] = c.port_a
+        self.invariants.applied(batch.reconfs)
         t_light = max((r.t_light_s for r in results), default=self.now)
         self._at(t_light + self.net.switch_overhead_s, self._lit, batch, results)
 
@@ -496,15 +498,7 @@ class PlanSimulation:
         if self.electrical:
             i = (a + b) % k
             return i, i
-        rail = a % self.gpus
-        peer, owner = self.peer_port, self.port_owner
-        for i, p in enumerate(pa):
-            q = peer.get((rail, p))
-            if q is not None:
-                o = owner.get((rail, q))
-                if o is not None and o[0] == b:
-                    return i, o[1]
-        return 0, 0
+        return self.invariants.route(a % self.gpus, a, b) or (0, 0)
 
     def _flow_start(self, flow: _Flow) -> None:
         a = flow.call.rank.rank
@@ -603,6 +597,7 @@ class PlanSimulation:
 
     def _complete(self, call: _Call, nxt: Intent | None) -> None:
         op, rank = call.op, call.rank.rank
+        self.invariants.completed(op.lane, call.seq)
         self._absorb(self.core.complete(self.job.job_id, rank, op.lane, call.seq, self.now,
                                         ref=call, next_intent=nxt))
         if rank in self.mirrors:
@@ -621,6 +616,7 @@ class PlanSimulation:
                 nxt = replace(rep_nxt, rank=rank, group_id=mirror.lanes[rep_nxt.group_id])
         elif self.config.provisioning:
             self.counters["mirror_unpredicted"] += 1
+        self.invariants.completed(lane, seq)
         self._absorb(self.core.complete(self.job.job_id, rank, lane, seq, self.now,
                                         next_intent=nxt))
 
