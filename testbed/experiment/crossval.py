@@ -30,22 +30,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from testbed.errors import Say, say_stderr
 from testbed.experiment.config import load_experiment
 from testbed.results import store
-
-Say = Callable[[str], None]
-
-
-def _say_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -125,7 +119,7 @@ def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: fl
 
 
 def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
-                 say: Say = _say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+                 say: Say = say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
     """``{"emu_iteration_s", "sim_iteration_s", "ratio", ...}`` for one experiment file.
 
     Needs root (the emulated run). ``work_dir`` keeps both results directories (``emu/`` and
