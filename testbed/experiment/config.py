@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
+from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import _Doc, _mapping, _typed, parse_workload
@@ -104,8 +105,9 @@ class ExperimentConfig:
                   ("run.warmup", self.warmup >= 0, "must be >= 0"),
                   ("run.ack_timeout_s", self.ack_timeout_s > 0, "must be positive")]
         if self.link_mbps is not None:
-            checks.append(("network.link_mbps", 0 < self.link_mbps <= 1000,
-                           "must be in (0, 1000] Mbit/s (Mininet's HTB limit) or 'auto'"))
+            checks.append(("network.link_mbps", 0 < self.link_mbps <= EMULATOR_MAX_LINK_MBPS,
+                           f"must be in (0, {EMULATOR_MAX_LINK_MBPS:g}] Mbit/s (Mininet's HTB "
+                           "limit) or 'auto'"))
         for key, ok, why in checks:
             if not ok:
                 raise ExperimentError(why, key, self.source)
