@@ -160,9 +160,6 @@ class _State(enum.Enum):
     ACTIVE = "active"
 
 
-_NO_REF = object()
-
-
 @dataclass(eq=False, slots=True)
 class _Instance:
     group: _Group

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.job import RankPorts, rail_job_ports, rank_rail_ports
+from controller.job import rank_rail_ports
 from controller.ocs import RailDescription, resolve_switching_delay_ms
 from emulator import naming
 
@@ -101,11 +101,6 @@ class RailSpec:
         """The K ports of ``rank`` on its rail, in NIC port order."""
         rp = rank_rail_ports(rank, self.gpus_per_server, self.ports_per_rank, self.num_rails)
         return [RankPort(rank, rp.rail, k, port) for k, port in enumerate(rp.ports)]
-
-    def job_ports(self) -> dict[int, RankPorts]:
-        """Every rank's rail ports, as the controller's job names them."""
-        return rail_job_ports(range(self.num_ranks), self.gpus_per_server, self.ports_per_rank,
-                              self.num_rails)
 
     def ports_of_rail(self, rail: int) -> list[RankPort]:
         return [p for r in self.ranks_on_rail(rail) for p in self.rank_ports(r)]

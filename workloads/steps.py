@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 P2P_KINDS = ("send", "recv")
-COLLECTIVE_KINDS = (*RING_KINDS, *P2P_KINDS, "all_to_all")
 ALGORITHM = {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring",
              "send": "pairwise", "recv": "pairwise", "all_to_all": "pairwise_exchange"}
 

@@ -60,7 +60,6 @@ class SimOcsDriver(OcsDriver):
         self._dark_until: dict[tuple[int, int], float] = {}
         self._dark_s: dict[tuple[int, int], float] = {}
         self._lock = threading.Lock()
-        self.history: list[ApplyResult] = []
 
     # ---------------------------------------------------------------- views
 
@@ -124,7 +123,6 @@ class SimOcsDriver(OcsDriver):
                         self._dark_until[key] = t_light
                 res = ApplyResult(r.rail, r.add, r.remove, t_s, t_s, t_light)
                 results.append(res)
-                self.history.append(res)
             return results
 
     def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:

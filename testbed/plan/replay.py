@@ -116,9 +116,6 @@ class ReplayPlan:
             raise PlanError(f"{exc}. Use more ports per rank (ocs.ports_per_rank), or a "
                             "parallelism whose groups form rings on the rails") from exc
 
-    def calls_per_iteration(self) -> int:
-        return sum(1 for ops in self.programs.values() for op in ops if op.is_call)
-
 
 def scaled_bytes(size_bytes: int, scale: float) -> int:
     """Scaled size of a transfer; non-empty transfers keep at least one byte."""

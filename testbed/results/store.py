@@ -31,7 +31,6 @@ import psutil
 
 from testbed.results import plots
 
-TABLES = ("iterations", "calls", "compute", "windows", "circuits", "rails")
 PACKAGES = ("opus-testbed", "os-ken", "pyzmq", "numpy", "matplotlib", "psutil", "PyYAML",
             "ncclient", "asyncssh")
 REPO = Path(__file__).resolve().parents[2]

@@ -233,12 +233,6 @@ class PolatisDriver(OcsDriver):
         with self._faults(link):
             return link.session.power_dbm()
 
-    def resync(self, rail: int | None = None) -> None:
-        """Re-read the cross-connects of one rail (or all) into the controller's view."""
-        for link in [self._link(rail)] if rail is not None else list(self._links.values()):
-            with link.lock:
-                self._resync(link)
-
     def known_circuits(self, rail: int) -> frozenset[Circuit]:
         """The controller's view of ``rail`` (what the last apply or re-read established)."""
         with self._state_lock:
