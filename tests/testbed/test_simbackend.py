@@ -17,12 +17,11 @@ from testbed.experiment.config import ExperimentConfig, parse_experiment
 from testbed.experiment.prepare import Prepared, prepare
 from testbed.experiment.sweep import SweepError, run_sweep, sweep_points
 from testbed.metrics.compute import compute_metrics
-from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step, build_plan
-from testbed.simulator.bench import fast_plan, run_sim_bench
+from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step
+from testbed.simulator.bench import run_sim_bench
 from testbed.simulator.engine import PlanSimulation
 from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, NetworkModel, network_model
 from testbed.simulator.run import run_simulated, simulate_plan
-from workloads import generate_schedule
 
 # FSDP 2 x PP 2 on four single-GPU servers: one rail, the FSDP and PP circuits take turns.
 SMALL = """\
@@ -239,13 +238,6 @@ def test_run_simulated_writes_the_results_directory(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- scale
-
-def test_fast_plan_equals_build_plan() -> None:
-    schedule = generate_schedule(small("on-demand").workload)
-    a = build_plan(schedule, scale=1e-4)
-    b = fast_plan(schedule, scale=1e-4)
-    assert a.programs == b.programs and a.groups == b.groups and a.lanes == b.lanes
-
 
 def test_sim_bench_small_mirrors_agree_with_the_full_rail() -> None:
     full = run_sim_bench(256, mode="baseline", mirror=False)
