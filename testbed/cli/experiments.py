@@ -223,7 +223,7 @@ def register(sub: Any) -> None:
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root, ~2 min)",
+    p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root)",
                        description="Run examples/demo.yaml three times on emulated rails "
                        "(electrical baseline, OCS on demand, OCS with provisioning) and print "
                        "the iteration times side by side.")

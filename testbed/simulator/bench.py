@@ -4,7 +4,7 @@ Parallelism of the Llama 3 paper for that model: TP 8 inside a server (with SP),
 FSDP over the rest (8 at 1024 GPUs, 128 at 16384), 16 micro-batches of one 8192-token
 sequence, 1F1B. Rails: one per local GPU (8), two ports per GPU and rail (a DP or PP ring needs
 two circuits per GPU), 400 Gbit/s per GPU, 25 ms switching, provisioning. The network model is
-the modelled fabric alone (:data:`testbed.simulator.engine.IDEAL_COSTS`): no emulator overheads at
+the modelled fabric alone (:data:`testbed.simulator.network.IDEAL_COSTS`): no emulator overheads at
 this scale. One warm-up iteration (the profiling one) and one measured iteration run.
 
 What is simulated. In the replay model rails are independent: scale-up (TP) collectives are
@@ -15,6 +15,11 @@ own, so rail 0 alone gives the same times as all eight rails. At 1024 GPUs every
 rail 0 (:class:`~testbed.simulator.engine.Mirror`): the controller still sees every intent and
 completion of all 2048 ranks and switches all their circuits, but transfers are simulated for
 the 16 only. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran.
+
+A figure it gave: at 1024 GPUs, on demand at 25 ms (``--gpus 1024 --mode on-demand``), the base
+mode's rule to keep idle circuits of the same parallelism (:mod:`controller.core`) took the rail
+reconfigurations per iteration from 2364 to 460 and the simulated iteration from 63.7 s to
+22.2 s (14.6 s without switching), when it came in.
 
 Plans come from the run's own planner (:class:`testbed.plan.replay.Planner`, :func:`plan_bench`),
 which lowers each program's compute once and a ring collective one member at a time.
