@@ -35,7 +35,7 @@ from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _mapping, _typed, parse_workload
+from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
@@ -175,19 +175,9 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    cfg = ExperimentConfig(**kwargs)
-    try:
-        cfg.validate()
-    except ExperimentError as exc:
-        raise doc.error(exc.field, exc.reason) from exc
-    return cfg
+    return _validated(doc, ExperimentConfig(**kwargs))
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate the experiment file at ``path``."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ExperimentError(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
-    return parse_experiment(text, str(p), p.parent)
+    return _load_file(path, parse_experiment, ExperimentError)

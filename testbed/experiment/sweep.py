@@ -39,6 +39,7 @@ ENGINES = ("process", "ray", "dask")
 COLUMNS = ("mode", "delay_ms", "iteration_time_s", "overhead_pct", "exposed_reconfig_s",
            "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
            "backend", "wall_s", "run_dir", "error")
+EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
 
 
 class SweepError(ValueError):
