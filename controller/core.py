@@ -1,4 +1,4 @@
-r"""The Opus scheduler: a pure core that turns events into decisions (DESIGN.md, principle 1).
+r"""The Opus scheduler: a pure core that turns events into decisions.
 
 Every public method takes the current time ``now`` (seconds) and returns an :class:`Output`:
 acknowledgements and rejections to send to shims, reconfiguration decisions for the OCS driver
@@ -16,7 +16,7 @@ run, which keeps valid programs free of controller-induced deadlock. Life cycle:
     GATHER --all members asked--> QUEUED --plan fits--> SWITCHING --light--> ACTIVE --all done-->
        \-- all asked really and circuits already lit ---------------------> ACTIVE
 
-Rules (paper §4 and the issue):
+Rules (the paper's §4, made precise; where a rule goes beyond the paper it says so):
 
 * a group's demand is a set of rank pairs per rail; each pair needs one circuit between a port of
   each rank, within the ranks' K-port budget (:mod:`controller.job`);
@@ -33,7 +33,8 @@ Rules (paper §4 and the issue):
   least-recently-used first if ports run out): a pipeline stage's send/recv to the previous
   and to the next stage are two comm groups of one parallelism, and tearing one down for the
   other made the paper's "reconfigure when the parallelism changes" switch on every
-  micro-batch (2364 instead of 460 rail reconfigurations per iteration at 1024 GPUs);
+  micro-batch, several times the reconfigurations per iteration (``opus-testbed bench sim
+  --gpus 1024 --mode on-demand`` counts them; its module docstring has the figures);
 * degree-aware mode (beyond the paper): idle circuits stay lit while spare ports exist and are
   evicted least-recently-used first only when ports run out; a call served without switching on
   a rail where its ranks were last used by another group (where the paper's Opus switches, since
@@ -158,9 +159,6 @@ class _State(enum.Enum):
     QUEUED = "queued"
     SWITCHING = "switching"
     ACTIVE = "active"
-
-
-_NO_REF = object()
 
 
 @dataclass(eq=False, slots=True)

@@ -18,7 +18,7 @@ rail gets the ring of its own members, in the same order); ``pairs`` joins membe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 GROUP_KINDS = ("ring", "pairs")
@@ -260,10 +260,3 @@ class JobSpec:
                 raise JobError(f"job {job_id}: group {grp.group_id} listed twice")
             groups[grp.group_id] = grp
         return cls(job_id, ranks, groups)
-
-
-def ring_groups(axis: str, rings: Sequence[Sequence[int]], prefix: str | None = None,
-                kind: str = "ring") -> list[CommGroup]:
-    """Convenience: one group per ring, named ``{prefix or axis}{i}``."""
-    name = prefix if prefix is not None else axis
-    return [CommGroup(f"{name}{i}", axis, tuple(ring), kind) for i, ring in enumerate(rings)]

@@ -12,7 +12,7 @@ under a virtual clock, real hardware):
   raises :class:`ReconfigurationRejected` naming the rail and the ports; nothing changes then;
 * :class:`OcsDriver` is the interface the Opus controller uses for every OCS.
 
-Switching is break-before-make (DESIGN.md, principle 3): the ports a reconfiguration touches go
+Switching is break-before-make, as on glass: the ports a reconfiguration touches go
 dark for the switching time, then the new circuits light; untouched circuits keep their light.
 """
 

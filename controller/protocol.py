@@ -33,8 +33,6 @@ from typing import Any
 
 from controller.core import Intent
 
-PROTOCOL_VERSION = 1
-
 
 class ProtocolError(ValueError):
     """A malformed message; ``code`` is sent back in the error reply."""

@@ -342,7 +342,7 @@ class ControllerService:
 
 
 class ControllerClient:
-    """A small synchronous client for the runner: register jobs, ping, read counters."""
+    """A small synchronous client for the runner: register jobs, read counters."""
 
     def __init__(self, endpoint: str, timeout_s: float = 5.0) -> None:
         self.endpoint = endpoint
@@ -384,9 +384,6 @@ class ControllerClient:
         counters = self.request({"type": "stats"})["counters"]
         assert isinstance(counters, dict)
         return counters
-
-    def ping(self) -> str:
-        return str(self.request({"type": "ping"})["controller"])
 
     def close(self) -> None:
         self._sock.close(0)

@@ -38,8 +38,13 @@ from collections.abc import Iterable
 PREFIX_RE = re.compile(r"^ot[0-9a-f]{3}$")
 #: Any bridge or interface name the project can create (for `clean`).
 OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|fe|root)(-eth\d+)?$")
-MAX_RANKS = 1000
+#: Highest OpenFlow port number on a rail bridge: its interface ``ot1a2r15-eth999`` fills
+#: Linux's IFNAMSIZ (15 characters) with rails up to 15.
 MAX_PORTS_PER_RAIL = 999
+#: Ranks one emulated network can hold. A rail bridge numbers its ports ``server*K + k + 1``;
+#: with one GPU per server and K = 4 ports per rank that reaches ``4 * ranks``, which must stay
+#: within :data:`MAX_PORTS_PER_RAIL` (the frontend addresses would allow 250).
+MAX_EMULATED_RANKS = MAX_PORTS_PER_RAIL // 4
 
 
 def new_prefix(taken: Iterable[str] = ()) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.job import RankPorts, rail_job_ports, rank_rail_ports
+from controller.job import rank_rail_ports
 from controller.ocs import RailDescription, resolve_switching_delay_ms
 from emulator import naming
 
-#: Mininet's TCLink takes Mbit/s and caps HTB at 1000.
-MAX_LINK_MBPS = 1000.0
+#: Hard limit of the emulator's link rate: Mininet's TCLink shapes with HTB in Mbit/s and
+#: ignores rates above 1000.
+EMULATOR_MAX_LINK_MBPS = 1000.0
 MODES = ("ocs", "electrical")
 
 
@@ -54,14 +55,16 @@ class RailSpec:
                             f"got {self.rails}")
         if self.ports_per_rank not in (1, 2, 4):
             problems.append(f"ports_per_rank must be 1, 2 or 4, got {self.ports_per_rank}")
-        if self.link_mbps is not None and not 0 < self.link_mbps <= MAX_LINK_MBPS:
-            problems.append(f"link_mbps must be in (0, {MAX_LINK_MBPS:g}] (Mininet's HTB limit), "
+        if self.link_mbps is not None and not 0 < self.link_mbps <= EMULATOR_MAX_LINK_MBPS:
+            problems.append(f"link_mbps must be in (0, {EMULATOR_MAX_LINK_MBPS:g}] (Mininet's HTB "
+                            "limit), "
                             f"got {self.link_mbps}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
         ranks = self.servers * self.gpus_per_server
-        if ranks > 249:
-            problems.append(f"at most 249 ranks fit one emulated network, got {ranks}")
+        if ranks > naming.MAX_EMULATED_RANKS:
+            problems.append(f"at most {naming.MAX_EMULATED_RANKS} ranks fit one emulated network, "
+                            f"got {ranks}")
         if problems:
             raise ValueError("; ".join(problems))
         delays: list[tuple[int | None, float | str]] = [(None, self.switching_delay)]
@@ -98,11 +101,6 @@ class RailSpec:
         """The K ports of ``rank`` on its rail, in NIC port order."""
         rp = rank_rail_ports(rank, self.gpus_per_server, self.ports_per_rank, self.num_rails)
         return [RankPort(rank, rp.rail, k, port) for k, port in enumerate(rp.ports)]
-
-    def job_ports(self) -> dict[int, RankPorts]:
-        """Every rank's rail ports, as the controller's job names them."""
-        return rail_job_ports(range(self.num_ranks), self.gpus_per_server, self.ports_per_rank,
-                              self.num_rails)
 
     def ports_of_rail(self, rail: int) -> list[RankPort]:
         return [p for r in self.ranks_on_rail(rail) for p in self.rank_ports(r)]

@@ -66,7 +66,3 @@ class Cluster:
     def rail_of(self, rank: int) -> int:
         """Rail (local index) of ``rank``."""
         return rank % self.gpus_per_server
-
-    def rank_at(self, server: int, rail: int) -> int:
-        """The rank at local index ``rail`` of ``server``."""
-        return server * self.gpus_per_server + rail

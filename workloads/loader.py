@@ -20,9 +20,10 @@ keeps its ``line:column`` for error messages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
@@ -206,7 +207,24 @@ def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = 
             kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
-    cfg = WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs)
+    return _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
+
+
+def load_experiment_workload(path: str | Path) -> WorkloadConfig:
+    """Read ``path`` and return its validated workload configuration."""
+    return _load_file(path, parse_workload)
+
+
+class _Validating(Protocol):
+    def validate(self) -> None: ...
+
+
+Config = TypeVar("Config", bound=_Validating)
+Parsed = TypeVar("Parsed")
+
+
+def _validated(doc: _Doc, cfg: Config) -> Config:
+    """``cfg`` once its ``validate()`` passes; a refusal names the key's position in ``doc``."""
     try:
         cfg.validate()
     except WorkloadConfigError as exc:
@@ -214,11 +232,12 @@ def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = 
     return cfg
 
 
-def load_experiment_workload(path: str | Path) -> WorkloadConfig:
-    """Read ``path`` and return its validated workload configuration."""
+def _load_file(path: str | Path, parse: Callable[[str, str, Path], Parsed],
+               error: type[WorkloadConfigError] = WorkloadConfigError) -> Parsed:
+    """``parse(text, file name, folder)`` of the file at ``path``; ``error`` if it is unreadable."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
-        raise WorkloadConfigError(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
-    return parse_workload(text, str(p), p.parent)
+        raise error(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
+    return parse(text, str(p), p.parent)

@@ -162,11 +162,6 @@ def active_params(model: ModelSpec) -> int:
     return total
 
 
-def attention_flops_per_token(model: ModelSpec, seq_len: int) -> int:
-    """Forward FLOPs per token of QK^T and AV in one block (``4 * seq * q_dim``)."""
-    return 4 * seq_len * model.q_dim
-
-
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (

@@ -171,10 +171,6 @@ class Schedule:
         axis, index = _split_group_id(group_id)
         return tuple(int(r) for r in self.groups[axis].ranks[index])
 
-    def group_circuits(self, group_id: str) -> Circuits:
-        """Ring-neighbour circuits per rail of a group (empty inside one server)."""
-        return ring_circuits(self.group_ranks(group_id), self.cluster)
-
     def peer_rank(self, rank: int, stage: int) -> int:
         """The rank at pipeline stage ``stage`` with the same other coordinates as ``rank``."""
         per_stage = self.world_size // self.config.parallel.pp

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 P2P_KINDS = ("send", "recv")
-COLLECTIVE_KINDS = (*RING_KINDS, *P2P_KINDS, "all_to_all")
 ALGORITHM = {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring",
              "send": "pairwise", "recv": "pairwise", "all_to_all": "pairwise_exchange"}
 
@@ -120,19 +119,31 @@ def lower(collective_id: str, kind: str, ranks: tuple[int, ...], sizes: Sequence
             steps.append(tuple(Transfer(ranks[i], ranks[(i + k) % n], splits[i][(i + k) % n])
                                for i in range(n)))
     elif n >= 2:
-        if kind == "all_gather":
-            for k in range(n - 1):
-                steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n], sizes[(i - k) % n])
-                                   for i in range(n)))
-        else:
-            c = chunk_sizes(sizes[0], n)
-            for k in range(n - 1):
-                steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n], c[(i - k - 1) % n])
-                                   for i in range(n)))
-            if kind == "all_reduce":
-                for k in range(n - 1):
-                    steps.append(tuple(Transfer(ranks[i], ranks[(i + 1) % n],
-                                                c[(i - k) % n]) for i in range(n)))
-            elif kind != "reduce_scatter":
-                raise ValueError(f"unknown collective kind {kind!r}")
+        chunks = chunk_sizes(sizes[0], n)
+        sends = [ring_sends(kind, n, i, sizes, chunks) for i in range(n)]
+        steps.extend(tuple(Transfer(ranks[i], ranks[(i + 1) % n], sends[i][k]) for i in range(n))
+                     for k in range(len(sends[0])))
     return StepPlan(collective_id, kind, ALGORITHM[kind], ranks, tuple(steps))
+
+
+def ring_sends(kind: str, n: int, position: int, sizes: Sequence[int],
+               chunks: Sequence[int] | None = None) -> list[int]:
+    """Bytes the member at ring ``position`` of an ``n``-rank ring collective sends, per step.
+
+    It sends them to position ``position + 1`` and, at each step, receives what position
+    ``position - 1`` sends. ``sizes`` as for :func:`lower`; ``chunks`` is
+    ``chunk_sizes(sizes[0], n)`` if the caller has it. :func:`lower` is made of these, and one
+    member's steps need no lowering of the whole collective.
+    """
+    if n < 2:
+        return []
+    i = position
+    if kind == "all_gather":
+        return [sizes[(i - k) % n] for k in range(n - 1)]
+    if kind not in ("reduce_scatter", "all_reduce"):
+        raise ValueError(f"unknown collective kind {kind!r}")
+    c = chunk_sizes(sizes[0], n) if chunks is None else chunks
+    out = [c[(i - k - 1) % n] for k in range(n - 1)]
+    if kind == "all_reduce":
+        out += [c[(i - k) % n] for k in range(n - 1)]
+    return out

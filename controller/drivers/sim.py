@@ -1,14 +1,14 @@
 """A simulated OCS: :class:`~controller.ocs.OcsDriver` under an injectable clock.
 
-Switching follows the physical model of DESIGN.md: a request is checked against the one-to-one
-rule (:class:`~controller.ocs.CrossconnectState`, all-or-nothing across the rails of a batch),
-the touched ports go dark at once, and the new circuits light after the rail's switching time
-(Table 3 technology or a number of ms, plus optional seeded jitter). A port that is dark because
-its old circuit is being removed may be re-targeted by a later request; it stays dark until the
-later light. Dark time is accounted per
-port. :meth:`SimOcsDriver.begin` starts a batch without waiting (for discrete-event simulation);
-:meth:`SimOcsDriver.apply_many` also sleeps on the clock until the light is back, like a real
-driver. Thread-safe: the controller service calls it from worker threads.
+Switching follows the physical model of :mod:`controller.ocs`: a request is checked against the
+one-to-one rule (:class:`~controller.ocs.CrossconnectState`, all-or-nothing across the rails of
+a batch), the touched ports go dark at once, and the new circuits light after the rail's
+switching time (Table 3 technology or a number of ms, plus optional seeded jitter). A port that
+is dark because its old circuit is being removed may be re-targeted by a later request; it stays
+dark until the later light. Dark time is accounted per port. :meth:`SimOcsDriver.begin` starts a
+batch without waiting (for discrete-event simulation); :meth:`SimOcsDriver.apply_many` also
+sleeps on the clock until the light is back, like a real driver. Thread-safe: the controller
+service calls it from worker threads.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ class SimOcsDriver(OcsDriver):
         self._dark_until: dict[tuple[int, int], float] = {}
         self._dark_s: dict[tuple[int, int], float] = {}
         self._lock = threading.Lock()
-        self.history: list[ApplyResult] = []
 
     # ---------------------------------------------------------------- views
 
@@ -134,7 +133,6 @@ class SimOcsDriver(OcsDriver):
                         self._dark_until[key] = t_light
                 res = ApplyResult(r.rail, r.add, r.remove, t_s, t_s, t_light)
                 results.append(res)
-                self.history.append(res)
             return results
 
     def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:

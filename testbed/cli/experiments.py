@@ -6,23 +6,23 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 
 
-def make_say() -> Callable[[str], None]:
+def make_say() -> Say:
     """Progress lines on stderr: rich with timestamps on a terminal, plain lines otherwise."""
     if sys.stderr.isatty():
         from rich.console import Console
 
         console = Console(stderr=True, highlight=False)
         return lambda msg: console.log(msg, markup=False)
-    return lambda msg: print(msg, file=sys.stderr, flush=True)
+    return say_stderr
 
 
 def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
@@ -59,7 +59,7 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
 
 
 def run_one(cfg: ExperimentConfig, out: Path, backend: str,
-            say: Callable[[str], None]) -> dict[str, Any]:
+            say: Say) -> dict[str, Any]:
     from testbed.experiment.prepare import prepare
 
     prep = prepare(cfg, check_capacity=backend == "emu")
@@ -223,7 +223,7 @@ def register(sub: Any) -> None:
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root, ~2 min)",
+    p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root)",
                        description="Run examples/demo.yaml three times on emulated rails "
                        "(electrical baseline, OCS on demand, OCS with provisioning) and print "
                        "the iteration times side by side.")

@@ -19,7 +19,7 @@ examples:
   opus-testbed run examples/llama3-8b.yaml --baseline   # one experiment end to end (root)
   opus-testbed sweep examples/llama3-8b.yaml --delays 0,10,100   # paper Fig. 8 (root)
   opus-testbed report results/DIR    # redraw the plots of a run or sweep
-  opus-testbed demo                  # baseline vs OCS +/- provisioning (root, ~2 min)
+  opus-testbed demo                  # baseline vs OCS +/- provisioning (root)
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)

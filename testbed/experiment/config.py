@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
+from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _mapping, _typed, parse_workload
+from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
@@ -104,8 +105,9 @@ class ExperimentConfig:
                   ("run.warmup", self.warmup >= 0, "must be >= 0"),
                   ("run.ack_timeout_s", self.ack_timeout_s > 0, "must be positive")]
         if self.link_mbps is not None:
-            checks.append(("network.link_mbps", 0 < self.link_mbps <= 1000,
-                           "must be in (0, 1000] Mbit/s (Mininet's HTB limit) or 'auto'"))
+            checks.append(("network.link_mbps", 0 < self.link_mbps <= EMULATOR_MAX_LINK_MBPS,
+                           f"must be in (0, {EMULATOR_MAX_LINK_MBPS:g}] Mbit/s (Mininet's HTB "
+                           "limit) or 'auto'"))
         for key, ok, why in checks:
             if not ok:
                 raise ExperimentError(why, key, self.source)
@@ -173,19 +175,9 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    cfg = ExperimentConfig(**kwargs)
-    try:
-        cfg.validate()
-    except ExperimentError as exc:
-        raise doc.error(exc.field, exc.reason) from exc
-    return cfg
+    return _validated(doc, ExperimentConfig(**kwargs))
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate the experiment file at ``path``."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ExperimentError(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
-    return parse_experiment(text, str(p), p.parent)
+    return _load_file(path, parse_experiment, ExperimentError)

@@ -13,7 +13,7 @@ The simulated side pools the measured iterations of ``sim_seeds`` seeds of the
 control-latency draws; the results directory ``sim/`` is the first seed's run.
 
 It also measures, from the emulated run's records and event log, the constants the sim backend
-uses for the emulator (:data:`testbed.simulator.engine.EMULATOR_COSTS`), so that a machine whose
+uses for the emulator (:data:`testbed.simulator.network.EMULATOR_COSTS`), so that a machine whose
 emulator is faster or slower can be modelled (:func:`measure_costs`):
 
 * ``control_s``: median of intent -> core, ack -> rank and completion -> core;
@@ -23,6 +23,12 @@ emulator is faster or slower can be modelled (:func:`measure_costs`):
   duration (ack to end) of each call shape in the measured iterations to ``a + step_s * steps
   with receptions + connect_finish_s * peers + bytes * 8 / (goodput * link rate)``; rough
   (a handful of shapes, a loaded machine), but it shows when the model's constants are off.
+
+The defaults of ``EMULATOR_COSTS`` come from this benchmark on the development machine (4 ranks,
+userspace Open vSwitch, 2 cores): one way between a rank and the controller p10 0.4 ms, median
+0.9-1.3 ms, p90 2-3.6 ms; connect + finish ~2 ms per call and peer, a step ~1 ms; a switching
+overhead of ~4.5 ms at 25 ms; goodput fits of 0.72-0.91 per call shape (medians ~0.90, means
+lower: the default is 0.85). With 16 ranks on the 2 cores the costs were about twice as large.
 """
 
 from __future__ import annotations
@@ -30,22 +36,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from testbed.errors import Say, say_stderr
 from testbed.experiment.config import load_experiment
 from testbed.results import store
-
-Say = Callable[[str], None]
-
-
-def _say_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -125,7 +125,7 @@ def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: fl
 
 
 def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
-                 say: Say = _say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+                 say: Say = say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
     """``{"emu_iteration_s", "sim_iteration_s", "ratio", ...}`` for one experiment file.
 
     Needs root (the emulated run). ``work_dir`` keeps both results directories (``emu/`` and

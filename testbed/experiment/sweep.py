@@ -23,18 +23,17 @@ the overheads empty.
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig
 from testbed.results import store
 
-Say = Callable[[str], None]
 BACKENDS = ("emu", "sim")
 ENGINES = ("process", "ray", "dask")
 COLUMNS = ("mode", "delay_ms", "iteration_time_s", "overhead_pct", "exposed_reconfig_s",
@@ -45,10 +44,6 @@ EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
 
 class SweepError(ValueError):
     """A sweep that cannot start (bad option, missing engine); nothing was run."""
-
-
-def _say_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _quiet(_msg: str) -> None:
@@ -154,7 +149,7 @@ def _brief(summary: dict[str, Any]) -> str:
 
 
 def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], out: Path,
-              backend: str, workers: int, say: Say = _say_stderr, *,
+              backend: str, workers: int, say: Say = say_stderr, *,
               engine: str = "process") -> list[dict[str, Any]]:
     """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows."""
     if backend not in BACKENDS:

@@ -1,6 +1,7 @@
 """Metrics of a run, from the ranks' records and the controller's event log (pure).
 
-Definitions (times are wall-clock seconds shared by every namespace of the machine):
+Definitions (times are seconds of the run's clock: the wall clock, shared by every namespace
+of the machine, for emulated runs; the virtual clock for simulated ones):
 
 * **iteration time**: iteration ``i`` ends when its last rank finishes it; its time is the end
   of ``i`` minus the end of ``i - 1`` (the first one runs from the first rank's start). The

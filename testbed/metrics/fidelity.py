@@ -28,9 +28,13 @@ from typing import Any
 
 import psutil
 
+from emulator.naming import MAX_EMULATED_RANKS
+
 AGGREGATE_MBPS_PER_CORE = 50.0
 MIN_LINK_MBPS = 2.0
-MAX_LINK_MBPS = 200.0
+#: Ceiling of the calibrated link rate (not a limit of the emulator: that is
+#: :data:`emulator.topo.EMULATOR_MAX_LINK_MBPS`).
+CALIBRATED_MAX_LINK_MBPS = 200.0
 CPU_SATURATED_PCT = 92.0
 #: Mean share of CPU time the hypervisor gave to other guests (steal) above which the run is
 #: degraded: on a shared VM host the emulated links then run below their rate while the guest's
@@ -47,7 +51,7 @@ def calibrated_link_mbps(num_ranks: int, cpus: int | None = None) -> float:
     cores = cpus or os.cpu_count() or 1
     budget = AGGREGATE_MBPS_PER_CORE * cores
     rate = budget / max(1, num_ranks)
-    rate = max(MIN_LINK_MBPS, min(MAX_LINK_MBPS, rate))
+    rate = max(MIN_LINK_MBPS, min(CALIBRATED_MAX_LINK_MBPS, rate))
     return float(round(rate, 1))
 
 
@@ -66,9 +70,9 @@ def capacity_problem(num_ranks: int, cpus: int | None = None,
         psutil.virtual_memory().available / 2**20)
     hints = ("use fewer ranks (a smaller cluster), or the simulation backend "
              "(--backend sim), which has no such limit")
-    if num_ranks > 249:
-        return CapacityProblem(f"{num_ranks} ranks exceed the emulator's limit of 249 ranks per "
-                               f"network; {hints}")
+    if num_ranks > MAX_EMULATED_RANKS:
+        return CapacityProblem(f"{num_ranks} ranks exceed the emulator's limit of "
+                               f"{MAX_EMULATED_RANKS} ranks per network; {hints}")
     if num_ranks > MAX_RANKS_PER_CORE * cores:
         return CapacityProblem(
             f"{num_ranks} ranks on {cores} cores exceed {MAX_RANKS_PER_CORE} ranks per core, "

@@ -10,29 +10,29 @@ after its last byte left, so a lone 2-member all-gather of ``N`` bytes takes
 ``latency_s + 8 N / (goodput * link_bps)`` plus the fixed costs below. The sender does not wait
 for its bytes to leave before it waits for the step's receptions (the socket buffers them).
 
-Fixed costs of the emulator (:data:`EMULATOR_COSTS`; measured on the development
-machine, 4 ranks on userspace Open vSwitch, 2 cores, with :mod:`testbed.experiment.crossval`):
+Fixed costs of the emulator (:data:`EMULATOR_COSTS`), calibrated on the development machine
+(4 ranks on userspace Open vSwitch, 2 cores); ``opus-testbed bench crossval CONFIG`` measures
+them on any machine (``measured_costs`` in its JSON), and its module
+(:mod:`testbed.experiment.crossval`) has the figures behind the defaults:
 
 * ``control_s`` + ``control_jitter_s``: one way between a rank and the controller (ZeroMQ over
   the frontend network plus the service loop): an intent reaches the core, an ack reaches the
   rank and a completion reaches the core ``control_s`` plus an exponential draw of mean
-  ``control_jitter_s`` after it was sent (measured: p10 0.4 ms, median 0.9-1.3 ms, p90 2-3.6
-  ms). The draws come from a generator seeded by ``seed``: a run is reproducible, and two lanes
-  of a rank that ask at the same instant reach the core in either order, as in the emulator;
+  ``control_jitter_s`` after it was sent. The draws come from a generator seeded by ``seed``:
+  a run is reproducible, and two lanes of a rank that ask at the same instant reach the core
+  in either order, as in the emulator;
 * ``connect_s``: the TCP connect and hello line the sender does, blocking, on a call's first
   transfer to each peer;
 * ``step_s``: per step with receptions, the framing and the wake-up of the receiving lane;
-* ``finish_s``: the sender's shutdown and wait for the receiver's EOF at the end of a call
-  (connect + finish measured ~2 ms per call and peer, a step ~1 ms);
+* ``finish_s``: the sender's shutdown and wait for the receiver's EOF at the end of a call;
 * ``switch_overhead_s``: the emulated driver's time beyond the switching delay per decision
-  (request, barrier, light notification; measured ~4.5 ms at 25 ms);
-* ``goodput``: the payload share of the shaped link rate (0.85: TCP/IP headers leave 1448/1514
-  of a frame, ack clocking through HTB and CPU contention the rest; per-call fits gave 0.72-0.91,
-  medians ~0.90, means lower; iteration times add up means).
+  (request, barrier, light notification);
+* ``goodput``: the payload share of the shaped link rate (TCP/IP headers leave 1448/1514 of a
+  frame; ack clocking through HTB and CPU contention take the rest). Iteration times add up
+  calls' mean durations, so it follows the mean of per-call fits, not their median.
 
-These grow with the load of the machine (16 ranks on 2 cores measured about twice as much).
-:data:`IDEAL_COSTS` sets them all to zero: the modelled fabric alone (``network.latency_us`` per
-hop, full line rate), which the scale benchmark uses.
+These grow with the load of the machine. :data:`IDEAL_COSTS` sets them all to zero: the modelled
+fabric alone (``network.latency_us`` per hop, full line rate), which the scale benchmark uses.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class NetworkModel:
         return self.latency_s + n_bytes * 8 / self.payload_bps
 
 
-#: Costs of the emulator on the development machine (see the module docstring).
+#: Costs of the emulator on the development machine (see the module docstring; ``opus-testbed
+#: bench crossval`` measures them again).
 EMULATOR_COSTS: dict[str, float] = {
     "goodput": 0.85,
     "extra_latency_s": 0.1e-3,  # veth + userspace OVS hop, on top of network.latency_us

@@ -40,6 +40,17 @@ def ask(core: OpusCore, rank: int, group: str, seq: int = 0, now: float = 0.0,
     return core.intent(Intent(job, rank, group, seq, "allreduce", 1, ""), now, ref=(rank, group))
 
 
+def a_running(job: JobSpec | None = None) -> OpusCore:
+    """A core with ``job`` (default :func:`line_job`) registered and group a's first call running
+    on its lit circuit: ranks 0 and 1 acknowledged at 0 s."""
+    job = job or line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a")
+    light(core, ask(core, 1, "a"), 0.0)
+    return core
+
+
 def test_first_call_switches_and_second_call_does_not() -> None:
     job = line_job()
     core = OpusCore(rails_for(job))
@@ -62,11 +73,7 @@ def test_first_call_switches_and_second_call_does_not() -> None:
 
 
 def test_active_circuit_is_never_cut_decision_waits() -> None:
-    job = line_job()
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    light(core, ask(core, 1, "a"), 0.0)
+    core = a_running()
     core.complete("j", 0, "a", 0, 0.1)  # rank 1 still runs call a/0 on port 2
     ask(core, 2, "b", now=0.2)
     out = ask(core, 1, "b", now=0.2)
@@ -80,11 +87,7 @@ def test_active_circuit_is_never_cut_decision_waits() -> None:
 
 def test_fcfs_within_group_domain() -> None:
     """b (ready first) and c (ready later) both need rank 1's single port: b goes first."""
-    job = line_job()
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    light(core, ask(core, 1, "a"), 0.0)  # a holds rank 1's port
+    core = a_running()  # a holds rank 1's port
     ask(core, 2, "b", now=0.1)
     ask(core, 3, "c", now=0.1)
     ask(core, 1, "b", now=0.2)  # b ready at 0.2
@@ -100,12 +103,8 @@ def test_fcfs_within_group_domain() -> None:
 
 
 def test_later_request_on_other_ranks_is_not_held_up() -> None:
-    job = line_job(groups=[CommGroup("a", "dp", (0, 1)), CommGroup("b", "pp", (1, 2)),
-                           CommGroup("d", "ep", (3, 4))], n=5)
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    light(core, ask(core, 1, "a"), 0.0)
+    core = a_running(line_job(groups=[CommGroup("a", "dp", (0, 1)), CommGroup("b", "pp", (1, 2)),
+                                      CommGroup("d", "ep", (3, 4))], n=5))
     ask(core, 1, "b", now=0.1)
     ask(core, 2, "b", now=0.1)  # b waits for a
     ask(core, 3, "d", now=0.2)
@@ -208,11 +207,7 @@ def test_job_validation_names_the_problem() -> None:
 
 
 def test_lost_rank_releases_its_calls_and_fails_waiting_peers() -> None:
-    job = line_job()
-    core = OpusCore(rails_for(job))
-    core.register_job(job, 0.0)
-    ask(core, 0, "a")
-    light(core, ask(core, 1, "a"), 0.0)
+    core = a_running()
     core.complete("j", 1, "a", 0, 0.1)
     ask(core, 3, "d", now=0.1)
     ask(core, 1, "b", now=0.2)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from emulator import naming
 
 IFNAMSIZ_MAX = 15  # Linux IFNAMSIZ is 16 including the terminating NUL
-MAX_RANK = 248  # RailSpec allows at most 249 ranks
+MAX_RANK = naming.MAX_EMULATED_RANKS - 1
 MAX_RAIL = 15
 MAX_PORT = naming.MAX_PORTS_PER_RAIL
 MAX_PORT_INDEX = 3  # K <= 4
@@ -111,7 +111,7 @@ def test_new_prefix_raises_when_all_taken() -> None:
 def test_rank_and_frontend_addresses_unique_and_in_benchmark_range() -> None:
     bench = ipaddress.ip_network("198.18.0.0/15")
     slot = 17
-    addrs = [naming.rank_address(r) for r in range(naming.MAX_RANKS)]
+    addrs = [naming.rank_address(r) for r in range(naming.MAX_EMULATED_RANKS)]
     fronts = [naming.frontend_address(slot, r) for r in range(250)]
     root = naming.frontend_root_address(slot)
     everything = [*addrs, *fronts, root]
@@ -150,8 +150,8 @@ MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
 def test_macs_unique_well_formed_and_locally_administered_unicast() -> None:
-    macs = [naming.rail_mac(r, k) for r in range(naming.MAX_RANKS) for k in range(4)]
-    macs += [naming.frontend_mac(r) for r in range(naming.MAX_RANKS)]
+    macs = [naming.rail_mac(r, k) for r in range(naming.MAX_EMULATED_RANKS) for k in range(4)]
+    macs += [naming.frontend_mac(r) for r in range(naming.MAX_EMULATED_RANKS)]
     assert len(macs) == len(set(macs))
     for mac in macs:
         assert MAC_RE.match(mac), mac

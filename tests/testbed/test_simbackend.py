@@ -13,36 +13,25 @@ import pytest
 
 from controller.job import CommGroup, JobSpec, rail_job_ports
 from emulator.topo import RailSpec
-from testbed.experiment.config import ExperimentConfig, parse_experiment
+from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.experiment.prepare import Prepared, prepare
 from testbed.experiment.sweep import SweepError, run_sweep, sweep_points
 from testbed.metrics.compute import compute_metrics
-from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step, build_plan
-from testbed.simulator.bench import fast_plan, run_sim_bench
+from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step
+from testbed.simulator.bench import run_sim_bench
 from testbed.simulator.engine import PlanSimulation
 from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, NetworkModel, network_model
 from testbed.simulator.run import run_simulated, simulate_plan
-from workloads import generate_schedule
 
-# FSDP 2 x PP 2 on four single-GPU servers: one rail, the FSDP and PP circuits take turns.
-SMALL = """\
-name: sim-small
-cluster: {servers: 4, gpus_per_server: 1}
-workload:
-  model: {name: sim-dense, vocab_size: 32000, hidden_size: 2048, n_layers: 8, n_heads: 16,
-          n_kv_heads: 4, ffn_hidden_size: 8192}
-  seq_len: 2048
-  num_microbatches: 2
-  parallelism: {tp: 1, fsdp: 2, pp: 2, fsdp_unit: stage}
-mode: on-demand
-ocs: {switching_delay: 25}
-run: {iterations: 2, warmup: 1}
-network: {link_mbps: 8, rail_gbps: 50}
-"""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def small(mode: str) -> ExperimentConfig:
-    return parse_experiment(SMALL).replace(mode=mode)
+def small(mode: str = "on-demand") -> ExperimentConfig:
+    """The CI smoke test's job (FSDP 2 x PP 2 on four single-GPU servers: one rail, the FSDP and
+    PP circuits take turns), on demand at 25 ms, on slow links and a 50 Gbit/s rail."""
+    return load_experiment(EXAMPLES / "tiny.yaml").replace(
+        name="sim-small", mode=mode, switching_delay=25.0, iterations=2, warmup=1,
+        link_mbps=8.0, rail_gbps=50.0)
 
 
 def prep_of(mode: str) -> Prepared:
@@ -240,13 +229,6 @@ def test_run_simulated_writes_the_results_directory(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- scale
 
-def test_fast_plan_equals_build_plan() -> None:
-    schedule = generate_schedule(small("on-demand").workload)
-    a = build_plan(schedule, scale=1e-4)
-    b = fast_plan(schedule, scale=1e-4)
-    assert a.programs == b.programs and a.groups == b.groups and a.lanes == b.lanes
-
-
 def test_sim_bench_small_mirrors_agree_with_the_full_rail() -> None:
     full = run_sim_bench(256, mode="baseline", mirror=False)
     mirrored = run_sim_bench(256, mode="baseline", mirror=True)
@@ -269,7 +251,7 @@ def test_points_run_the_baseline_once() -> None:
 
 
 def test_sim_sweep_in_parallel(tmp_path: Path) -> None:
-    cfg = parse_experiment(SMALL)
+    cfg = small()
     out = tmp_path / "sweep"
     rows = run_sweep(cfg, [5.0, 50.0], ["on-demand", "provisioning"], out, "sim", 2,
                      lambda _m: None)
@@ -297,7 +279,7 @@ def test_sim_sweep_in_parallel(tmp_path: Path) -> None:
 
 
 def test_sweep_refuses_bad_options(tmp_path: Path) -> None:
-    cfg = parse_experiment(SMALL)
+    cfg = small()
     with pytest.raises(SweepError, match="backend"):
         run_sweep(cfg, [5], ["on-demand"], tmp_path / "a", "gpu", 1, lambda _m: None)
     with pytest.raises(SweepError, match="one at a time"):
@@ -307,7 +289,7 @@ def test_sweep_refuses_bad_options(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="ray is installed")
 def test_missing_engine_names_the_extra(tmp_path: Path) -> None:
-    cfg = parse_experiment(SMALL)
+    cfg = small()
     with pytest.raises(SweepError, match=r"opus-testbed\[ray\]"):
         run_sweep(cfg, [5], ["on-demand"], tmp_path / "c", "sim", 1, lambda _m: None,
                   engine="ray")

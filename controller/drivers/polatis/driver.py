@@ -29,20 +29,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from controller import ocs
 from controller.drivers.polatis.errors import DeviceMismatch, DeviceRejected, PolatisError
 from controller.drivers.polatis.ports import DeviceView, PortMap
 from controller.drivers.polatis.session import DeviceInfo, DeviceSession
-from controller.ocs import (
-    ApplyResult,
-    Circuit,
-    CrossconnectState,
-    OcsDriver,
-    PortState,
-    RailDescription,
-    Reconfiguration,
-    ReconfigurationRejected,
-    resolve_switching_delay_ms,
-)
 
 #: A monitor reading below this is no light (the simulator reads about -60 dBm when dark).
 DEFAULT_DARK_BELOW_DBM = -40.0
@@ -67,7 +57,7 @@ class _Link:
     info: DeviceInfo | None = None
     portmap: PortMap | None = None
     dirty: bool = True
-    inflight: Reconfiguration | None = None  # the edit being sent, if any
+    inflight: ocs.Reconfiguration | None = None  # the edit being sent, if any
     stray: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     @property
@@ -84,7 +74,7 @@ class _Link:
         return self.portmap
 
 
-class PolatisDriver(OcsDriver):
+class PolatisDriver(ocs.OcsDriver):
     """Rails of Polatis switches (NETCONF or TL1 sessions); connects in the constructor."""
 
     def __init__(self, devices: Sequence[RailDevice], *,
@@ -94,14 +84,14 @@ class PolatisDriver(OcsDriver):
             raise ValueError(f"need one device per rail, got rails {rails}")
         self.clock = clock
         self._links = {d.rail: _Link(d) for d in sorted(devices, key=lambda d: d.rail)}
-        self._delay_ms = {d.rail: resolve_switching_delay_ms(d.switching_delay)
+        self._delay_ms = {d.rail: ocs.resolve_switching_delay_ms(d.switching_delay)
                           for d in devices}
         self._state_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         try:
             for link in self._links.values():
                 self._open(link)
-            self._state = CrossconnectState(
+            self._state = ocs.CrossconnectState(
                 {rail: link.pm.ports for rail, link in self._links.items()})
             for link in self._links.values():
                 self._resync(link)
@@ -111,11 +101,11 @@ class PolatisDriver(OcsDriver):
 
     # --- OcsDriver ---------------------------------------------------------------------------
 
-    def describe(self) -> list[RailDescription]:
-        return [RailDescription(rail, link.pm.ports, self._delay_ms[rail], "ocs")
+    def describe(self) -> list[ocs.RailDescription]:
+        return [ocs.RailDescription(rail, link.pm.ports, self._delay_ms[rail], "ocs")
                 for rail, link in self._links.items()]
 
-    def circuits(self, rail: int) -> frozenset[Circuit]:
+    def circuits(self, rail: int) -> frozenset[ocs.Circuit]:
         """The full duplex circuits on the device now (one-way strays are not circuits)."""
         link = self._link(rail)
         with self._reading(link) as busy:
@@ -123,7 +113,7 @@ class PolatisDriver(OcsDriver):
                 return self._view(link)[0]
             return self._read_pairs(link).circuits
 
-    def port_states(self, rail: int) -> dict[int, PortState]:
+    def port_states(self, rail: int) -> dict[int, ocs.PortState]:
         """Light per rail port, from the device's cross-connects, monitors and port status.
 
         While an edit is in flight on the rail the device session is busy (NETCONF replies
@@ -135,29 +125,30 @@ class PolatisDriver(OcsDriver):
             if busy:
                 circuits, switching = self._view(link)
                 ends = {p for c in circuits for p in c.ports}
-                return {p: PortState.DARK if p in switching else
-                        PortState.LIT if p in ends else PortState.IDLE for p in link.pm.ports}
+                return {p: ocs.PortState.DARK if p in switching else
+                        ocs.PortState.LIT if p in ends else ocs.PortState.IDLE
+                        for p in link.pm.ports}
             view = self._read_pairs(link)
             threshold = link.device.dark_below_dbm
             with self._faults(link):
                 power = link.session.power_dbm() if threshold is not None else {}
                 status = link.session.port_status()
         peers = {p for c in view.circuits for p in c.ports}
-        out: dict[int, PortState] = {}
+        out: dict[int, ocs.PortState] = {}
         for p in link.pm.ports:
             ingress, egress = link.pm.ingress(p), link.pm.egress(p)
             failed = "FAILED" in (status.get(ingress), status.get(egress))
             if failed or p in view.stray:
-                out[p] = PortState.DARK
+                out[p] = ocs.PortState.DARK
             elif p in peers:
                 reading = power.get(egress)
                 dark = threshold is not None and reading is not None and reading < threshold
-                out[p] = PortState.DARK if dark else PortState.LIT
+                out[p] = ocs.PortState.DARK if dark else ocs.PortState.LIT
             else:
-                out[p] = PortState.IDLE
+                out[p] = ocs.PortState.IDLE
         return out
 
-    def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:
+    def apply_many(self, reconfs: Sequence[ocs.Reconfiguration]) -> list[ocs.ApplyResult]:
         reconfs = list(reconfs)
         links = [self._links[r] for r in sorted({r.rail for r in reconfs}) if r in self._links]
         with contextlib.ExitStack() as stack:
@@ -169,7 +160,7 @@ class PolatisDriver(OcsDriver):
             with self._state_lock:
                 self._state.check_all(reconfs)
             work = [r for r in reconfs if not r.is_empty]
-            results: dict[int, ApplyResult] = {}
+            results: dict[int, ocs.ApplyResult] = {}
             errors: dict[int, BaseException] = {}
             if len(work) > 1:
                 if self._pool is None:
@@ -194,7 +185,7 @@ class PolatisDriver(OcsDriver):
                                    f"rails {sorted(errors)} failed and were re-read")
                 raise first
         now = self.clock()
-        return [results.get(r.rail) or ApplyResult(r.rail, r.add, r.remove, now, now, now)
+        return [results.get(r.rail) or ocs.ApplyResult(r.rail, r.add, r.remove, now, now, now)
                 for r in reconfs]
 
     def __enter__(self) -> PolatisDriver:
@@ -233,13 +224,7 @@ class PolatisDriver(OcsDriver):
         with self._faults(link):
             return link.session.power_dbm()
 
-    def resync(self, rail: int | None = None) -> None:
-        """Re-read the cross-connects of one rail (or all) into the controller's view."""
-        for link in [self._link(rail)] if rail is not None else list(self._links.values()):
-            with link.lock:
-                self._resync(link)
-
-    def known_circuits(self, rail: int) -> frozenset[Circuit]:
+    def known_circuits(self, rail: int) -> frozenset[ocs.Circuit]:
         """The controller's view of ``rail`` (what the last apply or re-read established)."""
         with self._state_lock:
             return self._state.circuits(rail)
@@ -253,7 +238,7 @@ class PolatisDriver(OcsDriver):
     def _link(self, rail: int) -> _Link:
         link = self._links.get(rail)
         if link is None:
-            raise ReconfigurationRejected(rail, [], f"no such rail (rails: {self.rails})")
+            raise ocs.ReconfigurationRejected(rail, [], f"no such rail (rails: {self.rails})")
         return link
 
     def _open(self, link: _Link) -> None:
@@ -314,7 +299,7 @@ class PolatisDriver(OcsDriver):
             self._state.apply(self._state.diff_to(link.rail, view.circuits))
         link.stray = view.stray
 
-    def _view(self, link: _Link) -> tuple[frozenset[Circuit], frozenset[int]]:
+    def _view(self, link: _Link) -> tuple[frozenset[ocs.Circuit], frozenset[int]]:
         """Circuits (lit or being switched on) and dark ports by the view, edit in flight."""
         with self._state_lock:
             circuits = self._state.circuits(link.rail)
@@ -333,7 +318,7 @@ class PolatisDriver(OcsDriver):
             link.dirty = True
             raise
 
-    def _switch(self, reconf: Reconfiguration) -> ApplyResult:
+    def _switch(self, reconf: ocs.Reconfiguration) -> ocs.ApplyResult:
         """Send one rail's batch; on a fault, re-read the device and re-raise (lock held)."""
         link = self._links[reconf.rail]
         pm = link.pm
@@ -372,4 +357,5 @@ class PolatisDriver(OcsDriver):
             link.inflight = None
         left = {p: tuple(x for x in v if x[0] not in delete) for p, v in link.stray.items()}
         link.stray = {p: v for p, v in left.items() if v}
-        return ApplyResult(reconf.rail, reconf.add, reconf.remove, t_request, t_request, t_light)
+        return ocs.ApplyResult(reconf.rail, reconf.add, reconf.remove, t_request, t_request,
+                               t_light)

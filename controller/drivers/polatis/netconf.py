@@ -20,16 +20,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from controller.drivers.polatis import xml
-from controller.drivers.polatis.errors import (
-    DeviceAuthError,
-    DeviceProtocolError,
-    DeviceRejected,
-    DeviceSessionLost,
-    DeviceTimeout,
-    DeviceUnreachable,
-    PolatisError,
-)
+from controller.drivers.polatis import errors, xml
 from controller.drivers.polatis.session import DeviceInfo, DeviceSession
 
 DEFAULT_PORT = 830
@@ -42,13 +33,9 @@ class NetconfSession(DeviceSession):
 
     def __init__(self, host: str, port: int = DEFAULT_PORT, *, username: str, password: str,
                  timeout_s: float = 10.0, hostkey_verify: bool = False) -> None:
-        self.host = host
-        self.port = port
-        self.username = username
-        self._password = password
-        self.timeout_s = timeout_s
+        super().__init__("netconf", host, port, username=username, password=password,
+                         timeout_s=timeout_s)
         self.hostkey_verify = hostkey_verify
-        self.name = f"polatis-netconf {host}:{port}"
         self.revision: str | None = None
         self.list_name = "pair"
         self._mgr: Any = None
@@ -71,18 +58,19 @@ class NetconfSession(DeviceSession):
                 password=self._password, hostkey_verify=self.hostkey_verify,
                 look_for_keys=False, allow_agent=False, timeout=self.timeout_s)
         except AuthenticationError as exc:
-            raise DeviceAuthError(self.name, f"login as {self.username!r} refused") from exc
+            raise errors.DeviceAuthError(self.name, f"login as {self.username!r} refused") from exc
         except SSHError as exc:
-            raise DeviceUnreachable(self.name, f"cannot open an SSH session: {exc}") from exc
+            raise errors.DeviceUnreachable(self.name, f"cannot open an SSH session: {exc}") from exc
         except (TransportError, OSError) as exc:
-            raise DeviceUnreachable(self.name, f"NETCONF session failed: {exc}") from exc
+            raise errors.DeviceUnreachable(self.name, f"NETCONF session failed: {exc}") from exc
         self._mgr.timeout = self.timeout_s
         caps = [str(c) for c in self._mgr.server_capabilities]
         revision = xml.optical_switch_revision(caps)
         if revision is None:
             self.close()
-            raise DeviceProtocolError(self.name, "hello does not announce the optical-switch "
-                                      f"YANG module ({xml.OPSW_NS}); not a Polatis switch?")
+            raise errors.DeviceProtocolError(
+                self.name, "hello does not announce the optical-switch YANG module "
+                f"({xml.OPSW_NS}); not a Polatis switch?")
         self.revision = revision
         self.list_name = xml.pair_list_name(revision)
         self._rollback = ROLLBACK_CAPABILITY in caps
@@ -90,7 +78,7 @@ class NetconfSession(DeviceSession):
             info = xml.parse_product_information(self._get(xml.product_information_filter()))
         except ValueError as exc:
             self.close()
-            raise DeviceProtocolError(self.name, f"product-information: {exc}") from exc
+            raise errors.DeviceProtocolError(self.name, f"product-information: {exc}") from exc
         return DeviceInfo(model=info.model, ingress_ports=info.ingress_ports,
                           egress_ports=info.egress_ports, protocol="netconf",
                           revision=revision, serial=info.serial, software=info.software)
@@ -139,31 +127,31 @@ class NetconfSession(DeviceSession):
         mgr = self._mgr
         if mgr is None or not mgr.connected:
             self._mgr = None
-            raise DeviceSessionLost(self.name, f"{what}: not connected")
+            raise errors.DeviceSessionLost(self.name, f"{what}: not connected")
         try:
             return fn(mgr)
         except RPCError as exc:
             raise self._rejected(what, exc, ports) from exc
         except TimeoutExpiredError as exc:
             self.close(graceful=False)  # a late reply must not be taken for the next request's
-            raise DeviceTimeout(self.name, f"no reply to {what} within "
-                                f"{self.timeout_s:g} s") from exc
+            raise errors.DeviceTimeout(self.name, f"no reply to {what} within "
+                                       f"{self.timeout_s:g} s") from exc
         except (TransportError, OSError, EOFError) as exc:
             self.close(graceful=False)
-            raise DeviceSessionLost(self.name, f"session lost during {what}: "
-                                    f"{exc or type(exc).__name__}") from exc
-        except PolatisError:
+            raise errors.DeviceSessionLost(self.name, f"session lost during {what}: "
+                                           f"{exc or type(exc).__name__}") from exc
+        except errors.PolatisError:
             raise
         except Exception as exc:  # ncclient raises bare errors when the transport vanishes
             if not mgr.connected:
                 self.close(graceful=False)
-                raise DeviceSessionLost(self.name, f"session lost during {what}: "
-                                        f"{exc}") from exc
+                raise errors.DeviceSessionLost(self.name, f"session lost during {what}: "
+                                               f"{exc}") from exc
             raise
 
-    def _rejected(self, what: str, exc: Any, ports: Sequence[int]) -> DeviceRejected:
+    def _rejected(self, what: str, exc: Any, ports: Sequence[int]) -> errors.DeviceRejected:
         tag = str(getattr(exc, "tag", None) or "rpc-error")
         message = str(getattr(exc, "message", None) or exc).strip()
         named = xml.ports_in_error(getattr(exc, "path", None), message)
-        return DeviceRejected(self.name, f"{what} refused: {message}", code=tag,
-                              ports=[p for _kind, p in named] or list(ports))
+        return errors.DeviceRejected(self.name, f"{what} refused: {message}", code=tag,
+                                     ports=[p for _kind, p in named] or list(ports))

@@ -39,8 +39,15 @@ class DeviceInfo:
 class DeviceSession(abc.ABC):
     """A login on one device. Not required to be thread-safe for edits; reads may overlap."""
 
-    #: ``host:port`` with the protocol, for error messages
-    name: str
+    def __init__(self, protocol: str, host: str, port: int, *, username: str, password: str,
+                 timeout_s: float) -> None:
+        self.host = host
+        self.port = port
+        self.username = username
+        self._password = password
+        self.timeout_s = timeout_s
+        #: ``host:port`` with the protocol, for error messages
+        self.name = f"polatis-{protocol} {host}:{port}"
 
     @property
     @abc.abstractmethod

@@ -32,15 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from controller.drivers.polatis.errors import (
-    DeviceAuthError,
-    DeviceProtocolError,
-    DeviceRejected,
-    DeviceSessionLost,
-    DeviceTimeout,
-    DeviceUnreachable,
-    PolatisError,
-)
+from controller.drivers.polatis import errors
 from controller.drivers.polatis.session import DeviceInfo, DeviceSession
 from controller.drivers.polatis.xml import size_from_model
 
@@ -206,12 +198,8 @@ class Tl1Session(DeviceSession):
 
     def __init__(self, host: str, port: int = DEFAULT_PORT, *, username: str, password: str,
                  timeout_s: float = 10.0) -> None:
-        self.host = host
-        self.port = port
-        self.username = username
-        self._password = password
-        self.timeout_s = timeout_s
-        self.name = f"polatis-tl1 {host}:{port}"
+        super().__init__("tl1", host, port, username=username, password=password,
+                         timeout_s=timeout_s)
         self._sock: socket.socket | None = None
         self._framer = Tl1Framer()
         self._pending: list[str] = []
@@ -228,9 +216,11 @@ class Tl1Session(DeviceSession):
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
         except TimeoutError as exc:
-            raise DeviceUnreachable(self.name, f"no answer within {self.timeout_s:g} s") from exc
+            raise errors.DeviceUnreachable(self.name,
+                                           f"no answer within {self.timeout_s:g} s") from exc
         except OSError as exc:
-            raise DeviceUnreachable(self.name, f"cannot connect: {exc.strerror or exc}") from exc
+            raise errors.DeviceUnreachable(self.name,
+                                           f"cannot connect: {exc.strerror or exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._framer = Tl1Framer()
@@ -238,15 +228,15 @@ class Tl1Session(DeviceSession):
         reply = self._command(partial(act_user, self.username, self._password), check=False)
         if not reply.ok:
             self._drop()
-            raise DeviceAuthError(self.name, f"login as {self.username!r} refused "
-                                  f"({reply.code}: {reply.text})")
+            raise errors.DeviceAuthError(self.name, f"login as {self.username!r} refused "
+                                         f"({reply.code}: {reply.text})")
         netype = self._command(rtrv_netype)
         fields = next(iter(netype.data), "").split(",")
         size = next((s for s in map(size_from_model, fields) if s), None)
         if size is None:
             self.close()
-            raise DeviceProtocolError(self.name, f"cannot read the switch size from "
-                                      f"RTRV-NETYPE {netype.data!r}")
+            raise errors.DeviceProtocolError(self.name, f"cannot read the switch size from "
+                                             f"RTRV-NETYPE {netype.data!r}")
         self._size = size[0]
         return DeviceInfo(model=fields[1] if len(fields) > 1 else fields[0],
                           ingress_ports=size[0], egress_ports=size[1], protocol="tl1",
@@ -273,7 +263,7 @@ class Tl1Session(DeviceSession):
     def close(self) -> None:
         if self._sock is None:
             return
-        with contextlib.suppress(PolatisError):
+        with contextlib.suppress(errors.PolatisError):
             self._command(partial(canc_user, self.username), check=False,
                           timeout_s=min(self.timeout_s, 2.0))
         self._drop()
@@ -291,7 +281,7 @@ class Tl1Session(DeviceSession):
         """Send one command (``build(ctag) -> text``) and wait for the reply with its ctag."""
         with self._lock:
             if self._sock is None:
-                raise DeviceSessionLost(self.name, "not connected")
+                raise errors.DeviceSessionLost(self.name, "not connected")
             self._ctag += 1
             ctag = str(self._ctag)
             text = build(ctag)
@@ -319,13 +309,13 @@ class Tl1Session(DeviceSession):
                     self._pending.extend(self._framer.feed(chunk.decode(errors="replace")))
             except TimeoutError as exc:
                 self._drop()
-                raise DeviceTimeout(self.name, f"no reply to {text.split(':')[0]} within "
-                                    f"{timeout_s or self.timeout_s:g} s") from exc
+                raise errors.DeviceTimeout(self.name, f"no reply to {text.split(':')[0]} within "
+                                           f"{timeout_s or self.timeout_s:g} s") from exc
             except OSError as exc:
                 self._drop()
-                raise DeviceSessionLost(self.name, f"session lost during "
-                                        f"{text.split(':')[0]}: {exc}") from exc
+                raise errors.DeviceSessionLost(self.name, f"session lost during "
+                                               f"{text.split(':')[0]}: {exc}") from exc
         if check and not reply.ok:
-            raise DeviceRejected(self.name, f"{text.split(':')[0]} denied: {reply.text}",
-                                 code=reply.code or "DENY", ports=ports)
+            raise errors.DeviceRejected(self.name, f"{text.split(':')[0]} denied: {reply.text}",
+                                        code=reply.code or "DENY", ports=ports)
         return reply

@@ -33,7 +33,6 @@ OPSW_NS = "http://www.polatis.com/yang/optical-switch"
 #: First revision whose cross-connect list is named ``pair`` (older: ``pairs``).
 PAIR_REVISION = "2017-08-04"
 CURRENT_REVISION = "2017-08-04"
-CAPABILITY_BASE = OPSW_NS
 
 _SIZE_RE = re.compile(r"(\d+)\s*[xX]\s*(\d+|CC)\b")
 _REVISION_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -155,10 +154,6 @@ class ProductInfo:
     software: str
     ingress_ports: int
     egress_ports: int  # 0 for an N x CC (any-to-any) switch
-
-    @property
-    def size_text(self) -> str:
-        return f"{self.ingress_ports}x{self.egress_ports or 'CC'}"
 
 
 def size_from_model(model: str) -> tuple[int, int] | None:
