@@ -27,7 +27,7 @@ from controller.ocs import OcsDriver
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.fidelity import CpuSampler
+from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
 from testbed.results.summary import finish_run
@@ -99,7 +99,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
 
     procs: dict[int, Any] = {}
     logs: list[IO[str]] = []
-    sampler = CpuSampler(lambda: [p.pid for p in procs.values()])
+    sampler = CpuSampler(lambda: [p.pid for p in procs.values()] + vswitchd_pids())
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))

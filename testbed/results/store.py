@@ -3,7 +3,7 @@
 Layout of ``DIR``::
 
     manifest.json            config, package versions, git revision, machine facts
-    summary.json             the figures (see :mod:`testbed.metrics.compute`) and the fidelity verdict
+    summary.json             the figures (:mod:`testbed.metrics.compute`), the fidelity verdict
     controller-events.jsonl  the Opus event log
     ranks/rank*.jsonl        what each rank recorded
     iterations.csv calls.csv compute.csv windows.csv circuits.csv rails.csv

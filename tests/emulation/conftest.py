@@ -7,17 +7,21 @@ vSwitch where ``OVS_RUNDIR`` points). When one is missing:
   whole pytest run stops at collection with a non-zero status and each check's fix hint, so a CI
   job whose Open vSwitch did not start is red, not green with every emulation test skipped;
 * elsewhere (a developer without root) the emulation tests are skipped with the same reasons.
+
+:func:`require_fidelity` is the one rule for a finished run's fidelity verdict: a test may skip
+only a run the guard blames on the machine; a run blamed on itself fails the test.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
 from emulator.runstate import leftovers
 from testbed.check import Check, check_mininet, check_ovs, check_root
+from testbed.metrics.fidelity import may_skip
 
 #: exit status of a CI run stopped because a prerequisite is missing (pytest's "tests failed")
 MISSING_PREREQUISITE_EXIT = pytest.ExitCode.TESTS_FAILED
@@ -53,6 +57,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason=f"emulation prerequisites missing: {_explain(failed)}")
     for item in emulation:
         item.add_marker(skip)
+
+
+def require_fidelity(fidelity: str, blame: str, reasons: Sequence[str]) -> None:
+    """Skip a run the fidelity guard blames on the machine; fail one blamed on the run itself.
+
+    ``fidelity``/``blame``/``reasons`` are a summary's ``fidelity``, ``fidelity_blame`` and
+    ``fidelity_reasons``. A clean run (``ok``, blame ``none``) passes.
+    """
+    if may_skip(blame):
+        pytest.skip(f"the machine could not keep up (not this run's doing): {'; '.join(reasons)}")
+    assert (fidelity, blame) == ("ok", "none"), (
+        f"fidelity {fidelity}, blamed on the {blame}: {'; '.join(reasons)}")
+
+
+@pytest.fixture
+def fidelity_gate() -> Callable[[str, str, Sequence[str]], None]:
+    """:func:`require_fidelity`, for tests that judge a finished run."""
+    return require_fidelity
 
 
 @pytest.fixture

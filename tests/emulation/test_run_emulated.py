@@ -7,6 +7,7 @@ bridges, links and processes are gone afterwards, also after a rank crashed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
+FidelityGate = Callable[[str, str, Sequence[str]], None]
 
 
 def _prefix(out: Path) -> str:
@@ -26,8 +28,8 @@ def _prefix(out: Path) -> str:
 @pytest.mark.parametrize(("mode", "driver"), [("baseline", "emulated"),
                                              ("provisioning", "emulated"),
                                              ("on-demand", "polatis-netconf")])
-def test_run_end_to_end(mode: str, driver: str, tmp_path: Path,
-                        no_leftovers: list[str]) -> None:
+def test_run_end_to_end(mode: str, driver: str, tmp_path: Path, no_leftovers: list[str],
+                        fidelity_gate: FidelityGate) -> None:
     """polatis-netconf: Opus drives the rails through the lab driver and the NETCONF fronts."""
     cfg = load_experiment(TINY).replace(mode=mode, driver=driver)
     out = tmp_path / mode
@@ -41,14 +43,15 @@ def test_run_end_to_end(mode: str, driver: str, tmp_path: Path,
         assert summary["reconfigurations"] == 0
     else:
         assert summary["reconfigurations"] > 0
-    # a busy VM host (steal time) is named but is not this code's doing
-    assert not [r for r in summary["fidelity_reasons"] if "(steal)" not in r], summary
     for name in ("manifest.json", "summary.json", "controller-events.jsonl", "calls.csv",
                  "iterations.csv", "windows.csv", "circuits.csv", "timeline.png",
                  "windows_cdf.png"):
         assert (out / name).stat().st_size > 0, name
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "done" and manifest["packages"]["opus-testbed"]
+    # last, once everything else is checked: skipped only if the machine is blamed (CPU
+    # saturated or stolen); slow links on a quiet machine or lost bytes fail
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
 
 
 def test_crashed_rank_ends_the_run_cleanly(tmp_path: Path, no_leftovers: list[str],
