@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from controller.core import CoreConfig
+from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.events import EventLog
 from controller.job import RankPorts
 from controller.ocs import OcsDriver
@@ -38,24 +39,25 @@ POLL_S = 0.5
 
 @contextlib.contextmanager
 def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver) -> Iterator[OcsDriver]:
-    """The OCS driver Opus uses: the emulated one, or the Polatis NETCONF driver talking to a
-    NETCONF front on each emulated rail (the lab driver, exercised against real OVS circuits)."""
+    """The OCS driver Opus uses: the emulated one, or a Polatis driver (NETCONF or TL1) talking
+    to a front of that protocol on each emulated rail (the lab driver, against real OVS
+    circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
         yield emulated
         return
-    if cfg.driver != "polatis-netconf":
+    if cfg.driver not in HARDWARE_DRIVERS:
         raise RunRefused(f"{cfg.source}: ocs.driver {cfg.driver!r} cannot drive the emulated "
-                         "rails; use emulated or polatis-netconf (a lab switch is brought up "
-                         "with `opus-testbed ocs connect`)")
+                         f"rails; use one of {', '.join(DRIVERS)}")
     if cfg.ocs_options.get("host") or cfg.ocs_options.get("rails"):
         raise RunRefused(f"{cfg.source}: ocs.host/ocs.rails point at a lab switch, but an "
-                         "emulated run drives its own NETCONF fronts on the emulated rails; "
-                         "remove them here, and bring a lab switch up with `opus-testbed ocs`")
+                         f"emulated run drives its own {cfg.driver} fronts on the emulated "
+                         "rails; remove them here, and bring a lab switch up with "
+                         "`opus-testbed ocs`")
     from controller.drivers.polatis.config import make_driver
-    from emulator.polatis.front import netconf_fronts
+    from emulator.polatis.front import emulated_fronts
 
     password = secrets.token_hex(8)
-    with netconf_fronts(emulated, password=password) as fronts:
+    with emulated_fronts(emulated, cfg.driver, password=password) as fronts:
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
                              env={"OPUS_FRONT_PASSWORD": password})
         try:

@@ -27,12 +27,14 @@ def _prefix(out: Path) -> str:
 
 @pytest.mark.parametrize(("mode", "driver"), [("baseline", "emulated"),
                                              ("provisioning", "emulated"),
-                                             ("on-demand", "polatis-netconf")])
+                                             ("on-demand", "polatis-netconf"),
+                                             ("provisioning", "polatis-tl1")])
 def test_run_end_to_end(mode: str, driver: str, tmp_path: Path, no_leftovers: list[str],
                         fidelity_gate: FidelityGate) -> None:
-    """polatis-netconf: Opus drives the rails through the lab driver and the NETCONF fronts."""
+    """polatis-netconf / polatis-tl1: Opus drives the rails through the lab driver and the
+    NETCONF / TL1 fronts."""
     cfg = load_experiment(TINY).replace(mode=mode, driver=driver)
-    out = tmp_path / mode
+    out = tmp_path / f"{mode}-{driver}"
     summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
     no_leftovers.append(_prefix(out))
     assert summary["all_iterations_completed"], summary
@@ -49,6 +51,14 @@ def test_run_end_to_end(mode: str, driver: str, tmp_path: Path, no_leftovers: li
         assert (out / name).stat().st_size > 0, name
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "done" and manifest["packages"]["opus-testbed"]
+    assert manifest["config"]["driver"] == driver
+    events = [json.loads(line) for line in (out / "controller-events.jsonl").open()]
+    for end in (e for e in events if e["event"] == "reconfig_end"):
+        # each switch waits the rail's delay; TL1 sends one command per pair, so there each
+        # circuit removed or added is a switch of its own
+        changed = len(end["added"]) + len(end["removed"])
+        switches = changed if driver == "polatis-tl1" else min(1, changed)
+        assert end["dark_ms"] >= switches * cfg.switching_delay_ms - 0.5, end
     # last, once everything else is checked: skipped only if the machine is blamed (CPU
     # saturated or stolen); slow links on a quiet machine or lost bytes fail
     fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
