@@ -47,7 +47,6 @@ Rules (the paper's §4, made precise; where a rule goes beyond the paper it says
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -520,18 +519,28 @@ class OpusCore:
         return out
 
     def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
-        """The driver refused or failed: undo the plan, tell the waiting ranks, go on."""
+        """The driver refused or failed: undo the plan, tell the waiting ranks, go on.
+
+        The plan was committed at dispatch, so undoing it restores the circuits it removed and
+        drops those it added. A later decision may already have claimed a port the plan freed
+        (a port being freed is usable by the next plan); then the whole undo cannot apply, and
+        it is applied circuit by circuit instead: every circuit the plan added that is still
+        there is dropped, and every circuit it removed comes back if both its ports are free.
+        Each circuit left over (not restored: its port is held; not dropped: already gone) is
+        named in a ``state_diverged`` event with the rail and the error, so the divergence from
+        the driver is in the log, not silent; the ports stay with whichever decision holds
+        them now. The waiting ranks are rejected as for any failed decision.
+        """
         out = Output()
         entry = self._inflight.pop(decision_id, None)
         if entry is None:
             return out
         decision, inst = entry
         self._undark(decision_id)
-        for rc in decision.reconfs:
-            with contextlib.suppress(ValueError):  # state diverged; the driver is the truth
-                self._commit(Reconfiguration(rc.rail, add=rc.remove, remove=rc.add))
         out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
                            "error": error})
+        for rc in decision.reconfs:
+            self._undo(decision_id, rc, now, out)
         if not inst.group.alive:  # its ranks were told at unregister_job
             self._orphaned(decision_id, inst, "failed", now, out)
             self._pump(now, out)
@@ -542,6 +551,26 @@ class OpusCore:
         self._drop(inst)
         self._pump(now, out)
         return out
+
+    def _undo(self, decision_id: int, rc: Reconfiguration, now: float, out: Output) -> None:
+        """Revert ``rc`` (committed at dispatch); what cannot be reverted is reported."""
+        try:
+            self._commit(Reconfiguration(rc.rail, add=rc.remove, remove=rc.add))
+            return
+        except ValueError as exc:
+            error = str(exc)
+        present = self.state.circuits(rc.rail)
+        self._commit(Reconfiguration(rc.rail, remove=rc.add & present))
+        peer = self.state.peer
+        restore = frozenset(c for c in rc.remove
+                            if peer(rc.rail, c.port_a) is None and peer(rc.rail, c.port_b) is None)
+        self._commit(Reconfiguration(rc.rail, add=restore))
+        out.events.append({
+            "event": "state_diverged", "t_s": now, "decision": decision_id, "rail": rc.rail,
+            "not_restored": [c.to_json() for c in sorted(rc.remove - restore,
+                                                         key=_circuit_order)],
+            "not_dropped": [c.to_json() for c in sorted(rc.add - present, key=_circuit_order)],
+            "error": error})
 
     @staticmethod
     def _orphaned(decision_id: int, inst: _Instance, outcome: str, now: float,

@@ -41,15 +41,20 @@ def check_root() -> Check:
 
 
 def check_ovs() -> Check:
+    """Open vSwitch answers where the emulator will look: ``ovs-vsctl`` reads ``OVS_RUNDIR``
+    from the environment (default /var/run/openvswitch), and so does this check."""
     if shutil.which("ovs-vsctl") is None:
         return Check("openvswitch", False, "ovs-vsctl not found",
                      f"apt-get install openvswitch-switch, or {SETUP_HINT}")
     res = _run(["ovs-vsctl", "--timeout=3", "show"])
     if res is None or res.returncode != 0:
         err = (res.stderr.strip() if res else "timed out")[:200]
+        rundir = os.environ.get("OVS_RUNDIR")
+        elsewhere = (f"; or unset OVS_RUNDIR (it points at {rundir}, where no ovsdb-server "
+                     "listens)" if rundir else "")
         return Check("openvswitch", False, f"ovs-vswitchd/ovsdb not answering: {err}",
                      "start it: /usr/share/openvswitch/scripts/ovs-ctl start "
-                     "--system-id=random (scripts/setup.sh does this)")
+                     f"--system-id=random (scripts/setup.sh does this){elsewhere}")
     version = next((line.split(":", 1)[1].strip().strip('"') for line in res.stdout.splitlines()
                     if "ovs_version" in line), "unknown")
     kernel = Path("/sys/module/openvswitch").exists()

@@ -1,11 +1,11 @@
-"""A Polatis switch in software: the device model, its NETCONF and TL1 agents, and the NETCONF
-front that puts the emulated OCS behind the same management protocol as a lab switch.
+"""A Polatis switch in software: the device model, its NETCONF and TL1 agents, and the fronts
+that put the emulated OCS behind the same management protocols as a lab switch.
 
 * :mod:`.model` -- :class:`PolatisDevice`: pure state, validation, switching time, faults;
 * :mod:`.datastore`, :mod:`.framing` -- NETCONF data, subtree filters, edits, RFC 6242;
 * :mod:`.netconf_server` / :mod:`.tl1_server` -- the agents (127.0.0.1, background thread or
   foreground);
-* :mod:`.front` -- :func:`netconf_fronts`, one NETCONF server per emulated rail.
+* :mod:`.front` -- :func:`~.front.emulated_fronts`, one NETCONF or TL1 server per emulated rail.
 
 ``opus-testbed ocs simulate`` runs a device from the command line (:mod:`testbed.cli.ocs`).
 """

@@ -1,18 +1,28 @@
-"""The emulated OCS behind a Polatis NETCONF front: one simulated device per rail, real circuits.
+"""The emulated OCS behind a Polatis NETCONF or TL1 front: one simulated device per rail, real
+circuits.
 
 Each rail of a running emulation gets a :class:`~emulator.polatis.model.PolatisDevice` whose
-backend is :class:`EmulatedRailBackend`: an accepted ``edit-config`` becomes one
+backend is :class:`EmulatedRailBackend`: an accepted edit becomes one
 :class:`~controller.ocs.Reconfiguration` on the emulated OCS (real OpenFlow flows on the rail's
 OVS bridge, host routes updated, the rail's injected switching delay), and the reply is sent
-once the new circuits carry light. So ``driver: polatis-netconf`` pointed at these servers
-drives real circuits through the same code path as a lab switch.
+once the new circuits carry light. So ``driver: polatis-netconf`` or ``polatis-tl1`` pointed at
+these servers drives real circuits through the same code path as a lab switch.
 
-Port mapping as everywhere (:mod:`controller.drivers.polatis.ports`): the device is N x N with N the
-rail's highest port; rail port ``p`` is ingress ``p`` and egress ``N+p``. The emulated OCS
-switches duplex circuits, so an edit that would leave a one-way pair is refused
-(``operation-failed``). While the fronts run they own the rails: circuits changed behind their
-back (straight through the emulated OCS API) are seen only when the emulated OCS refuses an
-edit -- the front then re-reads the rail, so its glass matches the real circuits again.
+Port mapping as everywhere (:mod:`controller.drivers.polatis.ports`): the device is N x N with N
+the rail's highest port; rail port ``p`` is ingress ``p`` and egress ``N+p``. The emulated OCS
+switches duplex circuits only:
+
+* NETCONF edits come in batches, so an edit that would leave a one-way pair is refused
+  (``operation-failed``);
+* TL1 has no batches (one ENT-PATCH or DLT-PATCH per pair), so a duplex circuit is half made
+  after its first command. The TL1 front accepts one-way pairs and keeps them dark: a circuit
+  lights on the emulated OCS when its second pair is made, and goes dark when its first pair is
+  deleted. A reconfiguration over TL1 therefore takes one switching delay per circuit it
+  removes or adds, where NETCONF's one batched edit takes one per rail.
+
+While the fronts run they own the rails: circuits changed behind their back (straight through
+the emulated OCS API) are seen only when the emulated OCS refuses an edit -- the front then
+re-reads the rail, so its glass matches the real circuits again.
 """
 
 from __future__ import annotations
@@ -22,26 +32,34 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.drivers import HARDWARE_DRIVERS
 from controller.drivers.polatis.config import DEFAULT_PASSWORD_ENV
 from controller.drivers.polatis.ports import PortMap
 from controller.drivers.polatis.xml import CURRENT_REVISION
 from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
 from emulator.polatis.model import Change, DeviceError, PolatisDevice
 from emulator.polatis.netconf_server import NetconfServer
+from emulator.polatis.tl1_server import Tl1Server
 
 
 class EmulatedRailBackend:
-    """Realises a device edit as one duplex reconfiguration on the emulated OCS."""
+    """Realises a device edit as one duplex reconfiguration on the emulated OCS.
+
+    ``one_way_pairs``: accept edits that leave a pair without its reverse (TL1) and keep such
+    pairs dark, instead of refusing them (NETCONF).
+    """
 
     switching_s: float | None = None  # dark until the emulated OCS confirms the light
 
-    def __init__(self, driver: OcsDriver, portmap: PortMap) -> None:
+    def __init__(self, driver: OcsDriver, portmap: PortMap, *, one_way_pairs: bool = False
+                 ) -> None:
         self.driver = driver
         self.portmap = portmap
+        self.one_way_pairs = one_way_pairs
 
     def validate(self, before: Mapping[int, int], after: Mapping[int, int]) -> None:
         view = self.portmap.decode(after)
-        if view.stray:
+        if view.stray and not self.one_way_pairs:
             pairs = ", ".join(f"{i}->{e}" for i, e in sorted(view.stray_pairs))
             ports = sorted({p for pair in view.stray_pairs for p in pair})
             raise DeviceError("operation-failed", f"the emulated OCS switches duplex circuits "
@@ -70,18 +88,19 @@ class EmulatedRailBackend:
 
 @dataclass
 class EmulatedFronts:
-    """The running fronts: one NETCONF server (and device) per rail."""
+    """The running fronts: one NETCONF or TL1 server (and device) per rail."""
 
-    servers: dict[int, NetconfServer]
+    servers: dict[int, NetconfServer | Tl1Server]
     username: str
     switching_delay_ms: dict[int, float] = field(default_factory=dict)
+    driver: str = "polatis-netconf"
 
     def device(self, rail: int) -> PolatisDevice:
         return self.servers[rail].device
 
     def ocs_config(self, *, password_env: str = DEFAULT_PASSWORD_ENV,
                    timeout_s: float = 30.0) -> dict[str, Any]:
-        """An ``ocs:`` mapping for ``driver: polatis-netconf`` pointing at these fronts."""
+        """An ``ocs:`` mapping for :attr:`driver` pointing at these fronts."""
         rails = []
         for rail, server in sorted(self.servers.items()):
             pm = server.device.backend
@@ -89,16 +108,22 @@ class EmulatedFronts:
             rails.append({"rail": rail, "host": server.host, "port": server.port,
                           "size": server.device.size, "ports": list(pm.portmap.ports),
                           "switching_delay": self.switching_delay_ms.get(rail, 0.0)})
-        return {"driver": "polatis-netconf", "username": self.username,
+        return {"driver": self.driver, "username": self.username,
                 "password_env": password_env, "timeout_s": timeout_s, "rails": rails}
 
 
 @contextlib.contextmanager
-def netconf_fronts(driver: OcsDriver, *, username: str = "admin", password: str = "root",
-                   host: str = "127.0.0.1", revision: str = CURRENT_REVISION,
-                   rails: list[int] | None = None) -> Iterator[EmulatedFronts]:
-    """Start a NETCONF front for each (or each listed) OCS rail of ``driver``; always stops."""
-    servers: dict[int, NetconfServer] = {}
+def emulated_fronts(driver: OcsDriver, ocs_driver: str = "polatis-netconf", *,
+                    username: str = "admin", password: str = "root", host: str = "127.0.0.1",
+                    revision: str = CURRENT_REVISION, rails: list[int] | None = None
+                    ) -> Iterator[EmulatedFronts]:
+    """Start a front for each (or each listed) OCS rail of ``driver``, speaking the protocol of
+    ``ocs_driver`` (``polatis-netconf`` or ``polatis-tl1``); always stops them."""
+    if ocs_driver not in HARDWARE_DRIVERS:
+        raise ValueError(f"no emulated front for driver {ocs_driver!r}; fronts serve "
+                         f"{', '.join(HARDWARE_DRIVERS)}")
+    protocol = ocs_driver.removeprefix("polatis-")
+    servers: dict[int, NetconfServer | Tl1Server] = {}
     delays: dict[int, float] = {}
     try:
         for desc in driver.describe():
@@ -106,17 +131,28 @@ def netconf_fronts(driver: OcsDriver, *, username: str = "admin", password: str 
                 continue
             size = max(desc.ports)
             pm = PortMap(desc.rail, size, tuple(desc.ports))
-            backend = EmulatedRailBackend(driver, pm)
+            backend = EmulatedRailBackend(driver, pm, one_way_pairs=protocol == "tl1")
             device = PolatisDevice(size, revision=revision, backend=backend,
                                    switching_time_ms=desc.switching_delay_ms,
                                    serial=f"EMU-RAIL{desc.rail}")
             device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
-            server = NetconfServer(device, host=host, port=0, username=username,
+            server: NetconfServer | Tl1Server
+            if protocol == "tl1":
+                server = Tl1Server(device, host=host, port=0, username=username,
                                    password=password)
+            else:
+                server = NetconfServer(device, host=host, port=0, username=username,
+                                       password=password)
             servers[desc.rail] = server
             delays[desc.rail] = desc.switching_delay_ms
             server.start()
-        yield EmulatedFronts(servers, username, delays)
+        yield EmulatedFronts(servers, username, delays, ocs_driver)
     finally:
         for server in servers.values():
             server.stop()
+
+
+def netconf_fronts(driver: OcsDriver, **options: Any
+                   ) -> contextlib.AbstractContextManager[EmulatedFronts]:
+    """:func:`emulated_fronts` speaking NETCONF (``driver: polatis-netconf``)."""
+    return emulated_fronts(driver, "polatis-netconf", **options)

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from controller.core import CoreConfig
+from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.events import EventLog
 from controller.job import RankPorts
 from controller.ocs import OcsDriver
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.fidelity import CpuSampler
+from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
 from testbed.results.summary import finish_run
@@ -38,24 +39,25 @@ POLL_S = 0.5
 
 @contextlib.contextmanager
 def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver) -> Iterator[OcsDriver]:
-    """The OCS driver Opus uses: the emulated one, or the Polatis NETCONF driver talking to a
-    NETCONF front on each emulated rail (the lab driver, exercised against real OVS circuits)."""
+    """The OCS driver Opus uses: the emulated one, or a Polatis driver (NETCONF or TL1) talking
+    to a front of that protocol on each emulated rail (the lab driver, against real OVS
+    circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
         yield emulated
         return
-    if cfg.driver != "polatis-netconf":
+    if cfg.driver not in HARDWARE_DRIVERS:
         raise RunRefused(f"{cfg.source}: ocs.driver {cfg.driver!r} cannot drive the emulated "
-                         "rails; use emulated or polatis-netconf (a lab switch is brought up "
-                         "with `opus-testbed ocs connect`)")
+                         f"rails; use one of {', '.join(DRIVERS)}")
     if cfg.ocs_options.get("host") or cfg.ocs_options.get("rails"):
         raise RunRefused(f"{cfg.source}: ocs.host/ocs.rails point at a lab switch, but an "
-                         "emulated run drives its own NETCONF fronts on the emulated rails; "
-                         "remove them here, and bring a lab switch up with `opus-testbed ocs`")
+                         f"emulated run drives its own {cfg.driver} fronts on the emulated "
+                         "rails; remove them here, and bring a lab switch up with "
+                         "`opus-testbed ocs`")
     from controller.drivers.polatis.config import make_driver
-    from emulator.polatis.front import netconf_fronts
+    from emulator.polatis.front import emulated_fronts
 
     password = secrets.token_hex(8)
-    with netconf_fronts(emulated, password=password) as fronts:
+    with emulated_fronts(emulated, cfg.driver, password=password) as fronts:
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
                              env={"OPUS_FRONT_PASSWORD": password})
         try:
@@ -99,7 +101,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
 
     procs: dict[int, Any] = {}
     logs: list[IO[str]] = []
-    sampler = CpuSampler(lambda: [p.pid for p in procs.values()])
+    sampler = CpuSampler(lambda: [p.pid for p in procs.values()] + vswitchd_pids())
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))

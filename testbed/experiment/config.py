@@ -9,7 +9,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     ocs:
       switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
       ports_per_rank: 1         # K: ports per GPU on its rail OCS
-      driver: emulated          # emulated | simulated | polatis-netconf | polatis-tl1
+      driver: emulated          # emulated | polatis-netconf | polatis-tl1 (see below)
     network:
       rail_gbps: 200            # the real per-GPU scale-out rate being modelled
       link_mbps: auto           # emulated per-port rate; bytes scale by link / rail rate
@@ -21,6 +21,10 @@ Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no 
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
 time from the profiled first iteration (paper §4.1); ``degree-aware`` keeps idle circuits lit
 while spare ports exist, so it runs with at least two ports per rank (K = max(2, ports_per_rank)).
+Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated OCS directly;
+``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on every
+emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
+not with a driver.
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
@@ -38,7 +43,6 @@ from workloads.errors import WorkloadConfigError
 from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
-DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
             "password_env", "credentials_file", "timeout_s", "devices", "size", "rails")
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")

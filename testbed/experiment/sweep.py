@@ -38,7 +38,7 @@ BACKENDS = ("emu", "sim")
 ENGINES = ("process", "ray", "dask")
 COLUMNS = ("mode", "delay_ms", "iteration_time_s", "overhead_pct", "exposed_reconfig_s",
            "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
-           "backend", "wall_s", "run_dir", "error")
+           "fidelity_blame", "backend", "wall_s", "run_dir", "error")
 EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
 
 
@@ -202,6 +202,7 @@ def sweep_rows(points: Sequence[tuple[str, float]], summaries: Sequence[dict[str
             "exposed_reconfig_s": s.get("exposed_reconfig_s"),
             "reconfigurations_per_iteration": s.get("reconfigurations_per_iteration"),
             "all_iterations_completed": s.get("all_iterations_completed"),
-            "fidelity": s.get("fidelity"), "backend": backend, "wall_s": s.get("wall_s"),
+            "fidelity": s.get("fidelity"), "fidelity_blame": s.get("fidelity_blame"),
+            "backend": backend, "wall_s": s.get("wall_s"),
             "run_dir": str(point_dir(out, mode, delay)), "error": s.get("error", "")})
     return [{k: r[k] for k in COLUMNS} for r in rows]

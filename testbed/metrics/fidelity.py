@@ -3,9 +3,19 @@
 During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU use and that of
 the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
 After the run :func:`judge` compares what was achieved with what was configured: a run is
-``degraded`` when the CPU was saturated or collectives moved their bytes markedly slower than
-the configured link rate, and the summary says why. A degraded run is never presented as a
-clean result.
+``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved their
+bytes markedly slower than the configured link rate, or calls lost bytes; the summary says why
+and whom it blames (:class:`Verdict`):
+
+* ``machine`` -- the CPU was saturated or stolen (and slow collectives on such a machine are its
+  doing too): the emulation could not keep up, rerun on a quieter machine or with slower links;
+* ``run`` -- calls lost bytes, or collectives were slow on a quiet machine: nothing excuses it;
+  the emulator, the replayer or the controller misbehaved;
+* ``none`` -- the run is ``ok``.
+
+A degraded run is never presented as a clean result, and a test may skip a run only when the
+machine is blamed (:func:`may_skip`). A simulated run is not judged at all: its verdict is
+``simulated`` (:data:`SIMULATED`).
 
 Calibration (:func:`calibrated_link_mbps`) picks the emulated per-port rate for this machine.
 Measured on the 2-core development VM with the userspace datapath: one TCP flow through one OVS
@@ -95,7 +105,11 @@ class CpuSample:
 
 @dataclass
 class CpuSampler:
-    """Samples machine and emulator CPU every ``interval_s`` in a background thread."""
+    """Samples machine and emulator CPU every ``interval_s`` in a background thread.
+
+    ``pids`` names the emulator's processes (read at every sample, so processes may come and
+    go); a pid's first sample only starts its count, so it is in the sums from the second on.
+    """
 
     pids: Callable[[], Sequence[int]]
     interval_s: float = 0.5
@@ -118,7 +132,7 @@ class CpuSampler:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             total = 0.0
-            for pid in list(self.pids()) + vswitchd_pids():
+            for pid in self.pids():
                 proc = self._procs.get(pid)
                 try:
                     if proc is None:
@@ -147,8 +161,12 @@ class CpuSampler:
 
 
 def vswitchd_pids() -> list[int]:
-    """Open vSwitch's daemon (read only: we sample it, never signal it)."""
-    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+    """Open vSwitch's daemon (read only: we sample it, never signal it), from its pid file in
+    ``OVS_RUNDIR`` when set, as Open vSwitch's own tools look there."""
+    rundir = os.environ.get("OVS_RUNDIR")
+    paths = ((f"{rundir}/ovs-vswitchd.pid",) if rundir else
+             ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"))
+    for path in paths:
         try:
             return [int(Path(path).read_text().strip())]
         except (OSError, ValueError):
@@ -156,21 +174,73 @@ def vswitchd_pids() -> list[int]:
     return []
 
 
+MACHINE = "machine"
+RUN = "run"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason a run is degraded, and whom it blames: :data:`MACHINE` or :data:`RUN`."""
+
+    blame: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``fidelity`` is ``ok``, ``degraded`` (with reasons) or ``simulated`` (nothing measured)."""
+
+    fidelity: str
+    reasons: tuple[Reason, ...] = ()
+
+    @property
+    def blame(self) -> str:
+        """``run`` if any reason blames the run, else ``machine`` if degraded, else ``none``."""
+        if any(r.blame == RUN for r in self.reasons):
+            return RUN
+        return MACHINE if self.reasons else "none"
+
+    def to_summary(self) -> dict[str, Any]:
+        """The summary's keys: ``fidelity``, ``fidelity_reasons`` (texts), ``fidelity_blame``
+        and ``fidelity_causes`` (each reason with its blame)."""
+        return {"fidelity": self.fidelity, "fidelity_reasons": [r.text for r in self.reasons],
+                "fidelity_blame": self.blame,
+                "fidelity_causes": [{"blame": r.blame, "reason": r.text} for r in self.reasons]}
+
+
+#: the sim backend's verdict: a virtual clock has no CPU limit to check, so nothing is judged
+SIMULATED = Verdict("simulated")
+
+
 def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
-          calls: int, calls_delivered: int) -> tuple[str, list[str]]:
-    """``("ok", [])`` or ``("degraded", reasons)``."""
+          calls: int, calls_delivered: int) -> Verdict:
+    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring)."""
     reasons = []
     mean = cpu.get("machine_cpu_mean_pct")
-    if mean is not None and mean > CPU_SATURATED_PCT:
-        reasons.append(f"the machine's CPU was saturated (mean {mean:.0f} %): lower "
-                       "network.link_mbps or use fewer ranks")
+    saturated = mean is not None and mean > CPU_SATURATED_PCT
+    if saturated:
+        reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %): "
+                              "lower network.link_mbps or use fewer ranks"))
     steal = cpu.get("machine_steal_mean_pct")
-    if steal is not None and steal > CPU_STEAL_PCT:
-        reasons.append(f"the hypervisor gave {steal:.0f} % of the CPU time to other guests "
-                       "(steal): this VM's host is busy; run again when it is quiet")
+    stolen = steal is not None and steal > CPU_STEAL_PCT
+    if stolen:
+        reasons.append(Reason(MACHINE, f"the hypervisor gave {steal:.0f} % of the CPU time to "
+                              "other guests (steal): this VM's host is busy; run again when it "
+                              "is quiet"))
     if throughput_ratio_median is not None and throughput_ratio_median < THROUGHPUT_RATIO_MIN:
-        reasons.append(f"collectives reached only {100 * throughput_ratio_median:.0f} % of the "
-                       "configured link rate (median): lower network.link_mbps")
+        text = (f"collectives reached only {100 * throughput_ratio_median:.0f} % of the "
+                "configured link rate (median)")
+        if saturated or stolen:
+            reasons.append(Reason(MACHINE, f"{text}: lower network.link_mbps"))
+        else:
+            reasons.append(Reason(RUN, f"{text} although the machine's CPU was neither "
+                                  "saturated nor stolen"))
     if calls_delivered < calls:
-        reasons.append(f"{calls - calls_delivered} of {calls} calls did not deliver every byte")
-    return ("degraded" if reasons else "ok"), reasons
+        reasons.append(Reason(RUN, f"{calls - calls_delivered} of {calls} calls did not "
+                              "deliver every byte"))
+    return Verdict("degraded" if reasons else "ok", tuple(reasons))
+
+
+def may_skip(blame: str) -> bool:
+    """The one rule for tests: a degraded run may go unjudged only when the machine is blamed."""
+    return blame == MACHINE

@@ -13,7 +13,7 @@ from typing import Any
 
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import compute_metrics
-from testbed.metrics.fidelity import judge
+from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
 
@@ -32,11 +32,9 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                        ("circuits", m.circuits), ("rails", m.rails)):
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
-    if backend == "emu":
-        fidelity, reasons = judge(cpu, s["throughput_ratio_median"], s["calls"],
-                                  s["calls_delivered"])
-    else:
-        fidelity, reasons = "ok", []
+    # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
+    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"])
+               if backend == "emu" else SIMULATED)
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
@@ -44,7 +42,7 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "scale": prep.scale, "world_size": prep.schedule.world_size,
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
-               **s, "fidelity": fidelity, "fidelity_reasons": reasons, "cpu": cpu,
+               **s, **verdict.to_summary(), "cpu": cpu,
                "modeled_iteration_s": prep.modeled_iteration_s, "wall_s": wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
@@ -83,8 +81,18 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['bytes_received_scaled']}/{summary['bytes_expected_scaled']} bytes",
         f"throughput          median {f('throughput_ratio_median', '{:.2f}')} of the configured "
         f"{summary['link_mbps']:g} Mbit/s",
-        f"fidelity            {summary['fidelity']}"
-        + ("" if not summary.get("fidelity_reasons") else ": "
-           + "; ".join(summary["fidelity_reasons"])),
+        f"fidelity            {_fidelity_text(summary)}",
     ]
     return "\n".join(lines)
+
+
+def _fidelity_text(summary: dict[str, Any]) -> str:
+    """The verdict, whom it blames and why: ``degraded (blamed on the machine): ...``."""
+    fidelity = summary["fidelity"]
+    if fidelity == "simulated":
+        return "simulated (a virtual clock: nothing to judge)"
+    reasons = summary.get("fidelity_reasons") or []
+    if not reasons:
+        return str(fidelity)
+    return (f"{fidelity} (blamed on the {summary.get('fidelity_blame', 'run')}): "
+            + "; ".join(reasons))

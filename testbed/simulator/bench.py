@@ -66,7 +66,7 @@ def bench_experiment(gpus: int, *, mode: str = "provisioning",
     workload.validate()
     cfg = ExperimentConfig(workload=workload, name=f"llama3.1-405b-{gpus}", mode=mode,
                            switching_delay=switching_delay_ms, ports_per_rank=2,
-                           driver="simulated", rail_gbps=RAIL_GBPS, link_mbps=LINK_MBPS,
+                           rail_gbps=RAIL_GBPS, link_mbps=LINK_MBPS,
                            latency_us=5.0, iterations=1, warmup=1)
     cfg.validate()
     return cfg

@@ -332,3 +332,45 @@ def test_old_decision_does_not_serve_a_job_registered_again_under_the_same_id() 
     assert sorted(str(a.ref) for a in out.acks) == ["new0", "new1"]  # only the new job's ranks
     assert not out.acks[0].reconfigured and not out.decisions
 
+
+
+def test_failed_decision_is_undone_and_its_ranks_rejected() -> None:
+    _job, core, d = switching_for_a()
+    out = core.reconfig_failed(d.decision_id, "boom", 0.2)
+    assert sorted((r.ref, r.code) for r in out.rejects) == [  # type: ignore[type-var]
+        ((0, "a"), "reconfig_failed"), ((1, "a"), "reconfig_failed")]
+    assert all("boom" in r.message for r in out.rejects)
+    assert [e["event"] for e in out.events if e["event"] != "error"] == ["reconfig_failed"]
+    assert not core.state.all_circuits() and not core.dark_ports() and core.pending() == []
+
+
+def test_failed_decision_whose_freed_ports_were_claimed_reports_the_divergence() -> None:
+    """Decision A swaps 1-2 and 3-4 for 2-3; while it switches, decision B takes the freed
+    ports 1 and 4 for 1-4. A fails: its 2-3 is dropped, but 1-2 and 3-4 cannot come back."""
+    groups = [CommGroup("a", "dp", (0, 1)), CommGroup("d", "ep", (2, 3)),
+              CommGroup("b", "pp", (1, 2)), CommGroup("e", "cp", (0, 3))]
+    job = line_job(groups=groups)
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    for group, (r0, r1) in (("a", (0, 1)), ("d", (2, 3))):
+        ask(core, r0, group)
+        light(core, ask(core, r1, group), 0.01)
+        core.complete("j", r0, group, 0, 0.02)
+        core.complete("j", r1, group, 0, 0.02)
+    ask(core, 1, "b", now=0.03)
+    (a,) = ask(core, 2, "b", now=0.03).decisions
+    assert a.reconfs[0].remove == {Circuit(0, 1, 2), Circuit(0, 3, 4)}
+    ask(core, 0, "e", now=0.04)
+    (b,) = ask(core, 3, "e", now=0.04).decisions
+    assert b.reconfs[0].add == {Circuit(0, 1, 4)} and not b.reconfs[0].remove
+
+    out = core.reconfig_failed(a.decision_id, "boom", 0.05)
+    (diverged,) = [e for e in out.events if e["event"] == "state_diverged"]
+    assert (diverged["decision"], diverged["rail"]) == (a.decision_id, 0)
+    assert diverged["not_restored"] == [[1, 2], [3, 4]] and diverged["not_dropped"] == []
+    assert "port 1 already has peer 4" in diverged["error"]
+    assert sorted((r.ref, r.code) for r in out.rejects) == [  # type: ignore[type-var]
+        ((1, "b"), "reconfig_failed"), ((2, "b"), "reconfig_failed")]
+    # what could be undone was: 2-3 is gone; 1-4 stays with decision B, still switching
+    assert core.state.all_circuits() == {Circuit(0, 1, 4)}
+    assert core.dark_ports() == {(0, 1), (0, 4)}

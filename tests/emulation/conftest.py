@@ -1,40 +1,80 @@
 """Emulation tests build real Mininet networks on real Open vSwitch: they need root.
 
-Without root or a running OVS they are skipped with the reason, not failed. CI runs as root
-after `make test` has installed and started everything, so there they always run.
+The prerequisites are ``opus-testbed check``'s own checks (root, Mininet, a running Open
+vSwitch where ``OVS_RUNDIR`` points). When one is missing:
+
+* under CI (the environment variable ``CI`` is true, as ``.ci/run`` runs with ``CI=true``) the
+  whole pytest run stops at collection with a non-zero status and each check's fix hint, so a CI
+  job whose Open vSwitch did not start is red, not green with every emulation test skipped;
+* elsewhere (a developer without root) the emulation tests are skipped with the same reasons.
+
+:func:`require_fidelity` is the one rule for a finished run's fidelity verdict: a test may skip
+only a run the guard blames on the machine; a run blamed on itself fails the test.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
 from emulator.runstate import leftovers
+from testbed.check import Check, check_mininet, check_ovs, check_root
+from testbed.metrics.fidelity import may_skip
+
+#: exit status of a CI run stopped because a prerequisite is missing (pytest's "tests failed")
+MISSING_PREREQUISITE_EXIT = pytest.ExitCode.TESTS_FAILED
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "emulation tests need root (Mininet, Open vSwitch); run `sudo make test`"
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError as exc:
-        return f"mininet not importable ({exc}); run `make setup`"
-    res = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, check=False)
-    if res.returncode != 0:
-        return "Open vSwitch is not running; run `make setup`"
-    return None
+def ci_requested(env: dict[str, str] | None = None) -> bool:
+    """True when ``CI`` is set to a true value (``true``, ``1``, ``yes``, ``on``)."""
+    value = (os.environ if env is None else env).get("CI", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def missing_prerequisites() -> list[Check]:
+    """The failed checks among root, Mininet and Open vSwitch (``opus-testbed check``'s)."""
+    return [c for c in (check_root(), check_mininet(), check_ovs()) if not c.ok]
+
+
+def _explain(failed: Sequence[Check]) -> str:
+    return "; ".join(f"{c.name}: {c.detail} (fix: {c.fix})" for c in failed)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason = _unavailable()
-    for item in items:
-        if "tests/emulation" in str(item.path):
-            item.add_marker(pytest.mark.emulation)
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
+    emulation = [item for item in items if "tests/emulation" in str(item.path)]
+    if not emulation:
+        return
+    for item in emulation:
+        item.add_marker(pytest.mark.emulation)
+    failed = missing_prerequisites()
+    if not failed:
+        return
+    if ci_requested():
+        pytest.exit(f"CI=true but the emulation tests cannot run: {_explain(failed)}",
+                    returncode=MISSING_PREREQUISITE_EXIT)
+    skip = pytest.mark.skip(reason=f"emulation prerequisites missing: {_explain(failed)}")
+    for item in emulation:
+        item.add_marker(skip)
+
+
+def require_fidelity(fidelity: str, blame: str, reasons: Sequence[str]) -> None:
+    """Skip a run the fidelity guard blames on the machine; fail one blamed on the run itself.
+
+    ``fidelity``/``blame``/``reasons`` are a summary's ``fidelity``, ``fidelity_blame`` and
+    ``fidelity_reasons``. A clean run (``ok``, blame ``none``) passes.
+    """
+    if may_skip(blame):
+        pytest.skip(f"the machine could not keep up (not this run's doing): {'; '.join(reasons)}")
+    assert (fidelity, blame) == ("ok", "none"), (
+        f"fidelity {fidelity}, blamed on the {blame}: {'; '.join(reasons)}")
+
+
+@pytest.fixture
+def fidelity_gate() -> Callable[[str, str, Sequence[str]], None]:
+    """:func:`require_fidelity`, for tests that judge a finished run."""
+    return require_fidelity
 
 
 @pytest.fixture

@@ -56,8 +56,8 @@ def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:
     assert isinstance(err.value, ValueError)
 
 
-def test_emulated_and_simulated_take_only_a_switching_delay() -> None:
-    cfg = parse_ocs_config({"driver": "simulated", "switching_delay": "3d-mems"})
+def test_emulated_takes_only_a_switching_delay() -> None:
+    cfg = parse_ocs_config({"driver": "emulated", "switching_delay": "3d-mems"})
     assert not cfg.is_hardware and cfg.devices == () and cfg.switching_delay == "3d-mems"
     with pytest.raises(OcsConfigError, match="built by the runner"):
         make_driver({"driver": "emulated"})
@@ -85,3 +85,12 @@ def test_credentials_file_must_be_private(tmp_path: Path) -> None:
         resolve_credentials(dev, {})
     os.chmod(cred, 0o600)
     assert resolve_credentials(dev, {}) == ("lab", "pw")
+
+
+def test_simulated_is_not_a_driver_setting() -> None:
+    """The simulated driver comes with --backend sim, never from an ``ocs:`` mapping."""
+    with pytest.raises(OcsConfigError) as err:
+        parse_ocs_config({"driver": "simulated"})
+    assert err.value.key == "ocs.driver"
+    assert "must be one of emulated, polatis-netconf, polatis-tl1; got 'simulated'" in str(
+        err.value)

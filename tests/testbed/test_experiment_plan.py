@@ -51,6 +51,18 @@ def test_bad_input_names_key_and_position(extra: str, key: str, line: int) -> No
     assert info.value.position.startswith(f"exp.yaml:{line}:")
 
 
+def test_driver_simulated_is_refused_with_its_position() -> None:
+    """The sim backend is --backend sim; a file naming the simulated driver is a bad value."""
+    with pytest.raises(WorkloadConfigError) as info:
+        parse_experiment(BASE + "ocs:\n  switching_delay: 10\n  driver: simulated\n",
+                         "exp.yaml")
+    assert str(info.value) == ("exp.yaml:8:11: ocs.driver: must be one of emulated, "
+                               "polatis-netconf, polatis-tl1, got 'simulated'")
+    with pytest.raises(ExperimentError, match=r"ocs\.driver"):
+        parse_experiment(BASE).replace(driver="simulated")
+    assert parse_experiment(BASE + "ocs: {driver: polatis-tl1}\n").driver == "polatis-tl1"
+
+
 def test_replace_validates() -> None:
     cfg = parse_experiment(BASE)
     with pytest.raises(ExperimentError, match="mode"):

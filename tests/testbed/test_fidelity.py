@@ -1,34 +1,171 @@
-"""testbed.metrics.fidelity: when a run is called degraded, and why."""
+"""testbed.metrics.fidelity: when a run is degraded, why, whom it blames, and what is sampled."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from collections import namedtuple
+from typing import Any
 
-from testbed.metrics.fidelity import CpuSampler, judge
+import psutil
+import pytest
+
+from testbed.metrics import fidelity
+from testbed.metrics.fidelity import (
+    CPU_SATURATED_PCT,
+    CPU_STEAL_PCT,
+    SIMULATED,
+    THROUGHPUT_RATIO_MIN,
+    CpuSample,
+    CpuSampler,
+    judge,
+    may_skip,
+)
+
+QUIET = {"machine_cpu_mean_pct": 40.0, "machine_steal_mean_pct": 1.0}
+SATURATED = {"machine_cpu_mean_pct": 97.0, "machine_steal_mean_pct": 1.0}
+STOLEN = {"machine_cpu_mean_pct": 60.0, "machine_steal_mean_pct": 30.0}
+FAST, SLOW = 0.9, 0.5
 
 
-def test_a_quiet_run_is_ok() -> None:
-    cpu = {"machine_cpu_mean_pct": 40.0, "machine_steal_mean_pct": 1.0}
-    assert judge(cpu, 0.9, 10, 10) == ("ok", [])
+@pytest.mark.parametrize(("cpu", "ratio", "delivered", "verdict", "blame", "reason_blames"), [
+    (QUIET, FAST, 10, "ok", "none", []),
+    (QUIET, None, 10, "ok", "none", []),  # no ring collective to rate: nothing to blame
+    (QUIET, SLOW, 10, "degraded", "run", ["run"]),  # slow links on a quiet machine
+    (QUIET, FAST, 9, "degraded", "run", ["run"]),  # lost bytes
+    (SATURATED, FAST, 10, "degraded", "machine", ["machine"]),
+    (SATURATED, SLOW, 10, "degraded", "machine", ["machine", "machine"]),
+    (SATURATED, SLOW, 9, "degraded", "run", ["machine", "machine", "run"]),
+    (STOLEN, FAST, 10, "degraded", "machine", ["machine"]),
+    (STOLEN, SLOW, 10, "degraded", "machine", ["machine", "machine"]),
+    (STOLEN, FAST, 9, "degraded", "run", ["machine", "run"]),
+], ids=["quiet", "quiet-unrated", "quiet-slow", "quiet-lost", "saturated", "saturated-slow",
+        "saturated-slow-lost", "stolen", "stolen-slow", "stolen-lost"])
+def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered: int,
+                           verdict: str, blame: str, reason_blames: list[str]) -> None:
+    v = judge(cpu, ratio, 10, delivered)
+    assert (v.fidelity, v.blame) == (verdict, blame)
+    assert [r.blame for r in v.reasons] == reason_blames
+    assert may_skip(v.blame) == (blame == "machine")
+    summary = v.to_summary()
+    assert summary["fidelity"] == verdict and summary["fidelity_blame"] == blame
+    assert summary["fidelity_reasons"] == [r.text for r in v.reasons]
+    assert [c["blame"] for c in summary["fidelity_causes"]] == reason_blames
 
 
-def test_each_reason_is_named() -> None:
-    cpu = {"machine_cpu_mean_pct": 97.0, "machine_steal_mean_pct": 30.0}
-    verdict, reasons = judge(cpu, 0.5, 10, 9)
-    assert verdict == "degraded" and len(reasons) == 4
-    assert "saturated (mean 97 %)" in reasons[0]
-    assert "30 % of the CPU time to other guests (steal)" in reasons[1]
-    assert "only 50 % of the configured link rate" in reasons[2]
-    assert "1 of 10 calls did not deliver" in reasons[3]
+def test_each_reason_names_its_figure() -> None:
+    texts = [r.text for r in judge(SATURATED | {"machine_steal_mean_pct": 30.0}, 0.5, 10,
+                                   9).reasons]
+    assert len(texts) == 4
+    assert "saturated (mean 97 %)" in texts[0]
+    assert "30 % of the CPU time to other guests (steal)" in texts[1]
+    assert "only 50 % of the configured link rate" in texts[2]
+    assert "1 of 10 calls did not deliver" in texts[3]
+    quiet_slow = judge(QUIET, 0.5, 10, 10).reasons[0].text
+    assert "neither saturated nor stolen" in quiet_slow
 
 
-def test_busy_and_steal_time_are_sampled() -> None:
-    sampler = CpuSampler(pids=list, interval_s=0.05).start()
-    deadline = time.monotonic() + 5
-    while len(sampler.samples) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    sampler.stop()
+@pytest.mark.parametrize(("cpu", "ratio", "degraded"), [
+    ({"machine_cpu_mean_pct": CPU_SATURATED_PCT}, FAST, False),
+    ({"machine_cpu_mean_pct": CPU_SATURATED_PCT + 0.1}, FAST, True),
+    ({"machine_steal_mean_pct": CPU_STEAL_PCT}, FAST, False),
+    ({"machine_steal_mean_pct": CPU_STEAL_PCT + 0.1}, FAST, True),
+    (QUIET, THROUGHPUT_RATIO_MIN, False),
+    (QUIET, THROUGHPUT_RATIO_MIN - 0.001, True),
+], ids=["cpu-at", "cpu-above", "steal-at", "steal-above", "rate-at", "rate-below"])
+def test_thresholds_are_strict_at_their_edges(cpu: dict[str, float], ratio: float,
+                                              degraded: bool) -> None:
+    assert judge(cpu, ratio, 1, 1).fidelity == ("degraded" if degraded else "ok")
+
+
+def test_low_throughput_is_the_machines_only_when_the_cpu_was_busy() -> None:
+    at_edge = {"machine_cpu_mean_pct": CPU_SATURATED_PCT, "machine_steal_mean_pct": CPU_STEAL_PCT}
+    assert judge(at_edge, SLOW, 1, 1).blame == "run"  # neither threshold crossed: quiet
+    assert judge({}, SLOW, 1, 1).blame == "run"  # no CPU samples: nothing excuses the run
+
+
+def test_a_simulated_run_is_not_judged() -> None:
+    assert SIMULATED.to_summary() == {"fidelity": "simulated", "fidelity_reasons": [],
+                                      "fidelity_blame": "none", "fidelity_causes": []}
+    assert not may_skip(SIMULATED.blame)
+
+
+def test_busy_is_what_is_neither_idle_nor_iowait_and_steal_is_read_as_such(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    times = namedtuple("times", "user system idle iowait steal")
+    monkeypatch.setattr(psutil, "cpu_times_percent",
+                        lambda _interval=None: times(20.0, 20.0, 50.0, 10.0, 30.0))
+    sampler = CpuSampler(pids=list, interval_s=0.01).start()
+    try:
+        _wait_for(lambda: len(sampler.samples) >= 2)
+    finally:
+        sampler.stop()
+    assert {(s.machine_pct, s.steal_pct, s.emulator_pct) for s in sampler.samples} == {
+        (40.0, 30.0, 0.0)}
     summary = sampler.summary()
-    assert summary["samples"] >= 2
-    assert 0.0 <= summary["machine_steal_mean_pct"] <= 100.0
-    assert 0.0 <= summary["machine_cpu_mean_pct"] <= summary["machine_cpu_max_pct"] <= 100.0
+    assert summary["machine_cpu_mean_pct"] == summary["machine_cpu_max_pct"] == 40.0
+    assert summary["machine_steal_mean_pct"] == 30.0
+
+
+def test_summary_averages_the_samples() -> None:
+    sampler = CpuSampler(pids=list)
+    assert sampler.summary() == {"samples": 0}
+    sampler.samples += [CpuSample(0.0, 50.0, 100.0, 0.0), CpuSample(1.0, 90.0, 140.0, 20.0)]
+    s = sampler.summary()
+    assert (s["samples"], s["machine_cpu_mean_pct"], s["machine_cpu_max_pct"],
+            s["machine_steal_mean_pct"], s["emulator_cpu_mean_pct"]) == (2, 70.0, 90.0, 10.0,
+                                                                           120.0)
+
+
+def test_sampler_measures_the_processes_it_is_given() -> None:
+    """A child burning CPU reads as the CPU time it really used; a sleeping one as none.
+
+    One sampler at a time: psutil keeps one machine-wide "last reading" for all callers.
+    """
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        proc = psutil.Process(burner.pid)
+        busy = CpuSampler(pids=lambda: [burner.pid], interval_s=0.2).start()
+        try:
+            # the first sample only starts a pid's count; count the burner's CPU from there
+            _wait_for(lambda: len(busy.samples) >= 1)
+            cpu0, t0 = sum(proc.cpu_times()[:2]), time.time()
+            _wait_for(lambda: len(busy.samples) >= 8)
+            cpu1, t1 = sum(proc.cpu_times()[:2]), time.time()
+        finally:
+            busy.stop()
+        idle = CpuSampler(pids=lambda: [sleeper.pid], interval_s=0.2).start()
+        try:
+            _wait_for(lambda: len(idle.samples) >= 3)
+        finally:
+            idle.stop()
+    finally:
+        for child in (burner, sleeper):
+            child.kill()
+            child.wait(10)
+    measured = [s.emulator_pct for s in busy.samples[1:]]
+    expected_pct = 100.0 * (cpu1 - cpu0) / (t1 - t0)
+    assert expected_pct > 5.0, "the burner got no CPU at all; nothing to compare"
+    mean = sum(measured) / len(measured)
+    assert mean == pytest.approx(expected_pct, abs=max(10.0, 0.25 * expected_pct))
+    assert [s.emulator_pct for s in idle.samples] == [0.0] * len(idle.samples)
+    cores = psutil.cpu_count() or 1
+    # the burner's CPU is part of the machine's busy time (which is the mean over all cores)
+    assert sum(s.machine_pct for s in busy.samples[1:]) * cores >= 0.8 * sum(measured)
+
+
+def test_vswitchd_pid_file_is_read_from_ovs_rundir(tmp_path: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OVS_RUNDIR", str(tmp_path))
+    assert fidelity.vswitchd_pids() == []
+    (tmp_path / "ovs-vswitchd.pid").write_text("4242\n")
+    assert fidelity.vswitchd_pids() == [4242]
+
+
+def _wait_for(condition: Any, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for CPU samples"
+        time.sleep(0.02)

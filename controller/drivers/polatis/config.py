@@ -3,7 +3,7 @@
 ::
 
     ocs:
-      driver: polatis-netconf      # emulated | simulated | polatis-netconf | polatis-tl1
+      driver: polatis-netconf      # emulated | polatis-netconf | polatis-tl1
       host: 10.0.0.7               # one switch = rail 0; or `rails:` below, one switch per rail
       port: 830                    # default 830 (NETCONF) or 3082 (TL1)
       username: admin              # default: the credentials file's, else admin
@@ -34,14 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.drivers.polatis.driver import PolatisDriver, RailDevice
 from controller.drivers.polatis.netconf import NetconfSession
 from controller.drivers.polatis.session import DeviceSession
 from controller.drivers.polatis.tl1 import Tl1Session
 from controller.ocs import resolve_switching_delay_ms
 
-DRIVERS = ("emulated", "simulated", "polatis-netconf", "polatis-tl1")
-HARDWARE_DRIVERS = ("polatis-netconf", "polatis-tl1")
 DEFAULT_PORTS = {"polatis-netconf": 830, "polatis-tl1": 3082}
 DEFAULT_PASSWORD_ENV = "OPUS_OCS_PASSWORD"
 DEFAULT_USERNAME = "admin"
@@ -50,7 +49,7 @@ DEFAULT_DARK_BELOW_DBM = -40.0
 
 _DEVICE_KEYS = ("host", "port", "username", "password_env", "credentials_file", "timeout_s",
                 "size", "ports", "switching_delay", "dark_below_dbm")
-_SOFT_KEYS = ("driver", "switching_delay")  # all that emulated/simulated take here
+_SOFT_KEYS = ("driver", "switching_delay")  # all that emulated takes here
 
 
 class OcsConfigError(ValueError):
@@ -90,7 +89,7 @@ class DeviceConfig:
 
 @dataclass(frozen=True)
 class OcsConfig:
-    """The parsed ``ocs:`` mapping; ``devices`` is empty for emulated/simulated."""
+    """The parsed ``ocs:`` mapping; ``devices`` is empty for emulated."""
 
     driver: str
     devices: tuple[DeviceConfig, ...] = ()
@@ -303,7 +302,7 @@ def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
                 clock: Callable[[], float] = time.time) -> PolatisDriver:
     """A connected :class:`PolatisDriver` for a hardware ``ocs:`` config (parsed or raw).
 
-    Raises :class:`OcsConfigError` for emulated/simulated (the runner builds those) and for bad
+    Raises :class:`OcsConfigError` for emulated (the runner builds it) and for bad
     settings, and :class:`~controller.drivers.polatis.errors.PolatisError` subclasses when a switch
     cannot be reached, refuses the login, or is not the configured size.
     """
