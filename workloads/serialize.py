@@ -18,15 +18,24 @@ from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
 from workloads.models import ModelSpec
-from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.schedule import MAIN_THREAD, THREADS, Program, Schedule, TemplateOp
 
 FORMAT = "opus-testbed/workload-schedule"
 VERSION = 1
 OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
+#: Written only when some op has a value other than the default, so that schedules without
+#: them serialise as before these fields existed.
+OPTIONAL_OP_COLUMNS = {"thread": MAIN_THREAD}
+OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
+                          "calibrate_step_s": None, "compute_scale": 1.0}
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
-    return asdict(cfg)
+    d = asdict(cfg)
+    for key, default in OPTIONAL_CONFIG_FIELDS.items():
+        if d[key] == default:
+            del d[key]
+    return d
 
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
@@ -37,9 +46,11 @@ def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
 
 
 def program_to_dict(p: Program) -> dict[str, Any]:
-    cols: dict[str, list[Any]] = {c: [] for c in OP_COLUMNS}
+    columns = OP_COLUMNS + tuple(c for c, default in OPTIONAL_OP_COLUMNS.items()
+                                 if any(getattr(op, c) != default for op in p.ops))
+    cols: dict[str, list[Any]] = {c: [] for c in columns}
     for op in p.ops:
-        for c in OP_COLUMNS:
+        for c in columns:
             v = getattr(op, c)
             cols[c].append(list(v) if isinstance(v, tuple) else v)
     return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
@@ -48,11 +59,12 @@ def program_to_dict(p: Program) -> dict[str, Any]:
 def program_from_dict(d: dict[str, Any]) -> Program:
     cols = d["ops"]
     n = len(cols["kind"])
+    threads = cols.get("thread", [MAIN_THREAD] * n)
     ops = tuple(
         TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
                    duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
                    size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
-                   split=tuple(cols["split"][i]))
+                   split=tuple(cols["split"][i]), thread=threads[i])
         for i in range(n))
     return Program(int(d["stage"]), int(d["ep_index"]), ops)
 
@@ -90,6 +102,10 @@ def _check_programs(programs: list[Program]) -> None:
                 raise WorkloadConfigError(
                     f"op {i} ({op.tag}) depends on a later or missing op",
                     f"programs[{pi}].ops.deps")
+            if op.thread not in THREADS:
+                raise WorkloadConfigError(
+                    f"op {i} ({op.tag}): thread must be one of {', '.join(THREADS)}, got "
+                    f"{op.thread!r}", f"programs[{pi}].ops.thread")
 
 
 def dump(s: Schedule, path: str | Path) -> None:

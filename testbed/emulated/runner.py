@@ -4,7 +4,8 @@ Order of work, from a :class:`~testbed.experiment.prepare.Prepared` run: build t
 rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the baseline), start
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
-their progress, and on success hand the records to :func:`testbed.results.summary.finish_run`.
+their progress, and on success hand the records and the OCS app's dark periods
+(:mod:`testbed.metrics.darktime`) to :func:`testbed.results.summary.finish_run`.
 A rank that fails ends the run: the error names the rank and its last op, and teardown still
 happens (the network's context manager stops every process we started).
 """
@@ -28,6 +29,7 @@ from controller.ocs import OcsDriver
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared
+from testbed.metrics.darktime import DarkCheck, check_dark_periods
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
@@ -143,8 +145,21 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
     events = store.read_jsonl(out / "controller-events.jsonl")
     summary = finish_run(out, prep, records, events, sampler.summary(), manifest, wall_s,
-                         num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0))
+                         num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0),
+                         dark=_dark_check(out, cfg, events))
     return summary
+
+
+def _dark_check(out: Path, cfg: ExperimentConfig,
+                controller_events: list[dict[str, Any]]) -> DarkCheck | None:
+    """The OCS app's dark periods against the injected delay (None: electrical rails). The
+    switch counts are compared only when the controller drives the OCS app directly (a Polatis
+    front may split or merge the requests it passes on)."""
+    if cfg.mode == "baseline":
+        return None
+    ocs_events = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
+    return check_dark_periods(ocs_events, cfg.switching_delay_ms,
+                              controller_events if cfg.driver == "emulated" else None)
 
 
 def _follow(out: Path, procs: dict[int, Any], cfg: ExperimentConfig, prep: Prepared,

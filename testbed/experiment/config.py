@@ -40,7 +40,16 @@ from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
+from workloads.loader import (
+    _Doc,
+    _load_file,
+    _mapping,
+    _typed,
+    _validated,
+    calibrated,
+    parse_workload,
+)
+from workloads.timing import TimingModel
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
@@ -78,6 +87,11 @@ class ExperimentConfig:
     def switching_delay_ms(self) -> float:
         return 0.0 if self.mode == "baseline" else resolve_switching_delay_ms(
             self.switching_delay)
+
+    @property
+    def timing_model(self) -> TimingModel:
+        """The alpha-beta model of the electrical rails: the modelled step and calibration."""
+        return TimingModel(rail_gbps=self.rail_gbps, latency_s=self.latency_us * 1e-6)
 
     @property
     def effective_ports_per_rank(self) -> int:
@@ -179,7 +193,10 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    return _validated(doc, ExperimentConfig(**kwargs))
+    cfg = _validated(doc, ExperimentConfig(**kwargs))
+    if workload.calibrate_step_s is None:
+        return cfg
+    return dataclasses.replace(cfg, workload=calibrated(doc, workload, cfg.timing_model))
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

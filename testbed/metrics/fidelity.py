@@ -4,13 +4,16 @@ During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU 
 the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
 After the run :func:`judge` compares what was achieved with what was configured: a run is
 ``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved their
-bytes markedly slower than the configured link rate, or calls lost bytes; the summary says why
-and whom it blames (:class:`Verdict`):
+bytes markedly slower than the configured link rate, calls lost bytes, the OCS's dark periods
+overran the switching delay, or switches went missing (:mod:`testbed.metrics.darktime`); the
+summary says why and whom it blames (:class:`Verdict`):
 
-* ``machine`` -- the CPU was saturated or stolen (and slow collectives on such a machine are its
-  doing too): the emulation could not keep up, rerun on a quieter machine or with slower links;
-* ``run`` -- calls lost bytes, or collectives were slow on a quiet machine: nothing excuses it;
-  the emulator, the replayer or the controller misbehaved;
+* ``machine`` -- the CPU was saturated or stolen (and slow collectives or overrunning dark
+  periods on such a machine are its doing too): the emulation could not keep up, rerun on a
+  quieter machine or with slower links;
+* ``run`` -- calls lost bytes, collectives were slow or dark periods overran on a quiet machine,
+  or the OCS app and the controller disagree on the switches: nothing excuses it; the emulator,
+  the replayer or the controller misbehaved;
 * ``none`` -- the run is ``ok``.
 
 A degraded run is never presented as a clean result, and a test may skip a run only when the
@@ -39,6 +42,7 @@ from typing import Any
 import psutil
 
 from emulator.naming import MAX_EMULATED_RANKS
+from testbed.metrics.darktime import DarkCheck
 
 AGGREGATE_MBPS_PER_CORE = 50.0
 MIN_LINK_MBPS = 2.0
@@ -213,8 +217,11 @@ SIMULATED = Verdict("simulated")
 
 
 def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
-          calls: int, calls_delivered: int) -> Verdict:
-    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring)."""
+          calls: int, calls_delivered: int, dark: DarkCheck | None = None) -> Verdict:
+    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring).
+
+    ``dark``: the run's dark periods (None: not an emulated OCS run, nothing to check).
+    """
     reasons = []
     mean = cpu.get("machine_cpu_mean_pct")
     saturated = mean is not None and mean > CPU_SATURATED_PCT
@@ -238,6 +245,15 @@ def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
     if calls_delivered < calls:
         reasons.append(Reason(RUN, f"{calls - calls_delivered} of {calls} calls did not "
                               "deliver every byte"))
+    overrun = dark.overrun() if dark is not None else None
+    if overrun:
+        reasons.append(Reason(MACHINE, f"{overrun}: the OCS app's thread did not get the CPU")
+                       if saturated or stolen else
+                       Reason(RUN, f"{overrun} although the machine's CPU was neither saturated "
+                              "nor stolen"))
+    missing = dark.missing() if dark is not None else None
+    if missing:
+        reasons.append(Reason(RUN, missing))
     return Verdict("degraded" if reasons else "ok", tuple(reasons))
 
 

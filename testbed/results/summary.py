@@ -13,6 +13,7 @@ from typing import Any
 
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import compute_metrics
+from testbed.metrics.darktime import DarkCheck, dark_text
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
@@ -20,8 +21,12 @@ from testbed.results import store
 def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
                wall_s: float, *, num_rails: int, ranks_rail0: list[int],
-               backend: str = "emu") -> dict[str, Any]:
-    """Metrics, fidelity verdict, tables, summary and plots of a finished run."""
+               backend: str = "emu", dark: DarkCheck | None = None) -> dict[str, Any]:
+    """Metrics, fidelity verdict, tables, summary and plots of a finished run.
+
+    ``dark``: the emulated OCS's dark periods (None on the sim backend, whose switches last
+    the delay exactly, and without an OCS).
+    """
     cfg = prep.config
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
                         scale=prep.scale, num_rails=num_rails)
@@ -33,8 +38,8 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
-    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"])
-               if backend == "emu" else SIMULATED)
+    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"],
+                     dark) if backend == "emu" else SIMULATED)
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
@@ -43,7 +48,11 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
                **s, **verdict.to_summary(), "cpu": cpu,
-               "modeled_iteration_s": prep.modeled_iteration_s, "wall_s": wall_s,
+               "modeled_iteration_s": prep.modeled_iteration_s,
+               "calibrate_step_s": cfg.workload.calibrate_step_s,
+               "compute_scale": cfg.workload.compute_scale,
+               "dark_error_ms": dark.to_summary() if dark is not None else None,
+               "wall_s": wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
@@ -83,7 +92,34 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['link_mbps']:g} Mbit/s",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if summary["backend"] == "emu":
+        lines.insert(-1, f"dark periods        {dark_text(summary.get('dark_error_ms'))}")
+    if summary.get("calibrate_step_s") is not None:
+        lines.insert(2, f"calibration         {_calibration_text(summary)}")
     return "\n".join(lines)
+
+
+#: A measured baseline further than this from the calibration target is pointed out.
+CALIBRATION_GAP_PCT = 3.0
+
+
+def calibration_gap_pct(baseline_s: float, target_s: float) -> float:
+    """How far a measured baseline step is from the calibration target, in %."""
+    return 100.0 * (baseline_s / target_s - 1.0)
+
+
+def _calibration_text(summary: dict[str, Any]) -> str:
+    """The compute scale, the modelled step it gives, and the measured baseline against it."""
+    target = summary["calibrate_step_s"]
+    text = (f"compute x{summary['compute_scale']:.4f}: modelled electrical step "
+            f"{summary['modeled_iteration_s']:.3f} s (target {target:g} s)")
+    base = summary.get("iteration_time_s" if summary["mode"] == "baseline"
+                       else "baseline_iteration_time_s")
+    if base is None:
+        return text
+    gap = calibration_gap_pct(base, target)
+    far = f", more than {CALIBRATION_GAP_PCT:g} % off" if abs(gap) > CALIBRATION_GAP_PCT else ""
+    return f"{text}; measured baseline {base:.3f} s ({gap:+.1f} %{far})"
 
 
 def _fidelity_text(summary: dict[str, Any]) -> str:
