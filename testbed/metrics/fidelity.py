@@ -247,7 +247,8 @@ def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
                               "deliver every byte"))
     overrun = dark.overrun() if dark is not None else None
     if overrun:
-        reasons.append(Reason(MACHINE, f"{overrun}: the OCS app's thread did not get the CPU")
+        reasons.append(Reason(MACHINE, f"{overrun}: Open vSwitch and the OCS app waited for "
+                              "the CPU")
                        if saturated or stolen else
                        Reason(RUN, f"{overrun} although the machine's CPU was neither saturated "
                               "nor stolen"))
