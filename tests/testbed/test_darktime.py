@@ -15,7 +15,13 @@ from testbed.metrics.darktime import (
     dark_errors_ms,
     dark_tolerance_ms,
 )
-from testbed.metrics.fidelity import judge
+from testbed.metrics.fidelity import (
+    CPU_PRESSURE_PCT,
+    CpuSample,
+    CpuSampler,
+    cpu_pressure_total_us,
+    judge,
+)
 from testbed.results.summary import summary_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +90,33 @@ def test_an_overrun_blames_the_run_on_a_quiet_machine_and_the_machine_when_busy(
         quiet.reasons[0].text)
     busy = judge(SATURATED, 0.9, 10, 10, check)
     assert [r.blame for r in busy.reasons] == ["machine", "machine"]
+    # threads waited for a core: the OCS app's helpers and Open vSwitch among them
+    contended = judge(QUIET | {"machine_cpu_pressure_pct": CPU_PRESSURE_PCT + 1}, 0.9, 10, 10,
+                      check)
+    assert [r.blame for r in contended.reasons] == ["machine"]
+    assert "some thread waited for a core 11 % of the run" in contended.reasons[0].text
+    calm = judge(QUIET | {"machine_cpu_pressure_pct": CPU_PRESSURE_PCT}, 0.9, 10, 10, check)
+    assert calm.blame == "run"
+    # CPU pressure excuses only the dark periods: slow links on a quiet CPU stay the run's
+    assert judge(QUIET | {"machine_cpu_pressure_pct": 90.0}, 0.5, 10, 10).blame == "run"
     assert judge(QUIET, 0.9, 10, 10, check_dark_periods(
         switches(100.0, [0.5, 2.0]), 100.0, ends(2))).fidelity == "ok"
+
+
+def test_cpu_pressure_is_read_from_psi_and_averaged_over_the_samples(tmp_path: Path) -> None:
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=98.63 avg60=98.69 avg300=94.12 total=3299169147\n"
+                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    assert cpu_pressure_total_us(psi) == 3_299_169_147
+    assert cpu_pressure_total_us(tmp_path / "missing") is None
+    sampler = CpuSampler(pids=list)
+    # 0.25 s of stall over 2 s of samples: 12.5 %
+    sampler.samples += [CpuSample(10.0, 50.0, 0.0, 0.0, 1_000_000),
+                        CpuSample(11.0, 50.0, 0.0, 0.0, 1_100_000),
+                        CpuSample(12.0, 50.0, 0.0, 0.0, 1_250_000)]
+    assert sampler.summary()["machine_cpu_pressure_pct"] == pytest.approx(12.5)
+    sampler.samples[0].pressure_total_us = None  # no PSI on this kernel
+    assert sampler.summary()["machine_cpu_pressure_pct"] is None
 
 
 def test_missing_and_unfinished_switches_blame_the_run_even_on_a_busy_machine() -> None:
