@@ -28,10 +28,10 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
     reduce-scattered from the main thread (root first, then the blocks) and the units are
     resharded. This is the measured rule, not "an all-gather before every micro-batch's
     forward and backward": for TorchTitan's Llama3-8B run of the Opus artifact (PP2, 17 units
-    a stage, 2 micro-batches, 1F1B) it gives 51 all-gathers and 17 reduce-scatters per stage
-    and step (stage 0: F0, F1, B0 gather; stage 1: F0, B0, B1), as the artifact's recorded
-    communication patterns show (69 FSDP calls per step with the grad-norm all-reduce), where
-    the literal rule would give 85 and 68 more with 3 micro-batches (the artifact: 86).
+    a stage, 1F1B) it gives, per stage and step, 51 all-gathers with 2 micro-batches (stage 0:
+    F0, F1, B0 gather; stage 1: F0, B0, B1) and 68 with 3, plus 17 reduce-scatters: with the
+    grad-norm all-reduce the 69 and 86 FSDP calls per step of the artifact's recorded
+    communication patterns. The literal rule would give 68 and 102 all-gathers.
 
   All-gathers issued inside a backward (FSDP's pre-backward hooks) are marked
   ``thread="autograd"``; every other op runs on the main thread.
