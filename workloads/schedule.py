@@ -53,7 +53,7 @@ from workloads.steps import P2P_KINDS, StepPlan, lower, wire_bytes
 if TYPE_CHECKING:
     from workloads.phases import Phase
 
-#: Host threads that issue ops (``TemplateOp.thread``).
+#: Host threads that issue ops (:attr:`TemplateOp.thread`).
 MAIN_THREAD = "main"
 AUTOGRAD_THREAD = "autograd"
 THREADS = (MAIN_THREAD, AUTOGRAD_THREAD)
@@ -65,8 +65,10 @@ class TemplateOp:
 
     ``tag`` names the op uniquely within its program and identically on every member of a
     collective. ``split`` is, for all-to-all, the bytes sent to each group position.
-    ``peer_stage`` is the pipeline stage of the other end of a send/recv. ``thread``: see the
-    module docstring.
+    ``peer_stage`` is the pipeline stage of the other end of a send/recv. ``thread`` is the
+    host thread that issues the op: ``main``, or ``autograd`` for what the backward pass issues
+    from autograd's own thread (FSDP's backward all-gathers); the rail-state request points
+    (:mod:`testbed.plan.requestpoints`) follow the main thread's issue order only.
     """
 
     kind: str

@@ -23,9 +23,9 @@ from workloads.schedule import MAIN_THREAD, THREADS, Program, Schedule, Template
 FORMAT = "opus-testbed/workload-schedule"
 VERSION = 1
 OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
-#: Written only when some op has a value other than the default, so that schedules without
-#: them serialise as before these fields existed.
-OPTIONAL_OP_COLUMNS = {"thread": MAIN_THREAD}
+#: Optional columns, written only when some op differs from the default.
+OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
+#: Config fields written only when not at their defaults, so older schedules serialise as before.
 OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
                           "calibrate_step_s": None, "compute_scale": 1.0}
 
@@ -46,11 +46,11 @@ def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
 
 
 def program_to_dict(p: Program) -> dict[str, Any]:
-    columns = OP_COLUMNS + tuple(c for c, default in OPTIONAL_OP_COLUMNS.items()
-                                 if any(getattr(op, c) != default for op in p.ops))
-    cols: dict[str, list[Any]] = {c: [] for c in columns}
+    names = OP_COLUMNS + tuple(c for c, default in OPTIONAL_COLUMNS.items()
+                               if any(getattr(op, c) != default for op in p.ops))
+    cols: dict[str, list[Any]] = {c: [] for c in names}
     for op in p.ops:
-        for c in columns:
+        for c in names:
             v = getattr(op, c)
             cols[c].append(list(v) if isinstance(v, tuple) else v)
     return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
@@ -60,11 +60,15 @@ def program_from_dict(d: dict[str, Any]) -> Program:
     cols = d["ops"]
     n = len(cols["kind"])
     threads = cols.get("thread", [MAIN_THREAD] * n)
+    bad = sorted({t for t in threads if t not in THREADS})
+    if bad:
+        raise WorkloadConfigError(f"unknown threads {bad}; known: {', '.join(THREADS)}",
+                                  "programs.ops.thread")
     ops = tuple(
         TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
                    duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
                    size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
-                   split=tuple(cols["split"][i]), thread=threads[i])
+                   split=tuple(cols["split"][i]), thread=str(threads[i]))
         for i in range(n))
     return Program(int(d["stage"]), int(d["ep_index"]), ops)
 
@@ -102,10 +106,6 @@ def _check_programs(programs: list[Program]) -> None:
                 raise WorkloadConfigError(
                     f"op {i} ({op.tag}) depends on a later or missing op",
                     f"programs[{pi}].ops.deps")
-            if op.thread not in THREADS:
-                raise WorkloadConfigError(
-                    f"op {i} ({op.tag}): thread must be one of {', '.join(THREADS)}, got "
-                    f"{op.thread!r}", f"programs[{pi}].ops.thread")
 
 
 def dump(s: Schedule, path: str | Path) -> None:
