@@ -243,8 +243,8 @@ def _check_agreement(name: str, by_rank: dict[int, list[Call]]) -> None:
             extra = cl[min(len(a), len(b))]
             raise CaptureError(
                 f"{extra.source or f'rank {rl}'}: {name}: rank {ra} has {len(a)} calls in the "
-                f"iteration, rank {rb} {len(b)}; the first unmatched is this {extra.kind} of "
-                f"{extra.size_bytes} B")
+                f"iteration, rank {rb} has {len(b)}; the first unmatched is this {extra.kind} "
+                f"of {extra.size_bytes} B")
         for k, (x, y) in enumerate(zip(a, b, strict=True)):
             same_kind = x.kind == y.kind or {x.kind, y.kind} == {"send", "recv"}
             same_size = x.size_bytes == y.size_bytes or x.kind in ("all_gather", "all_to_all")

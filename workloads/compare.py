@@ -8,6 +8,8 @@ options (reshard after forward or not). Per rank:
   kind, calls, message and wire bytes;
 * its **PP<->DP boundaries**: consecutive phase pairs whose families are ``pp`` and ``dp``, the
   points where a photonic rail must switch between pipeline and data-parallel circuits;
+* its compute time, shown but never counted as a difference (a generated schedule's compute is
+  modelled from FLOPs, a captured one's measured);
 * its **differences**: the two phase sequences are aligned on (family, kind, scale-up) with
   :class:`difflib.SequenceMatcher`; aligned phases are compared on calls and bytes, phases
   present on one side only are listed as such.
@@ -73,6 +75,11 @@ def phase_rows(schedule: Schedule, rank: int) -> list[PhaseRow]:
                      p.wire_bytes) for p in schedule.phases_of(rank, include_scale_up=True)]
 
 
+def compute_s(schedule: Schedule, rank: int) -> float:
+    """Total compute of ``rank`` (shown, never a difference: generated compute is modelled)."""
+    return sum(op.duration_s for op in schedule.ops_of(rank) if not op.is_collective)
+
+
 def boundaries(rows: list[PhaseRow]) -> int:
     """Consecutive phase pairs whose families are pp and dp (either order)."""
     return sum({a.axis, b.axis} == {"pp", "dp"} for a, b in itertools.pairwise(rows))
@@ -115,6 +122,7 @@ def compare(a: Schedule, b: Schedule, ranks: list[int] | None = None) -> dict[st
         pa, pb = phase_rows(a, r), phase_rows(b, r)
         out[str(r)] = {"a": [p.to_json() for p in pa], "b": [p.to_json() for p in pb],
                        "boundaries": {"a": boundaries(pa), "b": boundaries(pb)},
+                       "compute_s": {"a": compute_s(a, r), "b": compute_s(b, r)},
                        "differences": differences(pa, pb)}
     return {"world_size": a.world_size, "ranks": out,
             "equal": not any(v["differences"] or v["boundaries"]["a"] != v["boundaries"]["b"]
@@ -126,14 +134,15 @@ def render(report: dict[str, Any], name_a: str, name_b: str) -> str:
     lines = [f"A: {name_a}", f"B: {name_b}"]
     same: dict[str, list[str]] = {}
     for rank, v in report["ranks"].items():
-        key = repr((v["a"], v["b"], v["boundaries"], v["differences"]))
+        key = repr((v["a"], v["b"], v["boundaries"], v["differences"]))  # compute aside
         same.setdefault(key, []).append(rank)
     for ranks in same.values():
         v = report["ranks"][ranks[0]]
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(ranks)}"
-        bd = v["boundaries"]
+        bd, cs = v["boundaries"], v["compute_s"]
         lines.append(f"\n{who}: {len(v['a'])} phases in A, {len(v['b'])} in B; PP<->DP "
-                     f"boundaries per iteration: A {bd['a']}, B {bd['b']}")
+                     f"boundaries per iteration: A {bd['a']}, B {bd['b']}; compute "
+                     f"A {cs['a'] * 1e3:.3f} ms, B {cs['b'] * 1e3:.3f} ms (rank {ranks[0]})")
         lines.append(f"  {'#':>3} {'A phase':24} {'calls':>5} {'MiB':>8}   {'B phase':24} "
                      f"{'calls':>5} {'MiB':>8}")
         for k in range(max(len(v["a"]), len(v["b"]))):

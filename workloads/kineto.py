@@ -96,6 +96,7 @@ DTYPE_BYTES = {
 }
 COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:", "opus:")
 NCCL_KERNEL_PREFIXES = ("ncclDevKernel_", "ncclKernel_")
+P2P_NAME = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
 LAYOUTS = {"L1": "record_param_comms with named args", "L2": "nccl:* annotations",
            "L3": "c10d::* ops with gloo:* annotations", "L4": "opus:* events"}
 
@@ -164,10 +165,10 @@ def load_trace(path: str | Path) -> Trace:
         opener = gzip.open if p.endswith(".gz") else open
         with opener(p, "rt") as fh:
             doc = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
     except OSError as exc:
         raise KinetoError(f"{p}: cannot read it: {exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError) as exc:
-        raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise KinetoError(f"{p}: not a torch.profiler Chrome trace (no 'traceEvents' list)")
     info = doc.get("distributedInfo")
@@ -279,6 +280,11 @@ def _dtype_bytes(trace: Trace, e: dict[str, Any], dtype: Any) -> int:
     return DTYPE_BYTES[dtype]
 
 
+def _op_name(e: dict[str, Any]) -> str:
+    """``c10d::_allgather_base_`` -> ``_allgather_base``; ``nccl:send 0->1`` -> ``send``."""
+    return e["name"].split(":")[-1].split()[0].rstrip("_").lower()
+
+
 def _kind(trace: Trace, e: dict[str, Any], name: str) -> str:
     kind = kind_of(name)
     if kind is None:
@@ -354,8 +360,7 @@ def _dims_call(trace: Trace, e: dict[str, Any], kind: str, annotation: dict[str,
     dims, types = a.get("Input Dims"), a.get("Input type")
     if not isinstance(dims, list) or not dims:
         raise KinetoError(f"{src}: no 'Input Dims' (profile with record_shapes=True)")
-    base = e["name"].split(":")[-1].rstrip("_").lower()
-    idx = C10D_INPUT_INDEX.get(base, 0) if trace.layout == "L3" else 0
+    idx = C10D_INPUT_INDEX.get(_op_name(e), 0) if trace.layout == "L3" else 0
     try:
         numel = _numel(dims[idx])
         dtype = types[idx] if isinstance(types, list) and idx < len(types) else None
@@ -378,10 +383,12 @@ def _dims_call(trace: Trace, e: dict[str, Any], kind: str, annotation: dict[str,
     peer = -1
     conc = a.get("Concrete Inputs") or []
     if kind in P2P_KINDS:
+        named = P2P_NAME.search(e["name"])  # "nccl:send 0->1", "nccl:recv 1<-0" (group ranks)
         try:
-            peer = int(conc[2])
+            peer = int(named.group(3)) if named else int(conc[2])
         except (IndexError, TypeError, ValueError) as exc:
-            raise KinetoError(f"{src}: {kind} without its peer ('Concrete Inputs'[2])") from exc
+            raise KinetoError(f"{src}: {kind} without its peer ('Concrete Inputs'[2] or "
+                              "'A->B' in the name)") from exc
     call = RawCall(kind, e, size, src, _candidates(trace, kind, group_size, peer),
                    group_peer=peer)
     if kind == "all_to_all" and len(conc) > 4:
@@ -407,7 +414,7 @@ def _take_annotation(pool: dict[str, list[dict[str, Any]]], kind: str, e: dict[s
     """The earliest unused gloo annotation that can carry ``e`` (same kind and message size)."""
     try:
         want = _numel(_first_tensor(e["args"]["Input Dims"][
-            C10D_INPUT_INDEX.get(e["name"].split(":")[-1].rstrip("_").lower(), 0)]))
+            C10D_INPUT_INDEX.get(_op_name(e), 0)]))
     except (KeyError, IndexError, TypeError, ValueError):
         want = None
     best: tuple[str, int] | None = None
@@ -434,7 +441,7 @@ def raw_calls(trace: Trace) -> list[RawCall]:
         if trace.layout in ("L1", "L4"):
             call = _named_call(trace, e)
         else:
-            kind = _kind(trace, e, e["name"].split(":")[-1])
+            kind = _kind(trace, e, _op_name(e))
             if trace.layout == "L2" and "Input Dims" not in e.get("args", {}):
                 e = _with_enclosing_args(trace, e)
             ann = _take_annotation(pool, kind, e) if pool else None
@@ -482,11 +489,12 @@ def resolve_groups(traces: dict[int, Trace], calls: dict[int, list[RawCall]]) ->
 
     Calls are taken in time order over all ranks; a call's partners are, on every other member
     of a candidate group, the first call not yet matched that has the same kind and size (the
-    counterpart for send/recv), may be on that group and ran at the same time (a collective
-    cannot end on one member before another started it; :data:`OVERLAP_SLACK_US`). Among
-    several groups the one whose partner calls ended closest in time is tried first; when a
-    later call then finds no partners, the latest choice is revised (backtracking, at most
-    :data:`MAX_MATCH_ATTEMPTS` tries).
+    counterpart for send/recv), may be on that group and, when the group is in doubt, ran at
+    the same time (a collective cannot complete on one member before another issued it;
+    :data:`OVERLAP_SLACK_US`). Among several groups the one whose partner calls ended (without
+    completion times: were issued) closest in time is tried first, on a tie the smaller group;
+    when a later call then finds no partners, the latest choice is revised (backtracking, at
+    most :data:`MAX_MATCH_ATTEMPTS` tries).
     """
     forced: dict[tuple[int, int], int] = {}
     first_failure = ""
@@ -525,14 +533,15 @@ def _match(traces: dict[int, Trace], calls: dict[int, list[RawCall]],
             members = traces[rank].groups[gname].ranks
             partners = _partners(traces, calls, nxt, matched, rank, call, gname, members)
             if partners is not None:
-                options.append((_distance(call, partners), gname, partners))
+                # on equal distance the smaller group first (the world group last)
+                options.append((_distance(call, partners), len(members), gname, partners))
         if not options:
             return _unmatched(traces[rank], call), decisions
-        options.sort(key=lambda o: o[0])
+        options.sort(key=lambda o: o[:2])
         choice = forced.get((rank, i), 0)
         if len(options) > 1:
             decisions.append(((rank, i), choice, len(options)))
-        _, gname, partners = options[min(choice, len(options) - 1)]
+        _, _, gname, partners = options[min(choice, len(options) - 1)]
         for c in (call, *partners):
             c.group = gname
             matched.add(id(c))
