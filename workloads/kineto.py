@@ -97,12 +97,12 @@ DTYPE_BYTES = {
 COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:", "opus:")
 NCCL_KERNEL_PREFIXES = ("ncclDevKernel_", "ncclKernel_")
 P2P_NAME = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
-LAYOUTS = {"L1": "record_param_comms with named args", "L2": "nccl:* annotations",
-           "L3": "c10d::* ops with gloo:* annotations", "L4": "opus:* events"}
 
 
 class KinetoError(CaptureError):
-    """A trace that cannot be imported; the message names the file, the event and why."""
+    """A trace that cannot be imported; the message names the file, the event and why.
+
+    (What the traces show but a schedule cannot hold is a :class:`CaptureError` too.)"""
 
 
 @dataclass
@@ -190,8 +190,6 @@ def load_trace(path: str | Path) -> Trace:
 def detect_layout(trace: Trace) -> str:
     """``L4`` | ``L1`` | ``L2`` | ``L3`` (see the module docstring), ``none`` without calls."""
     names = {e["name"] for e in trace.events}
-    trace.gpu = any(e.get("cat") == "kernel" and e["name"].startswith(NCCL_KERNEL_PREFIXES)
-                    for e in trace.events)
     if any(n.startswith("opus:") for n in names):
         return "L4"
     if any(e["name"] == "record_param_comms" and "Collective name" in e.get("args", {})
@@ -433,15 +431,28 @@ def _take_annotation(pool: dict[str, list[dict[str, Any]]], kind: str, e: dict[s
     return pool[best[0]].pop(best[1]) if best else None
 
 
-def raw_calls(trace: Trace) -> list[RawCall]:
-    """Every collective call of a trace in issue order, with sizes and candidate groups."""
+def raw_calls(trace: Trace, t0: float = float("-inf"), t1: float = float("inf")
+              ) -> list[RawCall]:
+    """The collective calls issued in [t0, t1) µs in issue order, with sizes and candidate
+    groups; calls outside are skipped (still keeping gloo annotations and NCCL kernels, which
+    are matched in order, in step), so a broadcast at start-up does not stop the import."""
     out = []
     pool = _gloo_annotations(trace) if trace.layout == "L3" else {}
-    for e in _comm_events(trace):
-        if trace.layout in ("L1", "L4"):
+    comm = _comm_events(trace)
+    kernel_end = _nccl_kernel_ends(trace, comm) if trace.gpu else {}
+    for e in comm:
+        named = trace.layout in ("L1", "L4")
+        name = str(e.get("args", {}).get("Collective name", e["name"].removeprefix("opus:"))
+                   ) if named else _op_name(e)
+        if not t0 <= e["ts"] < t1:
+            kind = kind_of(name)
+            if pool and kind is not None:
+                _take_annotation(pool, kind, e)
+            continue
+        if named:
             call = _named_call(trace, e)
         else:
-            kind = _kind(trace, e, _op_name(e))
+            kind = _kind(trace, e, name)
             if trace.layout == "L2" and "Input Dims" not in e.get("args", {}):
                 e = _with_enclosing_args(trace, e)
             ann = _take_annotation(pool, kind, e) if pool else None
@@ -449,9 +460,8 @@ def raw_calls(trace: Trace) -> list[RawCall]:
             if call is not None and ann is not None:
                 call.done_us = float(ann["ts"]) + float(ann.get("dur", 0))
         if call is not None:
+            call.done_us = kernel_end.get(id(e), call.done_us)
             out.append(call)
-    if trace.gpu:
-        _nccl_kernel_ends(trace, out)
     return out
 
 
@@ -465,21 +475,24 @@ def _with_enclosing_args(trace: Trace, e: dict[str, Any]) -> dict[str, Any]:
     return e
 
 
-def _nccl_kernel_ends(trace: Trace, calls: list[RawCall]) -> None:
-    """L1-GPU: the ``k``-th NCCL kernel of a process group ends that group's ``k``-th call."""
+def _nccl_kernel_ends(trace: Trace, comm: list[dict[str, Any]]) -> dict[int, float]:
+    """L1-GPU: the end of each call's NCCL kernel, by ``id`` of the call's event: the ``k``-th
+    kernel of a process group belongs to that group's ``k``-th call."""
     kernels: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in sorted(trace.events, key=lambda e: e["ts"]):
         if e.get("cat") == "kernel" and e["name"].startswith(NCCL_KERNEL_PREFIXES):
             kernels[str(e.get("args", {}).get("Process Group Name", ""))].append(e)
+    out: dict[int, float] = {}
     taken: dict[str, int] = defaultdict(int)
-    for c in calls:
-        key = str(c.event.get("args", {}).get("Process Group Name", ""))
+    for e in comm:
+        key = str(e.get("args", {}).get("Process Group Name", ""))
         key = key if key in kernels else ""
         k = taken[key]
         if k < len(kernels.get(key, [])):
             kern = kernels[key][k]
-            c.done_us = float(kern["ts"]) + float(kern.get("dur", 0))
+            out[id(e)] = float(kern["ts"]) + float(kern.get("dur", 0))
             taken[key] += 1
+    return out
 
 
 # --- groups across ranks ---------------------------------------------------------------------
@@ -749,6 +762,8 @@ def load_traces(paths: Sequence[str | Path]) -> dict[int, Trace]:
                           f"{first.world_size}): give one trace per rank")
     for t in traces.values():
         t.layout = detect_layout(t)
+        t.gpu = any(e.get("cat") == "kernel" and e["name"].startswith(NCCL_KERNEL_PREFIXES)
+                    for e in t.events)
     return traces
 
 
@@ -760,7 +775,7 @@ def import_traces(paths: Sequence[str | Path], *, gpus_per_server: int = 1,
     calls = {}
     for r, t in traces.items():
         t0, t1 = bounds[r]
-        calls[r] = [c for c in raw_calls(t) if t0 <= c.ts < t1]
+        calls[r] = raw_calls(t, t0, t1)
     resolve_groups(traces, calls)
     runs = {}
     for r, t in traces.items():
@@ -773,12 +788,7 @@ def import_traces(paths: Sequence[str | Path], *, gpus_per_server: int = 1,
     origin = {"kind": "kineto", "sources": [traces[r].path for r in sorted(traces)],
               "torch_version": None, "iteration": label,
               "layouts": {str(r): lay for r, lay in layouts.items()}}
-    try:
-        schedule = schedule_from_runs(runs, gpus_per_server=gpus_per_server, origin=origin)
-    except KinetoError:
-        raise
-    except CaptureError as exc:
-        raise KinetoError(str(exc)) from exc
+    schedule = schedule_from_runs(runs, gpus_per_server=gpus_per_server, origin=origin)
     return Imported(schedule, layouts, label, {r: len(c) for r, c in sorted(calls.items())})
 
 
@@ -804,7 +814,7 @@ def experiment_yaml(imported: Imported, name: str, schedule_file: str = "workloa
     sources = (s.origin or {}).get("sources", [])
     return (f"# Imported by `opus-testbed import kineto` ({imported.step}) from:\n"
             + "".join(f"#   {p}\n" for p in sources)
-            + f"name: {name}\n"
+            + f"name: {json.dumps(name)}\n"
             f"cluster: {{servers: {s.cluster.servers}, gpus_per_server: "
             f"{s.cluster.gpus_per_server}}}\n"
             f"workload: {{schedule: {schedule_file}}}\n"
@@ -813,11 +823,17 @@ def experiment_yaml(imported: Imported, name: str, schedule_file: str = "workloa
             "run: {warmup: 1, iterations: 2}\n")
 
 
-def write_import(imported: Imported, out_dir: str | Path, name: str) -> list[Path]:
-    """Write ``workload.json`` and ``experiment.yaml`` into a new or empty ``out_dir``."""
+def check_out_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` if it is new or an empty directory; refused otherwise (nothing written)."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise KinetoError(f"{out}: exists and is not an empty directory; nothing was written")
+    return out
+
+
+def write_import(imported: Imported, out_dir: str | Path, name: str) -> list[Path]:
+    """Write ``workload.json`` and ``experiment.yaml`` into a new or empty ``out_dir``."""
+    out = check_out_dir(out_dir)
     created = not out.exists()
     files = [out / "workload.json", out / "experiment.yaml"]
     try:

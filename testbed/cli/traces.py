@@ -61,9 +61,10 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from workloads.captured import CaptureError
-    from workloads.kineto import import_traces, write_import
+    from workloads.kineto import check_out_dir, import_traces, write_import
 
     try:
+        check_out_dir(args.out)
         imported = import_traces(args.traces, gpus_per_server=args.gpus_per_server,
                                  step=args.step, axes=_axes(args.axis))
         name = args.name or Path(args.out).resolve().name

@@ -27,7 +27,7 @@ def test_import_writes_a_schedule_and_an_experiment_that_runs_on_the_sim_backend
         imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sorted(p.name for p in imported.iterdir()) == ["experiment.yaml", "workload.json"]
     text = (imported / "experiment.yaml").read_text()
-    assert "workload: {schedule: workload.json}" in text and "name: tiny" in text
+    assert "workload: {schedule: workload.json}" in text and 'name: "tiny"' in text
     capsys.readouterr()
     code = main(["run", str(imported / "experiment.yaml"), "--backend", "sim", "--json",
                  "--out", str(tmp_path / "run")])
@@ -46,7 +46,7 @@ def test_import_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert rep["layouts"] == {"0": "L3", "1": "L3", "2": "L3", "3": "L3"}
     assert rep["calls"] == {"0": 12, "1": 12, "2": 12, "3": 12}
     assert rep["groups"]["pp"] == 2 and rep["groups"]["fsdp"] == 2
-    assert "name: two-per-server" in (tmp_path / "o" / "experiment.yaml").read_text()
+    assert 'name: "two-per-server"' in (tmp_path / "o" / "experiment.yaml").read_text()
 
 
 def test_bad_traces_exit_2_naming_file_and_event_and_leave_nothing(

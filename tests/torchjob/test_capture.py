@@ -136,7 +136,7 @@ def test_a_captured_schedule_replays_on_the_sim_backend(tmp_path: Path,
     s.to_json(str(tmp_path / "workload.json"))
     (tmp_path / "replay.yaml").write_text(
         "cluster: {servers: 4, gpus_per_server: 1}\nworkload: {schedule: workload.json}\n"
-        "mode: on-demand\nocs: {switching_delay: 10}\nrun: {warmup: 1, iterations: 2}\n")
+        "mode: on-demand\nocs: {switching_delay: 10}\nrun: {warmup: 1, iterations: 1}\n")
     code = main(["run", str(tmp_path / "replay.yaml"), "--backend", "sim", "--json",
                  "--out", str(tmp_path / "out")])
     summary = json.loads(capsys.readouterr().out)

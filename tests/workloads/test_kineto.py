@@ -168,6 +168,22 @@ def test_an_unmappable_collective_is_refused_with_file_and_event(tmp_path: Path)
     assert "collective 'broadcast' cannot be mapped" in msg
 
 
+def test_calls_outside_the_imported_iteration_are_not_looked_at(tmp_path: Path) -> None:
+    docs = {r: trace(r, "L1") for r in range(4)}
+    for doc in docs.values():  # a start-up broadcast before the profiled step
+        start = copy.deepcopy(doc["traceEvents"][-1])
+        start.update(ts=-500.0)
+        start["args"]["Collective name"] = "broadcast"
+        doc["traceEvents"].append(start)
+    imp = import_traces(write(tmp_path / "step", docs))
+    assert [k for _, k, _ in collectives(imp.schedule, 0)] == ["all_gather", "send",
+                                                              "reduce_scatter"]
+    for doc in docs.values():
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e["name"] != "ProfilerStep#3"]
+    with pytest.raises(KinetoError, match="collective 'broadcast' cannot be mapped"):
+        import_traces(write(tmp_path / "whole", docs))  # the whole trace is the iteration
+
+
 def test_traces_that_disagree_are_refused(tmp_path: Path) -> None:
     docs = {r: trace(r, "L2") for r in range(4)}
     docs[1] = trace(1, "L2", calls=job_calls(1)[:2])  # rank 1 lost its reduce-scatter
