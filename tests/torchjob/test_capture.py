@@ -142,3 +142,36 @@ def test_a_captured_schedule_replays_on_the_sim_backend(tmp_path: Path,
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["all_iterations_completed"] is True
     assert summary["reconfigurations"] > 0  # FSDP and PP pairs take turns on rail 0
+
+
+def test_generated_and_captured_differ_only_as_documented() -> None:
+    """The differences workloads/FORMAT.md lists for the shipped tiny job, and no others."""
+    from workloads.compare import compare, load_any
+
+    generated = load_any(Path(__file__).parents[2] / "examples" / "torch"
+                         / "llama-tiny-generated.yaml")
+    captured = schedule_from_records(load_capture(), iteration=2, gpus_per_server=1)
+    rep = compare(generated, captured)
+    for rank, gathers in ((0, 20), (2, 24)):
+        v = rep["ranks"][str(rank)]
+        calls = {side: Counter() for side in ("a", "b")}
+        for side in ("a", "b"):
+            for p in v[side]:
+                calls[side][(p["axis"], p["kind"])] += p["calls"]
+        # 1/2: fewer all-gathers; 3: the same reduce-scatters; 4: no gradient-norm all-reduces
+        assert calls["a"][("dp", "allgather")] == gathers
+        assert calls["b"][("dp", "allgather")] == 15
+        assert calls["a"][("dp", "reducescatter")] == calls["b"][("dp", "reducescatter")] == 3
+        assert calls["a"][("pp", "sendrecv")] == calls["b"][("pp", "sendrecv")] == 8
+        assert calls["a"][("dp", "allreduce")] == calls["a"][("pp", "allreduce")] == 1
+        assert ("dp", "allreduce") not in calls["b"] and ("pp", "allreduce") not in calls["b"]
+        # 3: the reduce-scatters form one phase at the end of the captured iteration
+        assert [p["kind"] for p in v["b"]][-1] == "reducescatter"
+        assert sum(p["kind"] == "reducescatter" for p in v["b"]) == 1
+        # 4: the extra PP<->DP boundary is the gradient-norm pair
+        assert v["boundaries"]["a"] == v["boundaries"]["b"] + 1
+    # the message sizes agree exactly
+    for rank in range(4):
+        sizes = {side: {(o.kind, o.size_bytes) for o in s.ops_of(rank) if o.is_collective
+                        and o.size_bytes > 4} for side, s in (("a", generated), ("b", captured))}
+        assert sizes["a"] == sizes["b"]
