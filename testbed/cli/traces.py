@@ -40,21 +40,19 @@ def register(sub: Any) -> None:
     k.add_argument("--step", type=int, metavar="N", help="the ProfilerStep (or optimizer step) "
                    "to import (default: the last one every trace has)")
     k.add_argument("--name", help="experiment name (default: the output directory's name)")
-    k.add_argument("--axis", action="append", default=[], metavar="DESC=AXIS",
+    k.add_argument("--axis", action="append", default=[], metavar="DESC=AXIS", type=_axis_pair,
                    help="schedule axis of a process group descriptor the importer does not "
                    "know (repeatable), e.g. --axis my_dp_group=dp")
     k.add_argument("--json", action="store_true", help="print what was imported as JSON")
     k.set_defaults(func=cmd_import_kineto)
 
 
-def _axes(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        desc, sep, axis = pair.partition("=")
-        if not sep or not desc or not axis:
-            raise SystemExit(f"opus-testbed: error: --axis wants DESC=AXIS, got {pair!r}")
-        out[desc] = axis
-    return out
+def _axis_pair(text: str) -> tuple[str, str]:
+    """One ``--axis DESC=AXIS`` (argparse refuses a malformed one with exit status 2)."""
+    desc, sep, axis = text.partition("=")
+    if not sep or not desc or not axis:
+        raise argparse.ArgumentTypeError(f"wants DESC=AXIS, got {text!r}")
+    return desc, axis
 
 
 def cmd_import_kineto(args: argparse.Namespace) -> int:
@@ -66,7 +64,7 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
     try:
         check_out_dir(args.out)
         imported = import_traces(args.traces, gpus_per_server=args.gpus_per_server,
-                                 step=args.step, axes=_axes(args.axis))
+                                 step=args.step, axes=dict(args.axis))
         name = args.name or Path(args.out).resolve().name
         files = write_import(imported, args.out, name)
     except CaptureError as exc:

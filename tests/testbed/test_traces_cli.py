@@ -66,12 +66,20 @@ def test_bad_traces_exit_2_naming_file_and_event_and_leave_nothing(
     assert not out.exists()
 
 
-def test_import_refuses_a_non_empty_output_directory(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_refuses_a_non_empty_output_directory_and_bad_options(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "keep.txt").write_text("mine")
     assert main(["import", "kineto", *TRACES, "--out", str(tmp_path)]) == 2
     assert "not an empty directory; nothing was written" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+    with pytest.raises(SystemExit) as bad:
+        main(["import", "kineto", *TRACES, "--out", str(tmp_path / "o"), "--axis", "mesh_pp"])
+    assert bad.value.code == 2
+    assert "--axis: wants DESC=AXIS, got 'mesh_pp'" in capsys.readouterr().err
+    assert main(["import", "kineto", *TRACES, "--out", str(tmp_path / "o"),
+                 "--gpus-per-server", "3"]) == 2
+    assert "4 ranks do not fill servers of 3 GPUs" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_compare_generated_and_imported(imported: Path,
