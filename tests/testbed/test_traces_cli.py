@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,27 @@ GENERATED = ROOT / "examples" / "torch" / "llama-tiny-generated.yaml"
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("import") / "tiny"
-    assert main(["import", "kineto", *TRACES, "--out", str(out)]) == 0
+    assert main(["import", "kineto", *TRACES, "--out", str(out), "--name", "tiny-llama",
+                 "--json"]) == 0
     return out
+
+
+def test_import_prints_what_it_imported(imported: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    assert main(["import", "kineto", *TRACES, "--out", str(imported.parent / "again"),
+                 "--gpus-per-server", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "imported 4 traces (layout L3), ProfilerStep 1: 12 collective calls per rank" in out
+    assert "groups: pp 2, fsdp 2" in out
+    assert "cluster: {servers: 2, gpus_per_server: 2}" in (
+        imported.parent / "again" / "experiment.yaml").read_text()
 
 
 def test_import_writes_a_schedule_and_an_experiment_that_runs_on_the_sim_backend(
         imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sorted(p.name for p in imported.iterdir()) == ["experiment.yaml", "workload.json"]
     text = (imported / "experiment.yaml").read_text()
-    assert "workload: {schedule: workload.json}" in text and 'name: "tiny"' in text
+    assert "workload: {schedule: workload.json}" in text and 'name: "tiny-llama"' in text
     capsys.readouterr()
     code = main(["run", str(imported / "experiment.yaml"), "--backend", "sim", "--json",
                  "--out", str(tmp_path / "run")])
@@ -38,31 +49,13 @@ def test_import_writes_a_schedule_and_an_experiment_that_runs_on_the_sim_backend
     assert summary["reconfigurations"] > 0
 
 
-def test_import_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["import", "kineto", *TRACES, "--out", str(tmp_path / "o"), "--json",
-                 "--gpus-per-server", "2", "--name", "two-per-server"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["cluster"] == {"servers": 2, "gpus_per_server": 2}
-    assert rep["layouts"] == {"0": "L3", "1": "L3", "2": "L3", "3": "L3"}
-    assert rep["calls"] == {"0": 12, "1": 12, "2": 12, "3": 12}
-    assert rep["groups"]["pp"] == 2 and rep["groups"]["fsdp"] == 2
-    assert 'name: "two-per-server"' in (tmp_path / "o" / "experiment.yaml").read_text()
-
-
 def test_bad_traces_exit_2_naming_file_and_event_and_leave_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for t in TRACES:
-        shutil.copy(t, broken)
-    (broken / "rank3.json.gz").write_bytes(b"{")
+    broken = tmp_path / "rank3.json.gz"
+    broken.write_bytes(b"{")
     out = tmp_path / "out"
-    assert main(["import", "kineto", *sorted(map(str, broken.iterdir())),
-                 "--out", str(out)]) == 2
+    assert main(["import", "kineto", str(broken), *TRACES[:3], "--out", str(out)]) == 2
     assert "rank3.json.gz: not a Chrome trace" in capsys.readouterr().err
-    assert not out.exists()
-    assert main(["import", "kineto", *TRACES[:3], "--out", str(out)]) == 2
-    assert "traces of ranks [3] are missing" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -76,9 +69,6 @@ def test_import_refuses_a_non_empty_output_directory_and_bad_options(
         main(["import", "kineto", *TRACES, "--out", str(tmp_path / "o"), "--axis", "mesh_pp"])
     assert bad.value.code == 2
     assert "--axis: wants DESC=AXIS, got 'mesh_pp'" in capsys.readouterr().err
-    assert main(["import", "kineto", *TRACES, "--out", str(tmp_path / "o"),
-                 "--gpus-per-server", "3"]) == 2
-    assert "4 ranks do not fill servers of 3 GPUs" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
