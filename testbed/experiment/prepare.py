@@ -2,9 +2,9 @@
 
 Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
 (:mod:`workloads`; compute calibrated to ``workload.calibrate_step_s`` if the experiment file
-did not already do it), refuses what this machine cannot host (emulation only), picks the
-emulated link rate and lowers the schedule to per-rank replay plans
-(:mod:`testbed.plan.replay`).
+did not already do it) or loads it (``workload: {schedule: FILE}``), refuses what this machine
+cannot host (emulation only), picks the emulated link rate and lowers the schedule to per-rank
+replay plans (:mod:`testbed.plan.replay`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from testbed.errors import RunRefused
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
-from workloads import WorkloadConfigError, generate_schedule
+from workloads import WorkloadConfigError
 from workloads.calibrate import calibrate, modeled_step_s
 from workloads.schedule import Schedule
 
@@ -37,7 +37,7 @@ class Prepared:
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = generate_schedule(cfg.workload)
+    schedule = cfg.schedule()
     modeled = modeled_step_s(schedule, cfg.timing_model)
     target = cfg.workload.calibrate_step_s
     if target is not None and abs(modeled - target) > 1e-6 * target:  # not calibrated yet
@@ -46,7 +46,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
         except WorkloadConfigError as exc:
             raise RunRefused(f"{cfg.source}: {exc}") from exc
         cfg = dataclasses.replace(cfg, workload=workload)
-        schedule = generate_schedule(workload)
+        schedule = cfg.schedule()
         modeled = modeled_step_s(schedule, cfg.timing_model)
     world = schedule.world_size
     if check_capacity:
