@@ -153,7 +153,7 @@ class JobSpec:
     ranks: Mapping[int, RankPorts]
     groups: Mapping[str, CommGroup]
     #: rank -> pipeline stage, when known (``ocs.semantics: rail-state`` needs it)
-    stages: Mapping[int, int] | None = None
+    stages: Mapping[int, int] | None = field(default=None, compare=False)
     demand: Mapping[str, Mapping[int, frozenset[Edge]]] = field(init=False, repr=False,
                                                                 compare=False)
 

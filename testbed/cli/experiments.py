@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.railstate import SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
 
@@ -29,6 +30,9 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     if with_mode:
         p.add_argument("--mode", choices=MODES, help="override the config's mode")
         p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+        p.add_argument("--semantics", choices=SEMANTICS,
+                       help="override ocs.semantics: port-exact (one-to-one circuits, the "
+                       "default) or rail-state (the public Opus artifact's bitmask model)")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.add_argument("--link-mbps", type=float,
@@ -52,6 +56,8 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
         changes["mode"] = args.mode
     if getattr(args, "delay", None) is not None:
         changes["switching_delay"] = _delay(args.delay)
+    if getattr(args, "semantics", None):
+        changes["semantics"] = args.semantics
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)

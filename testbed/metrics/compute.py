@@ -212,9 +212,13 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         per_rail[int(row["rail"])] += 1
         if row["t_light_s"] is not None and t0 <= float(row["t_light_s"]) <= t1:
             per_rail_measured[int(row["rail"])] += 1
-    m.rails = [{"rail": r, "reconfigurations": per_rail.get(r, 0),
+    # rails past the data rails are rail-state shadow rails (one per rail and bit): their
+    # reconfigurations are the bit flips (controller.railstate)
+    shadow = sorted(r for r in per_rail if r >= num_rails)
+    m.rails = [{"rail": r, "role": "data" if r < num_rails else "shadow",
+                "reconfigurations": per_rail.get(r, 0),
                 "reconfigurations_measured": per_rail_measured.get(r, 0)}
-               for r in range(num_rails)]
+               for r in [*range(num_rails), *shadow]]
     exposed = exposed_intervals(events)
     exposed_per_it = []
     for row in measured:
