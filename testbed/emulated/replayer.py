@@ -38,6 +38,7 @@ from typing import IO, Any
 from controller.profile import CallProfile
 from controller.shim import Shim
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.requestpoints import lane_positions, predicted_call
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
@@ -183,6 +184,7 @@ class Replayer:
         self.plan = plan
         self.rank = int(plan["rank"])
         self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
+        self.positions = lane_positions(self.ops)  # for predictions (rail-state)
         self.iterations = int(plan["iterations"])
         self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
         self.port = int(plan["port"])
@@ -254,7 +256,7 @@ class Replayer:
     def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
         sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
+        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
             t_ack = time.time()
             conns: dict[int, Outgoing] = {}
             try:
@@ -283,6 +285,11 @@ class Replayer:
                   t_end=time.time(), sent=sent, received=received,
                   expected=op.expected_bytes, size_bytes=op.size_bytes,
                   wire_bytes=op.wire_bytes)
+        if op.predict >= 0:
+            seq, target_it = predicted_call(self.positions, op.index, op.predict, it)
+            if target_it < self.iterations:
+                target = self.ops[op.predict]
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
     # -------------------------------------------------------------------- run
 

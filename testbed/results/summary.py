@@ -65,7 +65,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines = [
         f"== {summary['name']}: {summary['mode']} "
         f"({summary['switching_delay_ms']:g} ms switching, K={summary['ports_per_rank']}, "
-        f"{summary['backend']}) ==",
+        f"{summary.get('semantics', 'port-exact')}, {summary['backend']}) ==",
         f"iteration time      {f('iteration_time_s')} s  (mean of {summary['iterations']} after "
         f"{summary['warmup']} warm-up; each: "
         + ", ".join(f"{t:.3f}" for t in summary.get("iteration_times_s", [])) + ")",
