@@ -65,7 +65,7 @@ class RailSpec:
                             f"got {self.link_mbps}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.shadow_rails < 0 or self.shadow_rails % self.num_rails:
+        if self.shadow_rails < 0 or (self.num_rails > 0 and self.shadow_rails % self.num_rails):
             problems.append(f"shadow_rails must be a multiple of the {self.num_rails} rails "
                             f"(one per rail and bit), got {self.shadow_rails}")
         ranks = self.servers * self.gpus_per_server
