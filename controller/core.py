@@ -552,14 +552,8 @@ class OpusCore:
             self._orphaned(decision_id, inst, "done", now, out)
         elif inst.group.instances.get(inst.seq) is inst:
             inst.state = _State.GATHER
-            grp = inst.group
-            lost = self._jobs[grp.job_id].lost
-            if lost and not lost.isdisjoint(grp.members):  # a member was lost while switching
-                for _rank, ref in inst.real.items():
-                    self._reject(out, now, ref, "peer_lost",
-                                 f"rank {min(lost & grp.members)} of group {grp.group_id} "
-                                 "disconnected")
-                self._drop(inst)
+            if self._lost_while_switching(inst, now, out):
+                pass  # the survivors were told
             elif len(inst.real) >= len(inst.group.members):
                 lit = self._lit(inst.group)
                 if lit is not None:
@@ -574,6 +568,19 @@ class OpusCore:
                     self._drop(inst)
         self._pump(now, out)
         return out
+
+    def _lost_while_switching(self, inst: _Instance, now: float, out: Output) -> bool:
+        """A member of the call was lost while its circuits switched: fail the others' asks
+        and drop the call (True), or nothing (False)."""
+        grp = inst.group
+        lost = self._jobs[grp.job_id].lost
+        if not lost or lost.isdisjoint(grp.members):
+            return False
+        for _rank, ref in inst.real.items():
+            self._reject(out, now, ref, "peer_lost",
+                         f"rank {min(lost & grp.members)} of group {grp.group_id} disconnected")
+        self._drop(inst)
+        return True
 
     def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
         """The driver refused or failed: undo the plan, tell the waiting ranks, go on.
@@ -1318,21 +1325,13 @@ class OpusCore:
         inst = rs.calls.pop(rid)
         started = rs.model.finished(rid)
         grp = inst.group
-        if grp.instances.get(inst.seq) is inst:
-            lost = self._jobs[grp.job_id].lost
-            if lost and not lost.isdisjoint(grp.members):  # a member was lost while switching
-                for _rank, ref in inst.real.items():
-                    self._reject(out, now, ref, "peer_lost",
-                                 f"rank {min(lost & grp.members)} of group {grp.group_id} "
-                                 "disconnected")
-                self._drop(inst)
+        if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now, out):
+            inst.state = _State.ACTIVE
+            if inst.real:
+                self._rs_ack(rs, inst, now, out, reconfigured=True)
             else:
-                inst.state = _State.ACTIVE
-                if inst.real:
-                    self._rs_ack(rs, inst, now, out, reconfigured=True)
-                else:
-                    out.events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
-                                       "group": grp.group_id, "seq": inst.seq})
+                out.events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                                   "group": grp.group_id, "seq": inst.seq})
         for rid_next in started:
             self._rs_start(rs, rid_next, now, out)
         return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment.config import load_experiment, parse_experiment
+from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
 from testbed.experiment.sweep import run_sweep
 from testbed.metrics.fit import fit_families
@@ -26,17 +26,9 @@ from testbed.plan.requestpoints import (
 )
 from testbed.results.reference import artifact_reference
 from testbed.simulator.run import run_simulated
-from workloads.errors import WorkloadConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny.yaml"
-BASE = """\
-cluster: {servers: 4, gpus_per_server: 1}
-workload:
-  model: llama3-8b
-  seq_len: 1024
-  parallelism: {fsdp: 2, pp: 2}
-"""
 
 
 def _call(i: int, lane: str, kind: str, axis: str, thread: str = "main") -> PlanOp:
@@ -85,30 +77,6 @@ def test_members_must_agree_on_which_calls_ask() -> None:
     plan = ReplayPlan({0: STEP, 1: other}, {}, 1.0)
     with pytest.raises(PlanError, match="group fsdp0: ranks 0 and 1 disagree"):
         with_request_points(plan, "phase", predict=False)
-
-
-@pytest.mark.parametrize(("extra", "key", "line"), [
-    ("ocs: {semantics: exact}\n", "ocs.semantics", 6),
-    ("ocs: {request_points: sometimes}\n", "ocs.request_points", 6),
-    ("ocs: {request_points: phase}\n", "ocs.request_points", 6),
-    ("mode: degree-aware\nocs: {semantics: rail-state}\n", "mode", 6),
-    ("ocs: {semantics: rail-state, driver: polatis-tl1}\n", "ocs.driver", 6),
-])
-def test_bad_semantics_names_key_and_position(extra: str, key: str, line: int) -> None:
-    with pytest.raises(WorkloadConfigError) as info:
-        parse_experiment(BASE + extra, "exp.yaml")
-    assert info.value.field == key
-    assert info.value.position.startswith(f"exp.yaml:{line}:")
-
-
-def test_interleaved_pipelines_are_refused_under_rail_state() -> None:
-    text = BASE.replace("{fsdp: 2, pp: 2}", "{fsdp: 2, pp: 2, pp_schedule: interleaved, "
-                        "virtual_stages: 2}")
-    text += "  num_microbatches: 4\nocs: {semantics: rail-state}\n"
-    with pytest.raises(WorkloadConfigError) as info:
-        parse_experiment(text, "exp.yaml")
-    assert info.value.field == "workload.parallelism.pp_schedule"
-    assert info.value.position.startswith("exp.yaml:5:")
 
 
 def test_cli_refuses_bad_semantics_before_anything_starts(tmp_path: Path) -> None:
