@@ -11,7 +11,9 @@ file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
-rank's groups. Inside a call, a sender opens one TCP connection per peer to the peer's rail address
+rank's groups. Under rail-state semantics a call the plan does not gate runs without asking, and
+after a call with ``predict`` the rank names that call to the controller
+(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to the peer's rail address
 (only there: the circuits are lit), introduces it with a JSON line (iteration, collective id,
 sender) and sends each step as a 12-byte header (step, length) plus payload; a listener thread
 drains every incoming connection and counts bytes per (iteration, collective, sender, step), so a
