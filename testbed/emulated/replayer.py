@@ -10,19 +10,19 @@ rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``
 file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
-own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
-rank's groups. Under rail-state semantics a call the plan does not gate runs without asking, and
-after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to the peer's rail address
-(only there: the circuits are lit), introduces it with a JSON line (iteration, collective id,
-sender) and sends each step as a 12-byte header (step, length) plus payload; a listener thread
-drains every incoming connection and counts bytes per (iteration, collective, sender, step), so a
-receiving step just waits for its count. A sender finishes by shutting down its side and waiting for
-the receiver's EOF: the bytes have then been read by the peer, not only queued. Records go to the
-``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
-failure the process records the rank, iteration and op and exits with status 1. Fault injection for
-tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7) as the iteration
-starts.
+own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
+the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
+and after a call with ``predict`` the rank names that call to the controller
+(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to
+the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
+(iteration, collective id, sender) and sends each step as a 12-byte header (step, length) plus
+payload; a listener thread drains every incoming connection and counts bytes per (iteration,
+collective, sender, step), so a receiving step just waits for its count. A sender finishes by
+shutting down its side and waiting for the receiver's EOF: the bytes have then been read by the
+peer, not only queued. Records go to the ``out`` file as JSON lines: ``call``, ``compute``,
+``iteration``, ``error`` and ``finished``; on any failure the process records the rank, iteration
+and op and exits with status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION``
+makes that rank exit abruptly (status 7) as the iteration starts.
 """
 
 from __future__ import annotations

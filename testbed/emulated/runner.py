@@ -99,7 +99,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         modeled_iteration_s=prep.modeled_iteration_s)
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{spec.num_ranks} ranks on {spec.num_rails} rails, K={spec.ports_per_rank}, "
-        f"links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
+        f"{cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
     t_start = time.monotonic()
