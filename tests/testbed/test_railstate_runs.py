@@ -25,7 +25,7 @@ from testbed.plan.requestpoints import (
     with_request_points,
 )
 from testbed.results.reference import artifact_reference
-from testbed.simulator.run import run_simulated
+from testbed.simulator.run import run_simulated, simulate_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny.yaml"
@@ -113,6 +113,16 @@ def test_rail_state_sim_run_lights_the_union_once_then_flips_bits(tmp_path: Path
     intents = Counter(e["rank"] for e in events if e["event"] == "intent")
     per_step = {r: n / cfg.total_iterations for r, n in intents.items()}
     assert per_step == {0: 6, 1: 6, 2: 7, 3: 7}
+
+
+def test_rail_state_with_every_request_point_asks_at_every_call() -> None:
+    cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state",
+                                        request_points="every")
+    prep = prepare(cfg, check_capacity=False)
+    _records, events = simulate_plan(prep)
+    calls = {r: sum(op.is_call for op in ops) for r, ops in prep.plan.programs.items()}
+    intents = Counter(e["rank"] for e in events if e["event"] == "intent")
+    assert intents == {r: n * cfg.total_iterations for r, n in calls.items()}
 
 
 def test_fit_families_on_hand_rows() -> None:
