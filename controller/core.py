@@ -1240,7 +1240,7 @@ class OpusCore:
             "requested": {str(r): m for r, m in served.requested.items()},
             "completed": {str(r): m for r, m in served.completed.items()},
             "bits": sorted([r, b] for r, b in served.request.bits) if served.request else [],
-            "stale_bits": served.stale_bits})
+            "stale_bits": served.stale_bits, "early_bits": served.early_bits})
         if served.request is None:
             inst.state = _State.ACTIVE
             self.counters["acked_at_once"] += 1

@@ -251,5 +251,19 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
     return m
 
 
+def rail_state_counts(events: Sequence[Record]) -> dict[str, int] | None:
+    """Rail-state calls served: in all, acknowledged at once, bits flipped, stale re-flips
+    (bits a switch in flight or waiting already took there) and bits that waited free behind
+    an earlier request (where the artifact's per-bit threads would not wait); None without
+    rail-state events."""
+    served = [e for e in events if e.get("event") == "rail_state_served"]
+    if not served:
+        return None
+    return {"served": len(served), "acked_at_once": sum(1 for e in served if not e["bits"]),
+            "bit_flips": sum(len(e["bits"]) for e in served),
+            "stale_reflips": sum(int(e["stale_bits"]) for e in served),
+            "early_bits": sum(int(e.get("early_bits", 0)) for e in served)}
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None

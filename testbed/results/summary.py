@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.compute import compute_metrics
+from testbed.metrics.compute import compute_metrics, rail_state_counts
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
@@ -49,6 +49,9 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    counts = rail_state_counts(events)
+    if counts is not None:
+        summary["rail_state"] = counts
     store.write_json(out / "summary.json", summary)
     manifest.update(status="done", finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     store.write_json(out / "manifest.json", manifest)

@@ -106,8 +106,12 @@ def test_rail_state_sim_run_lights_the_union_once_then_flips_bits(tmp_path: Path
     starts = Counter(e["rail"] for e in events if e["event"] == "reconfig_start")
     assert starts[0] == 1 and set(starts) == {0, 1, 2}  # data rail once; shadow rails 1, 2
     with (tmp_path / "rails.csv").open() as fh:
-        rails = {int(r["rail"]): r["role"] for r in csv.DictReader(fh)}
-    assert rails == {0: "data", 1: "shadow", 2: "shadow"}
+        table = list(csv.DictReader(fh))
+    assert {int(r["rail"]): r["role"] for r in table} == {0: "data", 1: "shadow", 2: "shadow"}
+    counts = s["rail_state"]  # every changed bit is one shadow-rail switch
+    assert counts["bit_flips"] == sum(int(r["reconfigurations"]) for r in table
+                                      if r["role"] == "shadow") > 0
+    assert 0 < counts["acked_at_once"] < counts["served"]
     # only the plan's gated calls ask: 6 of 8 calls per step on stage 0, 7 of 8 on stage 1
     # (stage 0: not its grad-norm all-reduces; stage 1: not the pipeline's)
     intents = Counter(e["rank"] for e in events if e["event"] == "intent")
