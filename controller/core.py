@@ -74,7 +74,6 @@ from controller.railstate import (
     flip_reconf,
     job_shape,
     shadow_rail_id,
-    union_setup,
 )
 
 Event = dict[str, object]
@@ -275,9 +274,6 @@ class _RailStateJob:
     model: RailStateModel
     ops: dict[str, dict[int, BitOp]]  # group -> rail -> what serving its call does
     shadow: dict[Bit, int]  # (data rail, bit) -> the shadow rail that switches it
-    setup: int = 0  # the decision lighting the data rails while in flight, else 0
-    setup_error: str = ""  # why the data rails could not be lit
-    held: list[_Instance] = field(default_factory=list)  # served before the data rails lit
     calls: dict[int, _Instance] = field(default_factory=dict)  # request id -> its call
     inflight: dict[int, tuple[int, tuple[Reconfiguration, ...]]] = field(
         default_factory=dict)  # decision id -> (request id, its flips)
@@ -325,8 +321,7 @@ class OpusCore:
         self._rs: _RailStateJob | None = None  # the rail-state job (one per core)
         if self.config.semantics == RAIL_STATE:
             self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
-                                  "rail_state_early_bits": 0, "late_predictions": 0,
-                                  "rail_state_ready": 0})
+                                  "rail_state_early_bits": 0, "late_predictions": 0})
         initial: dict[int, set[Circuit]] = {}
         for c in circuits:
             initial.setdefault(c.rail, set()).add(c)
@@ -356,7 +351,7 @@ class OpusCore:
         out.events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
                            "ranks": len(job.ranks), "groups": len(job.groups)})
         if rs is not None:
-            self._rs_setup(rs, job, now, out)
+            self._rs = rs
         return out
 
     def _check_job(self, job: JobSpec) -> None:
@@ -1163,11 +1158,6 @@ class OpusCore:
         self._speculate(intent, now, out, None)
         return out
 
-    @property
-    def rail_state_ready(self) -> bool:
-        """False while a rail-state job's data rails are being lit (ranks wait for them)."""
-        return self._rs is None or not self._rs.setup
-
     def _rs_new_job(self, job: JobSpec) -> _RailStateJob:
         """The bit model of a job, or :class:`JobError` naming what the model cannot hold."""
         if self._jobs:
@@ -1185,32 +1175,18 @@ class OpusCore:
                                    f"{rail} on shadow rail {sid} (an OCS with ports "
                                    f"{list(SHADOW_PORTS)}), which the OCS does not have")
                 shadow[(rail, bit)] = sid
+        data_ocs = sorted({rp.rail for rp in job.ranks.values()} & self.optical)
+        if data_ocs:
+            raise JobError(f"job {job.job_id}: rail-state carries the data on packet-switched "
+                           f"(electrical) rails and switches only shadow rails, but rails "
+                           f"{data_ocs} of its ranks are OCS rails")
         ops: dict[str, dict[int, BitOp]] = {}
         for gid, grp in job.groups.items():
-            rails = [r for r in job.demand[gid] if r in self.optical]
+            rails = list(job.demand[gid])
             if rails:
                 op = bit_op_of(grp, job.stages)
                 ops[gid] = dict.fromkeys(rails, op)
-        union_setup(job, self.optical)  # refuses ranks short of ports before anything starts
-        model = RailStateModel(range(n_rails))
-        return _RailStateJob(job.job_id, model, ops, shadow)
-
-    def _rs_setup(self, rs: _RailStateJob, job: JobSpec, now: float, out: Output) -> None:
-        """Light the union of every group's circuits on the data rails, once."""
-        self._rs = rs
-        reconfs = []
-        for rail, circuits in union_setup(job, self.optical).items():
-            present = self.state.circuits(rail)
-            rc = Reconfiguration(rail, circuits - present, present - circuits)
-            if not rc.is_empty:
-                self._commit(rc)
-                reconfs.append(rc)
-        if reconfs:
-            rs.setup = self._rs_decide(rs, "rail-state-setup", 0, tuple(reconfs), False, now,
-                                       out, {"setup": True})
-            rs.inflight[rs.setup] = (0, tuple(reconfs))
-        else:
-            self._rs_ready(rs, now, out)
+        return _RailStateJob(job.job_id, RailStateModel(range(n_rails)), ops, shadow)
 
     def _rs_intent(self, rs: _RailStateJob, grp: _Group, inst: _Instance | None,
                    intent: Intent, now: float, ref: object, out: Output) -> None:
@@ -1220,7 +1196,7 @@ class OpusCore:
         inst.spec.discard(intent.rank)
         inst.real[intent.rank] = ref
         if inst.state is _State.ACTIVE:  # served and lit: acked at once (also if provisioned)
-            self._rs_ack(rs, inst, now, out, reconfigured=False)
+            self._ack(inst, out, now, False)
         elif inst.state is _State.GATHER:
             self._rs_gathered(rs, inst, now, out)
 
@@ -1244,7 +1220,7 @@ class OpusCore:
         if served.request is None:
             inst.state = _State.ACTIVE
             self.counters["acked_at_once"] += 1
-            self._rs_ack(rs, inst, now, out, reconfigured=False)
+            self._ack(inst, out, now, False)
             return
         inst.state = _State.SWITCHING
         rs.calls[rid] = inst
@@ -1291,44 +1267,19 @@ class OpusCore:
                                "remove": [c.to_json() for c in sorted(rc.remove)]})
         return did
 
-    def _rs_ack(self, rs: _RailStateJob, inst: _Instance, now: float, out: Output,
-                reconfigured: bool) -> None:
-        """Ack the call's real askers, once the data rails are lit."""
-        if rs.setup_error:
-            for _rank, ref in inst.real.items():
-                self._reject(out, now, ref, "reconfig_failed", rs.setup_error)
-            self._drop(inst)
-        elif rs.setup:
-            if inst not in rs.held:
-                rs.held.append(inst)
-        else:
-            self._ack(inst, out, now, reconfigured)
-
-    def _rs_ready(self, rs: _RailStateJob, now: float, out: Output) -> None:
-        rs.setup = 0
-        self.counters["rail_state_ready"] = 1
-        out.events.append({"event": "rail_state_ready", "t_s": now, "job": rs.job_id})
-        held, rs.held = rs.held, []
-        for inst in held:
-            if inst.group.instances.get(inst.seq) is inst:
-                self._ack(inst, out, now)
-
     def _rs_done(self, rs: _RailStateJob, decision_id: int, results: Sequence[ApplyResult],
                  now: float) -> Output:
-        """A rail-state decision lit: the data rails (set-up), or a request's bits."""
+        """A request's bits lit: ack its call's real askers, start the requests behind it."""
         out = Output()
         rid, _reconfs = rs.inflight.pop(decision_id)
         self._end_events(decision_id, results, now, out)
-        if decision_id == rs.setup:
-            self._rs_ready(rs, now, out)
-            return out
         inst = rs.calls.pop(rid)
         started = rs.model.finished(rid)
         grp = inst.group
         if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now, out):
             inst.state = _State.ACTIVE
             if inst.real:
-                self._rs_ack(rs, inst, now, out, reconfigured=True)
+                self._ack(inst, out, now, True)
             else:
                 out.events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
                                    "group": grp.group_id, "seq": inst.seq})
@@ -1345,12 +1296,6 @@ class OpusCore:
                            "error": error})
         for rc in reconfs:
             self._undo(decision_id, rc, now, out)
-        if decision_id == rs.setup:
-            rs.setup_error = f"lighting the data rails failed: {error}"
-            held, rs.held = rs.held, []
-            for inst in held:
-                self._rs_ack(rs, inst, now, out, reconfigured=False)  # rejects them
-            return out
         inst = rs.calls.pop(rid)
         started = rs.model.finished(rid, lit=False)
         for _rank, ref in inst.real.items():

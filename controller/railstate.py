@@ -27,11 +27,14 @@ Rules (per optical rail ``r``, two masks, ``requested[r]`` and ``completed[r]``,
   (the last to finish wins) and the call is acknowledged. No circuit is protected, no port is
   dark to the data plane: only acknowledgements wait.
 
-Physical realisation (both backends): the data rails light the union of every group's circuits
-once, at job start (:func:`union_setup`), and keep them; the switching of bit ``b`` of rail ``r``
-is a real break-before-make on its own small OCS, the *shadow rail*
+Physical realisation (both backends): as in the artifact's measurements (NCCL over the cluster's
+packet network, the switching only emulated), the data rails are packet-switched (electrical,
+as the baseline's: one port per rank, every peer reachable), so data never waits for a circuit
+and the data path is the baseline's; only acknowledgements wait. The switching of bit ``b`` of
+rail ``r`` is a real break-before-make on its own small OCS, the *shadow rail*
 ``n_rails + r * n_bits + b`` (:func:`shadow_rail_id`) with three ports, whose circuit alternates
-between ``1-2`` and ``1-3`` (:func:`flip_reconf`), so different bits switch in parallel.
+between ``1-2`` and ``1-3`` (:func:`flip_reconf`), so different bits switch in parallel and each
+flip takes the rail's switching delay.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.job import CommGroup, Edge, JobError, JobSpec
+from controller.job import CommGroup, JobError, JobSpec
 from controller.ocs import Circuit, Reconfiguration
 
 PORT_EXACT = "port-exact"
@@ -229,50 +232,3 @@ def flip_reconf(shadow: int, lit: Iterable[Circuit]) -> Reconfiguration:
     if one_three in present:
         return Reconfiguration(shadow, frozenset({one_two}), frozenset({one_three}))
     return Reconfiguration(shadow, frozenset({one_two}))
-
-
-def union_edges(groups: Iterable[CommGroup], rail_of: Mapping[int, int]
-                ) -> dict[int, set[Edge]]:
-    """Every rank pair any group needs, per rail."""
-    out: dict[int, set[Edge]] = {}
-    for grp in groups:
-        for rail, edges in grp.demand(rail_of).items():
-            out.setdefault(rail, set()).update(edges)
-    return out
-
-
-def union_degree(groups: Iterable[CommGroup], rail_of: Mapping[int, int]) -> int:
-    """Ports a rank needs on its rail to hold every circuit of the union at once."""
-    degree: dict[int, int] = {}
-    for edges in union_edges(groups, rail_of).values():
-        for a, b in edges:
-            degree[a] = degree.get(a, 0) + 1
-            degree[b] = degree.get(b, 0) + 1
-    return max(degree.values(), default=1)
-
-
-def union_setup(job: JobSpec, optical: Iterable[int]) -> dict[int, frozenset[Circuit]]:
-    """The data rails' circuits: the union of every group's pairs, each pair on its own port
-    at both ends (the ranks' ports taken in order); :class:`JobError` if a rank is short."""
-    rail_of = {r: rp.rail for r, rp in job.ranks.items()}
-    used: dict[int, int] = {}
-    out: dict[int, frozenset[Circuit]] = {}
-    wanted = set(optical)
-    for rail, edges in sorted(union_edges(job.groups.values(), rail_of).items()):
-        if rail not in wanted:
-            continue
-        circuits = []
-        for a, b in sorted(edges):
-            ports = []
-            for r in (a, b):
-                k = used.get(r, 0)
-                own = job.ranks[r].ports
-                if k >= len(own):
-                    raise JobError(f"job {job.job_id}: rail-state lights the union of every "
-                                   f"group's circuits at once; rank {r} needs more than its "
-                                   f"{len(own)} port(s) on rail {rail}")
-                used[r] = k + 1
-                ports.append(own[k])
-            circuits.append(Circuit(rail, ports[0], ports[1]))
-        out[rail] = frozenset(circuits)
-    return out

@@ -5,7 +5,8 @@ rate, mode) and knows the mapping rank -> server/rail/ports. :class:`PhotonicRai
 into Mininet nodes and links, using the names of :mod:`emulator.naming`. The running network
 lives in :mod:`emulator.network`; the topology object never starts anything. Under rail-state
 semantics a spec also has ``shadow_rails``: small OCS rails (ids after the data rails, three
-ports each, no hosts) on which the bits of the data rails switch (:mod:`controller.railstate`).
+ports each, no hosts, OCS whatever the data rails' mode) on which the bits of the data rails
+switch (:mod:`controller.railstate`).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class RailSpec:
             RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail)),
                             self.delay_ms(rail), self.mode)
             for rail in range(self.num_rails)
-        ] + [RailDescription(s, SHADOW_PORTS, self.delay_ms(s), self.mode)
+        ] + [RailDescription(s, SHADOW_PORTS, self.delay_ms(s), "ocs")  # always switched
              for s in self.shadow_ids]
 
 

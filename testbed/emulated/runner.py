@@ -5,8 +5,8 @@ rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the ba
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
 their progress, and on success hand the records to :func:`testbed.results.summary.finish_run`.
-Under rail-state semantics the network also has the shadow rails, and the ranks start once the
-controller has lit the data rails (:mod:`controller.railstate`).
+Under rail-state semantics the data rails are packet-switched (as the baseline's) and the
+network also has the shadow OCS rails on which the bits switch (:mod:`controller.railstate`).
 A rank that fails ends the run: the error names the rank and its last op, and teardown still
 happens (the network's context manager stops every process we started).
 """
@@ -79,8 +79,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cluster = cfg.workload.cluster
     rail_state = cfg.effective_semantics == RAIL_STATE
     spec = RailSpec(servers=cluster.servers, gpus_per_server=cluster.gpus_per_server,
-                    ports_per_rank=prep.ports_per_rank, link_mbps=prep.link_mbps,
-                    mode="electrical" if cfg.mode == "baseline" else "ocs",
+                    ports_per_rank=cfg.effective_ports_per_rank, link_mbps=prep.link_mbps,
+                    mode="electrical" if cfg.mode == "baseline" or rail_state else "ocs",
                     switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
                     shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                     if rail_state else 0)
@@ -122,8 +122,6 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                                     event_log=EventLog(out / "controller-events.jsonl"))
             with svc:
                 svc.register_job(job)
-                if rail_state:
-                    _wait_rails_lit(svc.endpoint, 30.0 + 3 * cfg.switching_delay_ms / 1e3)
                 peers = {r: net.rank_address(r) for r in range(spec.num_ranks)}
                 for rank, ops in plan.programs.items():
                     rank_plan = {
@@ -154,19 +152,6 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     summary = finish_run(out, prep, records, events, sampler.summary(), manifest, wall_s,
                          num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0))
     return summary
-
-
-def _wait_rails_lit(endpoint: str, timeout_s: float) -> None:
-    """Rail-state: wait until the controller has lit the data rails' union of circuits."""
-    from controller.service import ControllerClient
-    from emulator.network import wait_for
-
-    with ControllerClient(endpoint) as client:
-        try:
-            wait_for(lambda: client.stats().get("rail_state_ready"), timeout_s,
-                     "the controller to light the data rails", interval_s=0.05)
-        except TimeoutError as exc:
-            raise RunError(str(exc)) from exc
 
 
 def _follow(out: Path, procs: dict[int, Any], cfg: ExperimentConfig, prep: Prepared,

@@ -25,9 +25,9 @@ time from the profiled first iteration (paper §4.1); ``degree-aware`` keeps idl
 while spare ports exist, so it runs with at least two ports per rank (K = max(2, ports_per_rank)).
 Semantics: ``port-exact`` (the default) is a real OCS: circuits are one-to-one port matchings
 that a call must hold. ``rail-state`` is the model of Opus's public artifact, not physics: a
-bitmask per rail, one bit per pipeline stage (:mod:`controller.railstate`); the data rails
-carry the union of every group's circuits (K ports per rank follow from it; ``ports_per_rank``
-is ignored) and the switching happens on small shadow OCS rails. Request points: ``every``
+bitmask per rail, one bit per pipeline stage (:mod:`controller.railstate`); the data rails are
+packet-switched as the baseline's (one port per rank; ``ports_per_rank`` is ignored) and the
+bits switch on small shadow OCS rails. Request points: ``every``
 call asks (port-exact needs it), or only at the artifact's points, ``phase``
 (:mod:`testbed.plan.requestpoints`); ``auto`` is ``phase`` under rail-state, else ``every``.
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
@@ -97,8 +97,11 @@ class ExperimentConfig:
 
     @property
     def effective_ports_per_rank(self) -> int:
-        """K used by the run: degree-aware assignment needs a spare port to keep circuits."""
-        return max(2, self.ports_per_rank) if self.mode == "degree-aware" else self.ports_per_rank
+        """K used by the run: degree-aware assignment needs a spare port to keep circuits;
+        rail-state's data rails are packet-switched, one port per rank (as the baseline's)."""
+        if self.mode == "degree-aware":
+            return max(2, self.ports_per_rank)
+        return 1 if self.effective_semantics == RAIL_STATE else self.ports_per_rank
 
     @property
     def effective_semantics(self) -> str:

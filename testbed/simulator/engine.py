@@ -16,10 +16,11 @@ Every request, ack and completion is checked against the physical invariants (no
 circuit cut, one-to-one, FCFS per rail: :mod:`testbed.simulator.invariants`); a violation fails
 the run with a :class:`SimulationError` naming it.
 
-Rail-state semantics (:mod:`controller.railstate`): the driver gets the shadow rails too, the
-ranks start once the controller has lit the data rails, a call whose plan op is not ``gated``
-runs without asking (no intent, ack or completion), and after a call with ``predict`` the rank
-names that call to the controller (provisioning from the plan; the profile predicts nothing).
+Rail-state semantics (:mod:`controller.railstate`): the data rails are packet-switched, as the
+baseline's, and the driver gets the shadow OCS rails on which the bits switch; a call whose plan
+op is not ``gated`` runs without asking (no intent, ack or completion), and after a call with
+``predict`` the rank names that call to the controller (provisioning from the plan; the profile
+predicts nothing).
 
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simulator.bench`): a simulated rank may stand
 for other ranks of the same program. Its intents are repeated to the core for the ranks it stands
@@ -198,13 +199,14 @@ class PlanSimulation:
         self.rail_state = semantics == RAIL_STATE and not self.electrical
         ports: dict[int, Sequence[int]] = {rail: sorted(ps)
                                            for rail, ps in job.ports_by_rail.items()}
+        data_mode = "electrical" if self.electrical or self.rail_state else "ocs"
         if self.rail_state:
             ports.update(dict.fromkeys(shadow_rails(*job_shape(job)), SHADOW_PORTS))
         self.driver = SimOcsDriver(
             ports, 0.0 if self.electrical else switching_delay, clock=self.clock,
-            jitter_ms=jitter_ms, seed=seed, mode="electrical" if self.electrical else "ocs")
+            jitter_ms=jitter_ms, seed=seed, mode="ocs",
+            mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
         self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT)
-        self._starting = True  # ranks not started yet (rail-state: the data rails not lit)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
         self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
@@ -250,7 +252,7 @@ class PlanSimulation:
         for r in sorted(self.ranks):
             st = self.ranks[r]
             self._emit(r, ev="started", t=0.0, lanes=[ln.name for ln in st.lanes])
-        self._start_ranks()
+            self._start_iteration(st)
         heap = self._heap
         pop = heapq.heappop
         clock = self.clock
@@ -275,13 +277,6 @@ class PlanSimulation:
                 f"not finish; calls in progress: {'; '.join(calls) or 'none'}; calls pending "
                 f"at the controller: {self.core.pending()[:6]}")
         return self.records, self.events
-
-    def _start_ranks(self) -> None:
-        """Start every rank's first iteration, once the controller can serve them."""
-        if self._starting and self.core.rail_state_ready:
-            self._starting = False
-            for r in sorted(self.ranks):
-                self._start_iteration(self.ranks[r])
 
     # --------------------------------------------------------------- controller
 
@@ -336,8 +331,6 @@ class PlanSimulation:
                                                  self.now))
         for b in more:
             self._begin(b)
-        if self._starting:
-            self._start_ranks()
 
     # -------------------------------------------------------------------- ranks
 

@@ -27,7 +27,7 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     cfg = prep.config
     cluster = cfg.workload.cluster
     ports = rail_job_ports(range(prep.schedule.world_size), cluster.gpus_per_server,
-                           prep.ports_per_rank)
+                           cfg.effective_ports_per_rank)
     job = prep.plan.job("train", ports)
     net = network or network_model(prep.link_mbps, cfg.latency_us)
     return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
@@ -64,7 +64,7 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
         network_model=asdict(net), seed=seed or cfg.seed)
     say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
-        f"{world} ranks on {rails} rails, K={prep.ports_per_rank}, "
+        f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, "
         f"{cfg.effective_semantics}, links "
         f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
         f"iterations; results in {out}")

@@ -2,8 +2,9 @@
 
 One rail, two pipeline stages: ranks 0, 1 are stage 0 (FSDP replicas), ranks 2, 3 stage 1.
 Groups: A = fsdp {0, 1} (clears bit 0), B = fsdp {2, 3} (clears bit 1), X = p2p 0-2 and
-Y = p2p 1-3 (set bits {0, 1}). Delay 100 ms, no control latency; the driver's lights are
-played back on a virtual clock by :class:`_Clocked`.
+Y = p2p 1-3 (set bits {0, 1}). The data rail is packet-switched; bits 0 and 1 switch on shadow
+rails 1 and 2. Delay 100 ms, no control latency; the driver's lights are played back on a
+virtual clock by :class:`_Clocked`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,8 @@ import pytest
 
 from controller.core import CoreConfig, Intent, OpusCore, Output
 from controller.job import CommGroup, JobError, JobSpec, rail_job_ports
-from controller.ocs import ApplyResult, Circuit, RailDescription, Reconfiguration
-from controller.railstate import (
-    NO_OP,
-    BitOp,
-    RailStateModel,
-    bit_op_of,
-    flip_reconf,
-    shadow_rails,
-    union_degree,
-    union_setup,
-)
+from controller.ocs import ApplyResult, RailDescription, Reconfiguration
+from controller.railstate import NO_OP, BitOp, RailStateModel, bit_op_of, flip_reconf, shadow_rails
 
 DELAY_S = 0.1
 STAGES = {0: 0, 1: 0, 2: 1, 3: 1}
@@ -37,12 +29,12 @@ MEMBERS = {g.group_id: g.ranks for g in GROUPS}
 
 
 def _job(groups: tuple[CommGroup, ...] = GROUPS) -> JobSpec:
-    return JobSpec("j", rail_job_ports(range(4), 1, 2), {g.group_id: g for g in groups},
+    return JobSpec("j", rail_job_ports(range(4), 1, 1), {g.group_id: g for g in groups},
                    STAGES)
 
 
-def _rails() -> list[RailDescription]:
-    data = RailDescription(0, tuple(range(1, 9)), DELAY_S * 1e3, "ocs")
+def _rails(data_mode: str = "electrical") -> list[RailDescription]:
+    data = RailDescription(0, (1, 2, 3, 4), 0.0, data_mode)
     return [data] + [RailDescription(s, (1, 2, 3), DELAY_S * 1e3, "ocs")
                      for s in shadow_rails(1, 2)]
 
@@ -60,11 +52,7 @@ class _Clocked:
         self.events: list[dict[str, Any]] = []
         self.seq: dict[tuple[int, str], int] = {}
         out = self.core.register_job(_job(), 0.0)
-        assert not out.rejects
-        (setup,) = out.decisions  # the data rails' union circuits, lit at once here
-        self._take(out)
-        self._take(self.core.reconfig_done(setup.decision_id, self._results(setup), 0.0))
-        assert self.core.rail_state_ready
+        assert not out.rejects and not out.decisions
 
     def _results(self, decision: Any) -> list[ApplyResult]:
         return [ApplyResult(rc.rail, rc.add, rc.remove, self.now, self.now, self.now)
@@ -187,17 +175,19 @@ def test_railstate_late_prediction_is_dropped() -> None:
     assert c.core.counters["late_predictions"] == 1
 
 
-def test_railstate_data_rails_lit_once_as_the_union() -> None:
-    """The set-up decision lights every group's pair on its own ports; no later decision
-    touches the data rail."""
+def test_railstate_switches_only_shadow_rails() -> None:
+    """Every decision flips shadow rails (bit 0 on rail 1, bit 1 on rail 2), alternating the
+    circuits 1-2 and 1-3; the data rail is never touched."""
     c = _Clocked()
     for t, g in ((0.0, "X"), (0.2, "A"), (0.4, "B"), (0.6, "Y")):
         c.ask(t, g)
     c.run_until()
-    starts = [e for e in c.events if e["event"] == "reconfig_start"]
-    assert [e["rail"] for e in starts if e["rail"] == 0] == [0]
-    assert sorted(map(tuple, starts[0]["add"])) == [(1, 3), (2, 5), (4, 7), (6, 8)]
-    assert all(e["rail"] in (1, 2) for e in starts[1:])
+    starts = [(e["rail"], e["add"], e["remove"]) for e in c.events
+              if e["event"] == "reconfig_start"]
+    assert starts == [(1, [[1, 2]], []), (2, [[1, 2]], []),  # X sets bits 0, 1
+                      (1, [[1, 3]], [[1, 2]]),  # A clears bit 0
+                      (2, [[1, 3]], [[1, 2]]),  # B clears bit 1
+                      (1, [[1, 2]], [[1, 3]]), (2, [[1, 2]], [[1, 3]])]  # Y sets both again
 
 
 def test_model_alone_orders_bits_first_come_first_served() -> None:
@@ -252,17 +242,6 @@ def test_shadow_flips_alternate_two_circuits() -> None:
     assert shadow_rails(2, 2) == {2: (0, 0), 3: (0, 1), 4: (1, 0), 5: (1, 1)}
 
 
-def test_union_needs_a_port_per_peer() -> None:
-    rail_of = dict.fromkeys(range(4), 0)
-    assert union_degree(GROUPS, rail_of) == 2
-    assert union_setup(_job(), [0])[0] == {Circuit(0, 1, 3), Circuit(0, 2, 5),
-                                           Circuit(0, 4, 7), Circuit(0, 6, 8)}
-    short = JobSpec("j", rail_job_ports(range(4), 1, 1), {g.group_id: g for g in GROUPS[:2]},
-                    STAGES)
-    with pytest.raises(JobError, match="rank 0 needs more than its 1 port"):
-        union_setup(JobSpec("j", short.ranks, {g.group_id: g for g in GROUPS}, STAGES), [0])
-
-
 def test_rail_state_refuses_what_it_cannot_hold() -> None:
     with pytest.raises(ValueError, match="degree-aware"):
         CoreConfig.for_mode("degree-aware", semantics="rail-state")
@@ -271,11 +250,13 @@ def test_rail_state_refuses_what_it_cannot_hold() -> None:
     core = OpusCore(_rails()[:2], CoreConfig(semantics="rail-state"))  # bit 1's rail missing
     out = core.register_job(_job(), 0.0)
     assert out.rejects and "shadow rail 2" in out.rejects[0].message
+    core = OpusCore(_rails("ocs"), CoreConfig(semantics="rail-state"))
+    assert "packet-switched" in core.register_job(_job(), 0.0).rejects[0].message
     core = OpusCore(_rails(), CoreConfig(semantics="rail-state"))
     assert not core.register_job(_job(), 0.0).rejects
     other = JobSpec("k", {}, {}, {})
     assert "one job per controller" in core.register_job(other, 0.0).rejects[0].message
-    no_stages = JobSpec("j", rail_job_ports(range(4), 1, 2), {g.group_id: g for g in GROUPS})
+    no_stages = JobSpec("j", rail_job_ports(range(4), 1, 1), {g.group_id: g for g in GROUPS})
     core = OpusCore(_rails(), CoreConfig(semantics="rail-state"))
     assert "pipeline stage" in core.register_job(no_stages, 0.0).rejects[0].message
 
