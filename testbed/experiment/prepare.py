@@ -1,9 +1,10 @@
 """Everything a run needs before anything starts: schedule, replay plan, link rate, byte scale.
 
 Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
-(:mod:`workloads`), refuses what this machine cannot host (emulation only), picks the emulated
-link rate and lowers the schedule to per-rank replay plans (:mod:`testbed.plan.replay`). Under
-rail-state semantics it also sets the plan's request points (:mod:`testbed.plan.requestpoints`).
+(:mod:`workloads`) or loads it (``workload: {schedule: FILE}``), refuses what this machine
+cannot host (emulation only), picks the emulated link rate and lowers the schedule to per-rank
+replay plans (:mod:`testbed.plan.replay`). Under rail-state semantics it also sets the plan's
+request points (:mod:`testbed.plan.requestpoints`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
-from workloads import generate_schedule
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
@@ -38,7 +38,7 @@ class Prepared:
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = generate_schedule(cfg.workload)
+    schedule = cfg.schedule()
     world = schedule.world_size
     if check_capacity:
         problem = capacity_problem(world)
