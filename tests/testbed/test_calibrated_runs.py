@@ -64,7 +64,7 @@ def test_a_sim_run_reports_the_scale_and_the_modelled_step(artifact: ExperimentC
 
 def test_sweep_json_reports_the_calibration_and_the_baseline_gap(
         artifact: ExperimentConfig) -> None:
-    points = [("baseline", 0.0), ("on-demand", 100.0)]
+    points = [("", "baseline", 0.0), ("rail-state", "on-demand", 100.0)]
     summaries = [{"iteration_time_s": 10.69, "modeled_iteration_s": 10.18},
                  {"iteration_time_s": 12.0, "modeled_iteration_s": 10.18}]
     cal = sweep_calibration(artifact, points, summaries)
