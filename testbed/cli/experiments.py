@@ -7,10 +7,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from testbed.errors import Say, say_stderr
-from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
+from testbed.errors import RunRefused, Say, say_stderr
+from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 
@@ -46,7 +47,10 @@ def _delay(text: str) -> float | str:
         return text
 
 
-def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> ExperimentConfig:
+Settings = TypeVar("Settings", bound=RunSettings)
+
+
+def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     changes: dict[str, Any] = {}
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
@@ -58,8 +62,16 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
     return cfg.replace(**changes) if changes else cfg
 
 
-def run_one(cfg: ExperimentConfig, out: Path, backend: str,
+def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
             say: Say) -> dict[str, Any]:
+    if isinstance(cfg, TorchExperiment):
+        if backend == "sim":
+            raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
+                             "its run writes replay.yaml (the captured schedule), which "
+                             "`run --backend sim` replays")
+        from testbed.torchjob.runner import run_torch
+
+        return run_torch(cfg, out, say)
     from testbed.experiment.prepare import prepare
 
     prep = prepare(cfg, check_capacity=backend == "emu")
@@ -86,7 +98,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.results import store
     from testbed.results.summary import summary_text
 
-    cfg = apply_overrides(load_experiment(args.config), args)
+    cfg: ExperimentConfig | TorchExperiment = apply_overrides(
+        load_torch_experiment(args.config) if is_torch_experiment(args.config)
+        else load_experiment(args.config), args)
     out = Path(args.out) if args.out else default_out_dir(cfg)
     say = make_say()
     baseline = None

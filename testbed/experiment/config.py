@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
@@ -54,10 +54,9 @@ class ExperimentError(WorkloadConfigError):
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    """A validated experiment: what to train, on which fabric, how long."""
+class RunSettings:
+    """How an experiment runs, whatever its workload: mode, OCS, network, iterations."""
 
-    workload: WorkloadConfig
     name: str = "experiment"
     source: str = "<string>"
     text: str = ""
@@ -88,7 +87,7 @@ class ExperimentConfig:
     def total_iterations(self) -> int:
         return self.warmup + self.iterations
 
-    def replace(self, **changes: Any) -> ExperimentConfig:
+    def replace(self, **changes: Any) -> Self:
         """A copy with command-line overrides applied and validated."""
         out = dataclasses.replace(self, **changes)
         out.validate()
@@ -130,13 +129,27 @@ class ExperimentConfig:
                 "warmup": self.warmup, "seed": self.seed}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig(RunSettings):
+    """A validated experiment: what to train (a generated schedule), on which fabric, how long."""
+
+    workload: WorkloadConfig
+
+
 def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
     workload = parse_workload(text, source, base_dir)
     doc = _Doc(text, source)
-    top = _mapping(doc, doc.root, "", None)
-    kwargs: dict[str, Any] = {"workload": workload, "source": source, "text": text}
+    kwargs = run_settings(doc, _mapping(doc, doc.root, "", None), text)
+    return _validated(doc, ExperimentConfig(workload=workload, **kwargs))
+
+
+def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
+    """The :class:`RunSettings` fields of experiment document ``doc`` (``name``, ``mode``,
+    ``ocs``, ``network``, ``run``), checked with their positions."""
+    source = doc.source
+    kwargs: dict[str, Any] = {"source": source, "text": text}
     if "name" in top:
         kwargs["name"] = _typed(doc, top["name"], "name", str)
     else:
@@ -179,7 +192,7 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    return _validated(doc, ExperimentConfig(**kwargs))
+    return kwargs
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

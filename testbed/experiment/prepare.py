@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.config import ExperimentConfig, RunSettings
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from workloads import generate_schedule
@@ -57,7 +57,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
 
 
-def default_out_dir(cfg: ExperimentConfig, root: Path = Path("results")) -> Path:
+def default_out_dir(cfg: RunSettings, root: Path = Path("results")) -> Path:
     """``results/<name>-<mode>[-<delay>ms]-<timestamp>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     delay = "" if cfg.mode == "baseline" else f"-{cfg.switching_delay_ms:g}ms"
