@@ -154,7 +154,8 @@ def run(plan: dict[str, Any]) -> int:
     script = str(Path(plan["script"]).resolve())
     sys.argv = [script, *[str(a) for a in plan["args"]]]
     sys.path.insert(0, str(Path(script).parent))
-    runtime.emit(ev="started", t=time.time(), script=script, args=sys.argv[1:])
+    runtime.emit(ev="started", t=time.time(), pid=os.getpid(), script=script,
+                 args=sys.argv[1:])
     try:
         runpy.run_path(script, run_name="__main__")
     except BaseException as exc:  # the script's failure, or a call's seen by the script

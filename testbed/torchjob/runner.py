@@ -92,7 +92,7 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
         f"switching delay {exp.switching_delay_ms:g} ms, K={spec.ports_per_rank}, links "
         f"{prep.link_mbps:g} Mbit/s, {exp.warmup}+{exp.iterations} steps; results in {out}")
     t0 = time.monotonic()
-    reference = _reference_run(prep, out / "reference", say)
+    reference = run_loopback(prep, out / "reference", say)
     say(f"  loopback reference done in {time.monotonic() - t0:.0f} s")
     try:
         groups = rail_groups(observed_groups(r for recs in reference.values() for r in recs),
@@ -163,8 +163,10 @@ def _launcher_args(prep: TorchPrepared, out: Path, rank: int,
     return [sys.executable, "-m", "testbed.torchjob.launcher", str(path)]
 
 
-def _reference_run(prep: TorchPrepared, ref: Path, say: Say) -> dict[int, list[dict[str, Any]]]:
-    """The loopback run; returns each rank's records."""
+def run_loopback(prep: TorchPrepared, ref: Path, say: Say
+                 ) -> dict[int, list[dict[str, Any]]]:
+    """The job on loopback (``ref``: the reference of a rails run): every rank a launcher in
+    the root namespace, calls acknowledged at once. Returns each rank's records."""
     world = prep.config.world_size
     (ref / "ranks").mkdir(parents=True)
     peers = {r: ("127.0.0.1", free_tcp_port()) for r in range(world)}
