@@ -126,7 +126,7 @@ class Replayer:
                     for peer, n in step.sends:
                         if peer not in conns:
                             conns[peer] = Outgoing(
-                                self.peers[peer], self.port,
+                                (self.peers[peer], self.port),
                                 {"it": it, "cid": op.collective_id, "src": self.rank},
                                 self.io_timeout_s)
                         conns[peer].send_step(k, n)
@@ -151,7 +151,7 @@ class Replayer:
     # -------------------------------------------------------------------- run
 
     def run(self) -> int:
-        listener = Listener(str(self.plan["addr"]), self.port, self.inbox, self.io_timeout_s)
+        listener = Listener((str(self.plan["addr"]), self.port), self.inbox, self.io_timeout_s)
         lanes: dict[str, list[PlanOp]] = {}
         for op in self.ops:
             lanes.setdefault(op.lane, []).append(op)

@@ -11,11 +11,16 @@ peer, not only queued.
 
 Two sinks: a counting inbox (the replayer's filler bytes: only their number matters) and a
 payload inbox (``keep_payload``: a torch job's tensors, handed to the receiving call whole).
+An :data:`Address` is a (host, port) pair for TCP or the path of a Unix socket: pathname Unix
+sockets work across network namespaces, so the GPUs of one server exchange their scale-up
+(NVLink) traffic through them, never through a rail or the frontend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import struct
 import threading
@@ -28,6 +33,20 @@ POLL_S = 0.25
 
 #: (iteration, call id, sender rank, step)
 Key = tuple[int, str, int, int]
+#: (host, TCP port), or the path of a Unix socket
+Address = tuple[str, int] | str
+
+
+def _socket(address: Address) -> socket.socket:
+    if isinstance(address, str):
+        return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def address_text(address: Address) -> str:
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
 
 
 class TransportError(RuntimeError):
@@ -140,15 +159,20 @@ def serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> 
 
 
 class Listener:
-    """Accepts connections on ``(addr, port)`` and drains each into ``inbox`` (a thread each)."""
+    """Accepts connections on ``address`` and drains each into ``inbox`` (a thread each)."""
 
-    def __init__(self, addr: str, port: int, inbox: Inbox, io_timeout_s: float) -> None:
+    def __init__(self, address: Address, inbox: Inbox, io_timeout_s: float) -> None:
+        self.address = address
         self.inbox = inbox
         self.io_timeout_s = io_timeout_s
         self._stop = threading.Event()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((addr, port))
+        self.sock = _socket(address)
+        if isinstance(address, str):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(address)  # left by an earlier run of this rank
+        else:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(address)
         self.sock.listen(64)
         self.sock.settimeout(POLL_S)
         self._thread = threading.Thread(target=self._accept, daemon=True, name="listener")
@@ -169,24 +193,26 @@ class Listener:
     def close(self) -> None:
         self._stop.set()
         self.sock.close()
+        if isinstance(self.address, str):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.address)
 
 
 class Outgoing:
     """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
 
-    def __init__(self, addr: str, port: int, hello: dict[str, Any], timeout_s: float) -> None:
+    def __init__(self, address: Address, hello: dict[str, Any], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            sock = socket.socket()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = _socket(address)
             sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
             try:
-                sock.connect((addr, port))
+                sock.connect(address)
                 break
             except OSError as exc:  # refused before the peer listens, or lost SYN: retry
                 sock.close()
                 if time.monotonic() >= deadline:
-                    raise TransportError(f"cannot connect to {addr}:{port} within "
+                    raise TransportError(f"cannot connect to {address_text(address)} within "
                                          f"{timeout_s:.0f} s: {exc}") from exc
                 threading.Event().wait(0.02)
         sock.settimeout(timeout_s)

@@ -26,13 +26,20 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from controller.profile import CallProfile, CallSignature
 from controller.shim import CollectiveGrant
-from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing, TransportError
+from testbed.emulated.transport import (
+    Abort,
+    Address,
+    Inbox,
+    Listener,
+    Outgoing,
+    TransportError,
+)
 
 
 class ShimLike(Protocol):
@@ -130,9 +137,8 @@ class CallContext:
         key = (peer, stream or self.stream)
         conn = self._conns.get(key)
         if conn is None:
-            addr, port = self._rt.peers[peer]
-            conn = self._conns[key] = Outgoing(addr, port, {"it": 0, "cid": key[1],
-                                                            "src": self._rt.rank},
+            conn = self._conns[key] = Outgoing(self._rt.peers[peer],
+                                               {"it": 0, "cid": key[1], "src": self._rt.rank},
                                                self._rt.io_timeout_s)
         conn.send_step(step, len(payload), payload)
         self.call.record["sent"] += len(payload)
@@ -160,10 +166,14 @@ class CallContext:
 
 
 class Runtime:
-    """A rank's lanes, transport listener, records and iteration marks."""
+    """A rank's lanes, transport listeners, records and iteration marks.
 
-    def __init__(self, rank: int, *, listen: tuple[str, int],
-                 peers: Mapping[int, tuple[str, int]], out: IO[str], io_timeout_s: float,
+    ``listen`` are this rank's addresses, ``peers`` where this rank reaches each other rank:
+    its rail address, or a Unix socket for the GPUs of its own server (scale-up).
+    """
+
+    def __init__(self, rank: int, *, listen: Sequence[Address],
+                 peers: Mapping[int, Address], out: IO[str], io_timeout_s: float,
                  shim_factory: ShimFactory | None = None,
                  thread_init: Callable[[], None] = lambda: None) -> None:
         self.rank = rank
@@ -174,7 +184,7 @@ class Runtime:
         self._shim_factory = shim_factory
         self._thread_init = thread_init
         self.inbox = Inbox(keep_payload=True)
-        self.listener = Listener(listen[0], listen[1], self.inbox, io_timeout_s)
+        self.listeners = [Listener(a, self.inbox, io_timeout_s) for a in listen]
         self.profile = TorchCallProfile()
         self.seqs: dict[str, int] = {}
         self.aborted = threading.Event()
@@ -306,4 +316,5 @@ class Runtime:
                 self._emit_call(call)
         for shim in self._shims:
             shim.close()
-        self.listener.close()
+        for listener in self.listeners:
+            listener.close()

@@ -6,8 +6,9 @@ rails run and in the root namespace for the loopback reference::
     python -m testbed.torchjob.launcher RANK_PLAN.json
 
 The plan holds ``rank``, ``world_size``, ``gpus_per_server``, ``master_addr``/``master_port``
-(the rendezvous store: rank 0's frontend address, control traffic), ``listen`` and ``peers``
-(the transport's address and port per rank: rail addresses, or loopback), ``endpoint`` and
+(the rendezvous store: rank 0's frontend address, control traffic), ``listen`` (this rank's
+transport addresses) and ``peers`` (where it reaches each rank: ``[rail address, port]``, or
+loopback, or a Unix socket path for the GPUs of its own server), ``endpoint`` and
 ``job`` (the Opus controller; null for the reference, whose calls are acknowledged at once),
 ``ack_timeout_s``, ``io_timeout_s``, ``records``, ``log``, ``script``, ``args``, ``axes`` and
 ``gloo_ifname``.
@@ -39,7 +40,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from testbed.emulated.transport import Address
+
 WATCHDOG_S = 30.0  # after a failed call, how long the script may take to notice it
+
+
+def _address(value: Any) -> Address:
+    """A plan's address: ``[host, port]`` (TCP) or the path of a Unix socket."""
+    return str(value) if isinstance(value, str) else (str(value[0]), int(value[1]))
 
 
 def _set_environment(plan: dict[str, Any]) -> None:
@@ -141,8 +149,8 @@ def run(plan: dict[str, Any]) -> int:
                         ack_timeout_s=float(plan["ack_timeout_s"]), profile=profile, seqs=seqs)
 
     out = open(plan["records"], "a", encoding="utf-8")  # noqa: SIM115 (closed by os._exit)
-    runtime = Runtime(rank, listen=(str(plan["listen"][0]), int(plan["listen"][1])),
-                      peers={int(r): (str(a), int(p)) for r, (a, p) in plan["peers"].items()},
+    runtime = Runtime(rank, listen=[_address(a) for a in plan["listen"]],
+                      peers={int(r): _address(a) for r, a in plan["peers"].items()},
                       out=out, io_timeout_s=float(plan["io_timeout_s"]), shim_factory=factory,
                       thread_init=lambda: torch.set_grad_enabled(False))
     backend.configure(runtime, gpus_per_server=int(plan["gpus_per_server"]),

@@ -29,8 +29,10 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -108,13 +110,15 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
         link_mbps=prep.link_mbps, scale=1.0, world_size=exp.world_size, rails=spec.num_rails,
         modeled_iteration_s=None, job=job.to_json())
 
-    def launcher(net: Any, endpoint: str, rank: int) -> list[str]:
-        peers = {r: (net.rank_address(r), TRANSPORT_PORT) for r in range(exp.world_size)}
-        return _launcher_args(prep, out, rank, peers, master=(net.frontend_address(0),
-                                                              MASTER_PORT),
-                              endpoint=endpoint, gloo_ifname=net.rail_intf(rank))
+    with _scale_up_dir() as sockets:
+        def launcher(net: Any, endpoint: str, rank: int) -> list[str]:
+            peers = {r: (net.rank_address(r), TRANSPORT_PORT) for r in range(exp.world_size)}
+            return _launcher_args(prep, out, rank, peers, master=(net.frontend_address(0),
+                                                                  MASTER_PORT),
+                                  endpoint=endpoint, scale_up_dir=sockets,
+                                  gloo_ifname=net.rail_intf(rank))
 
-    summary = run_on_rails(prep, spec, job, out, manifest, launcher, say)
+        summary = run_on_rails(prep, spec, job, out, manifest, launcher, say)
     comparison = compare_losses(_losses(out, exp.world_size),
                                 _losses(out / "reference", exp.world_size))
     store.write_csv(out / "losses.csv", comparison.rows)
@@ -143,16 +147,27 @@ def _losses(run_dir: Path, world_size: int) -> dict[int, dict[int, float]]:
     return out
 
 
-def _launcher_args(prep: TorchPrepared, out: Path, rank: int,
-                   peers: dict[int, tuple[str, int]], *, master: tuple[str, int],
-                   endpoint: str | None, gloo_ifname: str = "") -> list[str]:
-    """Write rank ``rank``'s launcher plan under ``out/ranks``; returns its command line."""
+def _launcher_args(prep: TorchPrepared, out: Path, rank: int, peers: dict[int, tuple[str, int]],
+                   *, master: tuple[str, int], endpoint: str | None, scale_up_dir: Path,
+                   gloo_ifname: str = "") -> list[str]:
+    """Write rank ``rank``'s launcher plan under ``out/ranks``; returns its command line.
+
+    ``peers`` are the ranks' TCP addresses; the GPUs of one server reach each other through
+    Unix sockets in ``scale_up_dir`` instead (scale-up traffic).
+    """
     exp = prep.config
+    gpus = exp.cluster.gpus_per_server
     ranks_dir = (out / "ranks").resolve()
-    plan = {"rank": rank, "world_size": exp.world_size,
-            "gpus_per_server": exp.cluster.gpus_per_server, "master_addr": master[0],
-            "master_port": master[1], "listen": list(peers[rank]),
-            "peers": {str(r): list(p) for r, p in peers.items()}, "endpoint": endpoint,
+
+    def sock(r: int) -> str:
+        return str(scale_up_dir / f"r{r}.sock")
+
+    reach = {str(r): sock(r) if r // gpus == rank // gpus and r != rank else list(address)
+             for r, address in peers.items()}
+    plan = {"rank": rank, "world_size": exp.world_size, "gpus_per_server": gpus,
+            "master_addr": master[0], "master_port": master[1],
+            "listen": [list(peers[rank])] + ([sock(rank)] if gpus > 1 else []),
+            "peers": reach, "endpoint": endpoint,
             "job": "train", "ack_timeout_s": exp.ack_timeout_s,
             "io_timeout_s": exp.ack_timeout_s, "records": str(ranks_dir / f"rank{rank}.jsonl"),
             "log": str(ranks_dir / f"rank{rank}.log"), "script": str(exp.torch.script),
@@ -171,11 +186,23 @@ def run_loopback(prep: TorchPrepared, ref: Path, say: Say
     (ref / "ranks").mkdir(parents=True)
     peers = {r: ("127.0.0.1", free_tcp_port()) for r in range(world)}
     master = ("127.0.0.1", free_tcp_port())
-    with _local_processes() as start:
-        procs = {r: start(_launcher_args(prep, ref, r, peers, master=master, endpoint=None),
+    with _local_processes() as start, _scale_up_dir() as sockets:
+        procs = {r: start(_launcher_args(prep, ref, r, peers, master=master, endpoint=None,
+                                         scale_up_dir=sockets),
                           ref / "ranks" / f"rank{r}.log") for r in range(world)}
         _follow(ref, procs, prep.config, prep, say)
     return {r: store.read_jsonl(ref / "ranks" / f"rank{r}.jsonl") for r in range(world)}
+
+
+@contextlib.contextmanager
+def _scale_up_dir() -> Iterator[Path]:
+    """A short-lived folder for the scale-up Unix sockets (their paths must stay under 108
+    bytes, so not in the results directory); removed on the way out."""
+    path = Path(tempfile.mkdtemp(prefix="opus-scaleup-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from testbed.torchjob.lanes import CallContext, CallSpec, Runtime
 def _pair() -> tuple[Runtime, Runtime, io.StringIO, io.StringIO]:
     peers = {0: ("127.0.0.1", free_tcp_port()), 1: ("127.0.0.1", free_tcp_port())}
     outs = io.StringIO(), io.StringIO()
-    rts = [Runtime(r, listen=peers[r], peers=peers, out=outs[r], io_timeout_s=5)
+    rts = [Runtime(r, listen=[peers[r]], peers=peers, out=outs[r], io_timeout_s=5)
            for r in (0, 1)]
     return rts[0], rts[1], outs[0], outs[1]
 
