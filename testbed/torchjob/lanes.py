@@ -14,8 +14,8 @@ Records go to one JSON-lines file, in the replayer's format so that the runner's
 call, or at the end for calls it never waited for), ``iteration`` (at each optimizer step),
 ``error`` and ``finished``. A call record carries, besides the replayer's fields, the torch
 fields ``op`` (the ProcessGroup method), ``members`` (global ranks of the torch group, in group
-order), ``peer`` (send/recv), ``dtype``, ``torch_group``, ``t_issue`` and ``t_wait_start`` /
-``t_wait_end`` (None if the script never waited).
+order), ``peer`` (send/recv), ``dtype``, ``torch_group``, ``scale_up`` (inside one server: no
+Opus), ``t_issue`` and ``t_wait_start`` / ``t_wait_end`` (None if the script never waited).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class Call:
             "received": 0, "expected": spec.expected, "size_bytes": spec.size_bytes,
             "wire_bytes": spec.wire_bytes, "op": spec.op, "members": list(spec.members),
             "peer": spec.peer, "dtype": spec.dtype, "torch_group": spec.torch_group,
-            "t_issue": time.time(), "t_wait_start": None, "t_wait_end": None}
+            "scale_up": spec.scale_up, "t_issue": time.time(), "t_wait_start": None,
+            "t_wait_end": None}
 
 
 Body = Callable[["CallContext"], None]

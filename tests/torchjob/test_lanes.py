@@ -54,8 +54,8 @@ def test_a_call_exchanges_payloads_and_records_every_field() -> None:
     assert call["sent"] == call["received"] == call["expected"] == 3
     assert call["t_issue"] <= call["t_intent"] <= call["t_ack"] <= call["t_end"]
     assert (call["t_wait_start"], call["t_wait_end"]) == (1.0, 2.0)
-    assert (call["op"], call["members"], call["torch_group"], call["it"], call["i"]) == (
-        "all_gather_single", [0, 1], "mesh_fsdp", 0, 0)
+    assert (call["op"], call["members"], call["torch_group"], call["it"], call["i"],
+            call["scale_up"]) == ("all_gather_single", [0, 1], "mesh_fsdp", 0, 0, False)
     assert _records(out_a)[-1]["ev"] == "iteration"
     b.close()  # a call never waited for is written at the end
     assert [r["ev"] for r in _records(out_b)] == ["call"]
