@@ -26,10 +26,12 @@ every process is stopped and the network torn down on every path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,7 @@ from testbed.torchjob.losses import LossComparison, compare_losses, losses_of_lo
 
 TRANSPORT_PORT = 7300  # the torch transport's port on every rail address (namespaces are private)
 MASTER_PORT = 29500  # torch's rendezvous store on rank 0's frontend address
+PR_SET_PDEATHSIG = 1  # prctl(2)
 INSTALL_HINT = ("pip install 'opus-testbed[torch]' --extra-index-url "
                 "https://download.pytorch.org/whl/cpu (or `bash scripts/setup.sh`, which does)")
 
@@ -205,9 +208,15 @@ def _scale_up_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM if the runner dies without its teardown (SIGKILL)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def _local_processes() -> Iterator[Callable[[list[str], Path], subprocess.Popen[Any]]]:
-    """Start processes in the root namespace (logs to a file); all are stopped on the way out."""
+    """Start processes in the root namespace (logs to a file); all are stopped on the way out,
+    and by the kernel should the runner be killed."""
     procs: list[subprocess.Popen[Any]] = []
     logs: list[IO[str]] = []
     env = dict(os.environ)
@@ -217,7 +226,7 @@ def _local_processes() -> Iterator[Callable[[list[str], Path], subprocess.Popen[
         log = log_path.open("w")
         logs.append(log)
         procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                      start_new_session=True))
+                                      start_new_session=True, preexec_fn=_die_with_parent))
         return procs[-1]
 
     try:
