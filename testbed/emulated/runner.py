@@ -6,7 +6,8 @@ the Opus controller on the frontend network with the emulated OCS driver, regist
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
 their progress, and on success hand the records to :func:`testbed.results.summary.finish_run`.
 A rank that fails ends the run: the error names the rank and its last op, and teardown still
-happens (the network's context manager stops every process we started).
+happens (the network's context manager stops every process we started). :func:`run_on_rails`
+is that sequence for any rank process; torch jobs (:mod:`testbed.torchjob.runner`) use it too.
 """
 
 from __future__ import annotations
