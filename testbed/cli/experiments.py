@@ -201,9 +201,11 @@ def register(sub: Any) -> None:
         "run", help="run one experiment end to end (emulated: root)",
         description="Replay training iterations of CONFIG as real traffic through Opus-"
         "controlled emulated rails (or the simulation backend), then write the results "
-        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). Exit status: 0 ok "
-        "(or simulated: --backend sim runs are not judged), 2 bad input (nothing started), "
-        "1 the run failed, 3 fidelity degraded.")
+        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). A PyTorch script's "
+        "experiment (workload: {torch: ...}) trains the script itself, on loopback and then on "
+        "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
+        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
+        "started), 1 the run failed, 3 fidelity degraded.")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")
