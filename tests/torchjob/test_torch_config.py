@@ -80,3 +80,14 @@ def test_a_model_workload_is_not_a_torch_one() -> None:
     with pytest.raises(WorkloadConfigError,
                        match=r"<string>:4:3: workload\.model: unknown key 'model'; allowed: torch"):
         parse_torch_experiment(text)
+
+
+def test_the_sim_backend_refuses_a_torch_experiment(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed.cli.main import main
+
+    out = tmp_path / "run"
+    assert main(["run", str(EXAMPLES / "llama-tiny-4x1.yaml"), "--backend", "sim",
+                 "--out", str(out)]) == 2
+    assert "runs on the emulated rails only" in capsys.readouterr().err
+    assert not out.exists()
