@@ -40,7 +40,16 @@ from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
+from workloads.loader import (
+    WorkloadSource,
+    _Doc,
+    _load_file,
+    _mapping,
+    _typed,
+    _validated,
+    parse_workload_source,
+)
+from workloads.schedule import Schedule
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
@@ -131,18 +140,30 @@ class RunSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentConfig(RunSettings):
-    """A validated experiment: what to train (a generated schedule), on which fabric, how long."""
+    """A validated experiment: what to train (a generated or a captured schedule), on which
+    fabric, how long."""
 
     workload: WorkloadConfig
+    schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
+
+    def schedule(self) -> Schedule:
+        """The schedule to run: loaded from ``schedule_file``, else generated."""
+        path = Path(self.schedule_file) if self.schedule_file else None
+        return WorkloadSource(self.workload, path).schedule()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "schedule_file": self.schedule_file}
 
 
 def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
-    workload = parse_workload(text, source, base_dir)
+    workload = parse_workload_source(text, source, base_dir)
     doc = _Doc(text, source)
     kwargs = run_settings(doc, _mapping(doc, doc.root, "", None), text)
-    return _validated(doc, ExperimentConfig(workload=workload, **kwargs))
+    if workload.schedule_file is not None:
+        kwargs["schedule_file"] = str(workload.schedule_file)
+    return _validated(doc, ExperimentConfig(workload=workload.config, **kwargs))
 
 
 def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:

@@ -17,7 +17,9 @@
 5. **End**: the metrics and summary of every run, plus ``loss_max_abs_diff`` (rails against
    reference, every rank and step, bit for bit), ``losses_compared`` and ``losses.csv``; the
    run fails (:class:`LossMismatch`) unless the losses are identical. Each rank's records are
-   in ``ranks/rank<r>.jsonl`` (``reference/ranks/`` for the loopback run).
+   in ``ranks/rank<r>.jsonl`` (``reference/ranks/`` for the loopback run); the reference's
+   last iteration, captured (:mod:`testbed.torchjob.capture`), is ``workload.json``, and
+   ``replay.yaml`` replays it (``run out/replay.yaml --backend emu|sim``).
 
 A rank whose script fails ends the run naming the rank, the traceback's last line and its log;
 every process is stopped and the network torn down on every path.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -249,26 +252,29 @@ def _capture(exp: TorchExperiment, out: Path, reference: dict[int, list[dict[str
              summary: dict[str, Any], say: Say) -> None:
     """The reference's last iteration as a workload schedule (``workload.json``) and an
     experiment that replays it (``replay.yaml``: ``run out/replay.yaml --backend emu|sim``)."""
+    from testbed.torchjob.capture import CaptureError, schedule_from_records
+
     summary["capture"] = None
+    sources = [str(out / "reference" / "ranks" / f"rank{r}.jsonl") for r in sorted(reference)]
     try:
-        from testbed.torchjob.capture import CaptureError, schedule_from_records
-    except ImportError:  # INTEGRATION POINT: testbed/torchjob/capture.py (issue 14, item 4)
-        return
-    try:
-        schedule = schedule_from_records(reference, iteration=exp.total_iterations - 1,
-                                         gpus_per_server=exp.cluster.gpus_per_server)
+        schedule = schedule_from_records(
+            reference, iteration=exp.total_iterations - 1,
+            gpus_per_server=exp.cluster.gpus_per_server, sources=sources,
+            torch_version=importlib.metadata.version("torch"))
     except CaptureError as exc:
         summary["capture_error"] = str(exc)
         say(f"  no capture: {exc}")
         return
-    schedule.to_json(out / "workload.json")
+    schedule.to_json(str(out / "workload.json"))
     replay = {"name": f"{exp.name}-replay",
               "cluster": {"servers": exp.cluster.servers,
                           "gpus_per_server": exp.cluster.gpus_per_server},
               "workload": {"schedule": "workload.json"}, "mode": exp.mode,
               "ocs": {"switching_delay": exp.switching_delay,
                       "ports_per_rank": exp.ports_per_rank},
-              "network": {"link_mbps": summary["link_mbps"]},
+              # the modelled rate is the emulated one: the replay moves the job's real bytes
+              "network": {"link_mbps": summary["link_mbps"],
+                          "rail_gbps": summary["link_mbps"] / 1000},
               "run": {"warmup": exp.warmup, "iterations": exp.iterations}}
     (out / "replay.yaml").write_text(yaml.safe_dump(replay, sort_keys=False))
     summary["capture"] = str(out / "workload.json")

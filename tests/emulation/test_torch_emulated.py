@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.cli.experiments import run_one
+from testbed.experiment.config import load_experiment
 from testbed.torchjob.config import load_torch_experiment
 from testbed.torchjob.runner import run_torch
 
@@ -56,3 +58,9 @@ def test_the_shipped_job_trains_on_demand_with_bit_identical_losses(
         assert Counter((c["op"], c["lane"], c["size_bytes"]) for c in rails) == Counter(
             (c["op"], c["lane"], c["size_bytes"]) for c in loopback)
         assert {c["lane"] for c in rails} <= groups
+    # the captured last step replays like a generated schedule, with the job's real bytes
+    assert summary["capture"] == str(out / "workload.json")
+    replay = run_one(load_experiment(out / "replay.yaml"), tmp_path / "replay", "sim",
+                     say=lambda _m: None)
+    assert replay["all_iterations_completed"] and replay["reconfigurations"] > 0
+    assert replay["scale"] == 1.0
