@@ -13,6 +13,11 @@ need circuits a one-to-one OCS cannot light all at once.
 Carried: all-gather, reduce-scatter and all-reduce (single, list and coalesced forms), send and
 recv, broadcast and barrier; reductions SUM, AVG, MAX, MIN and PRODUCT. Refused, naming the
 call and the group: reduce, gather, scatter, all-to-all, receive from any source.
+
+Under ``torch.profiler`` (with ``record_shapes=True``) each call issues an ``opus:<method>``
+event with the argument names of NCCL's ``record_param_comms`` (``Collective name``, ``In msg
+nelems``, ``dtype``, ``Process Group Ranks``, ...), so ``opus-testbed import kineto`` reads
+traces of these jobs (layout L4 of :mod:`workloads.kineto`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._profiler import _RecordFunctionFast
 
 from testbed.torchjob.algorithms import broadcast_steps, chunk_bounds, ring_sent_bytes, ring_steps
 from testbed.torchjob.groups import axis_of, collective_lane, is_scale_up, p2p_lane
@@ -178,7 +184,16 @@ class OpusProcessGroup(dist.ProcessGroup):
             else:
                 future.set_exception(error)
 
-        call = self._runtime.submit(spec, body, done)
+        numel = size_bytes // dtype.itemsize
+        args = {"Collective name": op, "In msg nelems": numel,
+                "Out msg nelems": numel * self.n if kind == "all_gather" else numel,
+                "dtype": spec.dtype, "Group size": self.n, "Process Group Name": self._name,
+                "Process Group Description": self.group_desc,
+                "Process Group Ranks": str(list(self.members))}
+        if peer >= 0:
+            args["Rank"] = self.members.index(peer)
+        with _RecordFunctionFast(f"opus:{op}", [], args):
+            call = self._runtime.submit(spec, body, done)
         return OpusWork(future, call, self._runtime)
 
     def _ring(self, ctx: CallContext, kind: str, chunks: Sequence[torch.Tensor], reduce_op: Any,

@@ -52,7 +52,9 @@ def _processes_running(text: str) -> list[int]:
 def ops_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, list[dict]]]:
     out = tmp_path_factory.mktemp("ops") / "run"
     prep = TorchPrepared(_experiment(HERE / "torch_ops_job.py", 3), link_mbps=100.0)
-    return out, run_loopback(prep, out, say=lambda _m: None)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPS_TRACE_DIR", str(out.parent))
+        return out, run_loopback(prep, out, say=lambda _m: None)
 
 
 def test_every_call_is_carried_with_exact_results(ops_run: tuple[Path, Any]) -> None:
@@ -60,7 +62,7 @@ def test_every_call_is_carried_with_exact_results(ops_run: tuple[Path, Any]) -> 
     for rank in range(3):
         log = (out / "ranks" / f"rank{rank}.log").read_text().splitlines()
         lines = [json.loads(x) for x in log if x.startswith("{")]
-        assert {"rank": rank, "checks": 12 if rank != 1 else 11} in lines, log
+        assert {"rank": rank, "checks": 13 if rank != 1 else 12} in lines, log
         assert {"refused": "opus backend: reduce on group default_pg (members [0, 1, 2]) is not "
                 "carried (all-gather, reduce-scatter, all-reduce, send/recv, broadcast and "
                 "barrier are)"} in lines
@@ -72,7 +74,7 @@ def test_each_call_is_one_intent_ack_and_completion_on_its_lane(ops_run: tuple[P
     for rank, recs in records.items():
         calls = sorted((r for r in recs if r["ev"] == "call"), key=lambda r: r["i"])
         pair = ["allreduce"] if rank != 1 else []
-        assert [c["op"] for c in calls] == OPS_PER_RANK + pair + ["barrier"]
+        assert [c["op"] for c in calls] == OPS_PER_RANK + pair + ["barrier", "allreduce"]
         per_lane = Counter()
         for c in calls:  # numbered per lane in issue order, as the Opus shim numbers them
             assert c["seq"] == per_lane[c["lane"]] and c["cid"] == f"{c['lane']}:{c['seq']}"
@@ -89,6 +91,20 @@ def test_each_call_is_one_intent_ack_and_completion_on_its_lane(ops_run: tuple[P
                                               for p in ((rank + 1) % 3, (rank - 1) % 3)}
         assert [r["it"] for r in recs if r["ev"] == "iteration"] == [0, 1]
         assert recs[-1]["ev"] == "finished"
+
+
+def test_profiler_traces_name_each_call_as_nccl_does(ops_run: tuple[Path, Any]) -> None:
+    """`import kineto` reads the backend's opus:<method> events (layout L4)."""
+    from workloads.kineto import detect_layout, load_trace
+
+    out, _ = ops_run
+    trace = load_trace(out.parent / "rank1.json")
+    assert detect_layout(trace) == "L4"
+    (event,) = [e for e in trace.events if e.get("name") == "opus:allreduce"]
+    assert {k: event["args"][k] for k in ("Collective name", "In msg nelems", "dtype",
+                                          "Group size", "Process Group Ranks")} == {
+        "Collective name": "allreduce", "In msg nelems": 10, "dtype": "float64",
+        "Group size": 3, "Process Group Ranks": "[0, 1, 2]"}
 
 
 def test_a_failing_script_names_the_rank_its_error_and_log(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 values computed locally; run by the testbed's launcher on 3 ranks (see test_backend_loopback).
 
 Prints one JSON line ``{"rank", "checks"}`` when every check passed, and the message of the
-refused ``reduce``.
+refused ``reduce``; writes a profiler trace of one all-reduce to ``$OPS_TRACE_DIR``.
 """
 
 from __future__ import annotations
@@ -80,6 +80,13 @@ try:
     dist.reduce(values(rank, 2), dst=0)
 except NotImplementedError as exc:
     print(json.dumps({"refused": str(exc)}), flush=True)
+
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                            record_shapes=True) as prof:  # (the events keep their args)
+    t = values(rank)
+    dist.all_reduce(t)  # under the profiler: an opus:allreduce event
+check(t, total)
+prof.export_chrome_trace(os.path.join(os.environ["OPS_TRACE_DIR"], f"rank{rank}.json"))
 
 param = torch.nn.Parameter(torch.zeros(2))
 opt = torch.optim.SGD([param], lr=0.1)
