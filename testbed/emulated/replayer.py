@@ -10,15 +10,17 @@ rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``
 file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
-own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
-rank's groups. Inside a call, the steps travel over :mod:`testbed.emulated.transport`: one
-fresh TCP connection per peer to the peer's rail address (only there: the circuits are lit),
-filler bytes counted by the receiving rank's listener per (iteration, collective, sender, step),
-so a receiving step just waits for its count. Records go to the
-``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
-failure the process records the rank, iteration and op and exits with status 1. Fault injection for
-tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7) as the iteration
-starts.
+own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
+the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
+and after a call with ``predict`` the rank names that call to the controller
+(:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
+:mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
+(only there: the circuits are lit), filler bytes counted by the receiving rank's listener per
+(iteration, collective, sender, step), so a receiving step just waits for its count. Records go
+to the ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and
+``finished``; on any failure the process records the rank, iteration and op and exits with
+status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit
+abruptly (status 7) as the iteration starts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from controller.shim import Shim
 from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.requestpoints import lane_positions, predicted_call
 
 POLL_S = 0.25
 
@@ -47,6 +50,7 @@ class Replayer:
         self.plan = plan
         self.rank = int(plan["rank"])
         self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
+        self.positions = lane_positions(self.ops)  # for predictions (rail-state)
         self.iterations = int(plan["iterations"])
         self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
         self.port = int(plan["port"])
@@ -118,7 +122,7 @@ class Replayer:
     def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
         sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
+        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
             t_ack = time.time()
             conns: dict[int, Outgoing] = {}
             try:
@@ -147,6 +151,11 @@ class Replayer:
                   t_end=time.time(), sent=sent, received=received,
                   expected=op.expected_bytes, size_bytes=op.size_bytes,
                   wire_bytes=op.wire_bytes)
+        if op.predict >= 0:
+            seq, target_it = predicted_call(self.positions, op.index, op.predict, it)
+            if target_it < self.iterations:
+                target = self.ops[op.predict]
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
     # -------------------------------------------------------------------- run
 

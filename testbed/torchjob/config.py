@@ -61,6 +61,11 @@ class TorchExperiment(RunSettings):
     def world_size(self) -> int:
         return self.cluster.world_size
 
+    def _rail_state_problems(self) -> list[tuple[str, bool, str]]:
+        return [("ocs.semantics", True, "a torch job runs port-exact: its groups are known only "
+                 "at run time, and the bit model needs a schedule's pipeline stages and request "
+                 "points (replay the job's capture, replay.yaml, under rail-state instead)")]
+
 
 def is_torch_experiment(path: str | Path) -> bool:
     """True when the experiment file at ``path`` has a ``workload: {torch: ...}``."""

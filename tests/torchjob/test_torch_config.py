@@ -51,6 +51,8 @@ def test_a_torch_experiment_names_its_script_and_fills_placeholders(tmp_path: Pa
     ("mode: provisioning", "mode: fast", "exp.yaml:7:7", "must be one of baseline"),
     ("servers: 2", "servers: 0", "exp.yaml:2:20", "must be an integer >= 1"),
     ("--lr, 0.5]", "--lr, [0.5]]", "exp.yaml:6:56", "must be a string or a number"),
+    ("mode: provisioning", "mode: provisioning\nocs: {semantics: rail-state}", "exp.yaml:8:18",
+     "a torch job runs port-exact"),
 ])
 def test_bad_files_are_refused_at_the_key(tmp_path: Path, old: str, new: str, where: str,
                                          says: str) -> None:
