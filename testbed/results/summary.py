@@ -9,15 +9,32 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from testbed.experiment.prepare import Prepared
+from testbed.experiment.config import RunSettings
 from testbed.metrics.compute import compute_metrics, rail_state_counts
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
 
-def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
+class RunFacts(Protocol):
+    """What the end of a run needs from its preparation (a generated schedule's
+    :class:`~testbed.experiment.prepare.Prepared`, or a torch job's)."""
+
+    @property
+    def config(self) -> RunSettings: ...
+
+    @property
+    def link_mbps(self) -> float: ...
+
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def modeled_iteration_s(self) -> float | None: ...
+
+
+def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
                wall_s: float, *, num_rails: int, ranks_rail0: list[int],
                backend: str = "emu") -> dict[str, Any]:
@@ -41,7 +58,7 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "semantics": cfg.effective_semantics,
                "request_points": cfg.effective_request_points,
                "ports_per_rank": cfg.effective_ports_per_rank, "link_mbps": prep.link_mbps,
-               "scale": prep.scale, "world_size": prep.schedule.world_size,
+               "scale": prep.scale, "world_size": manifest["world_size"],
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
                **s, **verdict.to_summary(), "cpu": cpu,
@@ -88,6 +105,10 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['link_mbps']:g} Mbit/s",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run
+        lines.append(f"losses              max |rails - loopback| = "
+                     f"{summary['loss_max_abs_diff']} over {summary['losses_compared']} "
+                     "(rank, step) losses")
     return "\n".join(lines)
 
 
