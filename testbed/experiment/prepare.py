@@ -18,7 +18,7 @@ from pathlib import Path
 from controller.job import JobError
 from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.config import ExperimentConfig, RunSettings
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
@@ -85,7 +85,7 @@ def _rail_state_plan(cfg: ExperimentConfig, plan: ReplayPlan) -> ReplayPlan:
                                predict=cfg.mode == "provisioning")
 
 
-def default_out_dir(cfg: ExperimentConfig, root: Path = Path("results")) -> Path:
+def default_out_dir(cfg: RunSettings, root: Path = Path("results")) -> Path:
     """``results/<name>-<mode>[-<delay>ms]-<timestamp>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     delay = "" if cfg.mode == "baseline" else f"-{cfg.switching_delay_ms:g}ms"

@@ -9,16 +9,33 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from testbed.experiment.prepare import Prepared
+from testbed.experiment.config import RunSettings
 from testbed.metrics.compute import compute_metrics, rail_state_counts
 from testbed.metrics.darktime import DarkCheck, dark_text
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
 
-def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
+class RunFacts(Protocol):
+    """What the end of a run needs from its preparation (a generated schedule's
+    :class:`~testbed.experiment.prepare.Prepared`, or a torch job's)."""
+
+    @property
+    def config(self) -> RunSettings: ...
+
+    @property
+    def link_mbps(self) -> float: ...
+
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def modeled_iteration_s(self) -> float | None: ...
+
+
+def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
                wall_s: float, *, num_rails: int, ranks_rail0: list[int],
                backend: str = "emu", dark: DarkCheck | None = None) -> dict[str, Any]:
@@ -28,6 +45,7 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
     the delay exactly, and without an OCS).
     """
     cfg = prep.config
+    workload = getattr(cfg, "workload", None)  # a torch job has none
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
                         scale=prep.scale, num_rails=num_rails)
     compute_rows = [{"rank": r["rank"], "it": r["it"], "op": r["i"], "t_start": r["t_start"],
@@ -46,13 +64,13 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "semantics": cfg.effective_semantics,
                "request_points": cfg.effective_request_points,
                "ports_per_rank": cfg.effective_ports_per_rank, "link_mbps": prep.link_mbps,
-               "scale": prep.scale, "world_size": prep.schedule.world_size,
+               "scale": prep.scale, "world_size": manifest["world_size"],
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
                **s, **verdict.to_summary(), "cpu": cpu,
                "modeled_iteration_s": prep.modeled_iteration_s,
-               "calibrate_step_s": cfg.workload.calibrate_step_s,
-               "compute_scale": cfg.workload.compute_scale,
+               "calibrate_step_s": workload.calibrate_step_s if workload else None,
+               "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary() if dark is not None else None,
                "wall_s": wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
@@ -101,6 +119,10 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.insert(-1, f"dark periods        {dark_text(summary.get('dark_error_ms'))}")
     if summary.get("calibrate_step_s") is not None:
         lines.insert(2, f"calibration         {_calibration_text(summary)}")
+    if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run
+        lines.append(f"losses              max |rails - loopback| = "
+                     f"{summary['loss_max_abs_diff']} over {summary['losses_compared']} "
+                     "(rank, step) losses")
     return "\n".join(lines)
 
 
