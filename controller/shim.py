@@ -99,6 +99,7 @@ class Shim:
         self._sock: zmq.Socket[bytes] | None = None
         self._last_pong = time.monotonic()
         self._closed = threading.Event()
+        self._cancelled = threading.Event()
         self._hb_thread = threading.Thread(target=self._heartbeat, daemon=True,
                                            name=f"opus-shim-hb-{rank}")
         self._hb_thread.start()
@@ -139,6 +140,11 @@ class Shim:
                 nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes, "axis": nxt.axis}
             self._post({"type": "complete", "group": group, "seq": seq, "next": nxt_msg})
+
+    def cancel(self) -> None:
+        """Make a request in progress (and every later one) fail with :class:`ShimError` within
+        a poll slice (a quarter second): the caller abandons its calls (failover)."""
+        self._cancelled.set()
 
     def close(self) -> None:
         """Say goodbye (the controller forgets this session) and release the sockets."""
@@ -204,6 +210,9 @@ class Shim:
         deadline = t_start + timeout_s
         while True:
             now = time.monotonic()
+            if self._cancelled.is_set():
+                raise ShimError(f"rank {self.rank} of job {self.job_id}: cancelled while "
+                                f"waiting for {what}")
             if now >= deadline:
                 raise ControllerUnavailable(
                     f"rank {self.rank} of job {self.job_id}: no answer from the Opus controller "

@@ -3,29 +3,31 @@
 Order of work, from a :class:`~testbed.experiment.prepare.Prepared` run: build the emulated
 rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the baseline), start
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
-launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
-their progress, and on success hand the records to :func:`testbed.results.summary.finish_run`.
-A rank that fails ends the run: the error names the rank and its last op, and teardown still
-happens (the network's context manager stops every process we started).
+launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host (and a
+standby one per spare), follow them (:mod:`testbed.emulated.supervisor`: progress, injected
+faults, failover), and on success hand the records to
+:func:`testbed.results.summary.finish_run`. A rank that fails ends the run unless the run has
+spares (or ``--no-spares``' restart): the error names the rank and its last op, and teardown
+still happens (the network's context manager stops every process we started).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from controller.core import CoreConfig
 from controller.drivers import DRIVERS, HARDWARE_DRIVERS
+from controller.drivers.faults import FaultInjectingDriver, OcsFaults
 from controller.events import EventLog
 from controller.job import RankPorts
 from controller.ocs import OcsDriver
-from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
+from testbed.emulated.supervisor import Supervisor
+from testbed.errors import RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
@@ -33,17 +35,15 @@ from testbed.plan.replay import PlanError
 from testbed.results import store
 from testbed.results.summary import finish_run
 
-REPLAYER_PORT = 7100
-POLL_S = 0.5
-
 
 @contextlib.contextmanager
-def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver) -> Iterator[OcsDriver]:
-    """The OCS driver Opus uses: the emulated one, or a Polatis driver (NETCONF or TL1) talking
-    to a front of that protocol on each emulated rail (the lab driver, against real OVS
-    circuits)."""
+def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver
+                       ) -> Iterator[tuple[OcsDriver, Any]]:
+    """The OCS driver Opus uses, and the Polatis fronts if any: the emulated driver, or a
+    Polatis driver (NETCONF or TL1) talking to a front of that protocol on each emulated rail
+    (the lab driver, against real OVS circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
-        yield emulated
+        yield emulated, None
         return
     if cfg.driver not in HARDWARE_DRIVERS:
         raise RunRefused(f"{cfg.source}: ocs.driver {cfg.driver!r} cannot drive the emulated "
@@ -61,7 +61,7 @@ def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver) -> Iterator[O
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
                              env={"OPUS_FRONT_PASSWORD": password})
         try:
-            yield driver
+            yield driver, fronts
         finally:
             driver.close()
 
@@ -74,10 +74,13 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cfg, plan = prep.config, prep.plan
     require_empty_dir(out)
     cluster = cfg.workload.cluster
+    spares = not cfg.no_spares
     spec = RailSpec(servers=cluster.servers, gpus_per_server=cluster.gpus_per_server,
                     ports_per_rank=cfg.effective_ports_per_rank, link_mbps=prep.link_mbps,
                     mode="electrical" if cfg.mode == "baseline" else "ocs",
-                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay)
+                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
+                    spares_per_server=cfg.spares_per_server if spares else 0,
+                    spare_servers=cfg.spare_servers if spares else 0)
     ports = {r: RankPorts(r, spec.rail_of(r), tuple(p.port for p in spec.rank_ports(r)))
              for r in range(spec.num_ranks)}
     try:
@@ -90,18 +93,18 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     manifest = store.start_manifest(
         out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
-        modeled_iteration_s=prep.modeled_iteration_s)
+        modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares))
+    spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
-        f"{spec.num_ranks} ranks on {spec.num_rails} rails, K={spec.ports_per_rank}, "
-        f"links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
+        f"{spec.num_ranks} ranks on {spec.num_rails} rails{spare_text}, "
+        f"K={spec.ports_per_rank}, links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
     t_start = time.monotonic()
     from controller.service import ControllerService
 
-    procs: dict[int, Any] = {}
-    logs: list[IO[str]] = []
-    sampler = CpuSampler(lambda: [p.pid for p in procs.values()] + vswitchd_pids())
+    sup: Supervisor | None = None
+    sampler = CpuSampler(lambda: (sup.pids if sup is not None else []) + vswitchd_pids())
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
@@ -109,91 +112,32 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
             store.write_json(out / "manifest.json", manifest)
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
                 f"{net.datapath} datapath)")
-            driver = stack.enter_context(_controller_driver(cfg, net.driver))
+            ocs_faults = OcsFaults(seed=cfg.seed)
+            driver, fronts = stack.enter_context(_controller_driver(
+                cfg, FaultInjectingDriver(net.driver, ocs_faults)))
+            events = EventLog(out / "controller-events.jsonl")
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
-                                    config=CoreConfig.for_mode(cfg.mode),
-                                    event_log=EventLog(out / "controller-events.jsonl"))
+                                    config=CoreConfig.for_mode(cfg.mode), event_log=events,
+                                    heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)
-                peers = {r: net.rank_address(r) for r in range(spec.num_ranks)}
-                for rank, ops in plan.programs.items():
-                    rank_plan = {
-                        "rank": rank, "job": job.job_id, "endpoint": svc.endpoint,
-                        "addr": net.rank_address(rank), "peers": peers, "port": REPLAYER_PORT,
-                        "iterations": cfg.total_iterations, "ack_timeout_s": cfg.ack_timeout_s,
-                        "io_timeout_s": max(30.0, 10 * prep.modeled_iteration_s),
-                        "out": str((out / "ranks" / f"rank{rank}.jsonl").resolve()),
-                        "ops": [op.to_json() for op in ops]}
-                    path = out / "ranks" / f"rank{rank}.plan.json"
-                    path.write_text(json.dumps(rank_plan))
-                    log = (out / "ranks" / f"rank{rank}.log").open("w")
-                    logs.append(log)
-                    procs[rank] = net.popen(
-                        rank, [sys.executable, "-m", "testbed.emulated.replayer",
-                               str(path.resolve())], stdout=log, stderr=log)
-                sampler.start()
-                _follow(out, procs, cfg, prep, say)
-                sampler.stop()
+                sup = Supervisor(net=net, endpoint=svc.endpoint, plan=plan, job=job, prep=prep,
+                                 out=out, events=events, ocs_faults=ocs_faults, say=say,
+                                 fronts=fronts)
+                svc.on_rank_lost = sup.on_rank_lost
+                try:
+                    sup.launch()
+                    sampler.start()
+                    sup.follow()
+                    sampler.stop()
+                finally:
+                    sup.close()
     finally:
         sampler.stop()
-        for fh in logs:
-            fh.close()
     wall_s = time.monotonic() - t_start
     records = [r for rank in range(spec.num_ranks)
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
-    events = store.read_jsonl(out / "controller-events.jsonl")
-    summary = finish_run(out, prep, records, events, sampler.summary(), manifest, wall_s,
+    events_read = store.read_jsonl(out / "controller-events.jsonl")
+    summary = finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
                          num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0))
     return summary
-
-
-def _follow(out: Path, procs: dict[int, Any], cfg: ExperimentConfig, prep: Prepared,
-            say: Say) -> None:
-    """Wait for every rank, reporting progress; raise :class:`RankFailed` on the first failure."""
-    total = cfg.total_iterations
-    done: dict[int, int] = dict.fromkeys(procs, 0)
-    offsets: dict[int, int] = dict.fromkeys(procs, 0)
-    last_op: dict[int, str] = {}
-    budget_s = 120 + total * max(60.0, 20 * prep.modeled_iteration_s)
-    deadline = time.monotonic() + budget_s
-    reported = -1
-    while True:
-        for rank in procs:
-            path = out / "ranks" / f"rank{rank}.jsonl"
-            if not path.exists():
-                continue
-            with path.open() as fh:
-                fh.seek(offsets[rank])
-                chunk = fh.read()
-            cut = chunk.rfind("\n") + 1
-            offsets[rank] += len(chunk[:cut].encode())
-            for line in chunk[:cut].splitlines():
-                rec = json.loads(line)
-                if rec.get("ev") == "iteration":
-                    done[rank] = int(rec["it"]) + 1
-                elif rec.get("ev") == "call":
-                    last_op[rank] = f"{rec['kind']} {rec['cid']} (iteration {rec['it']})"
-                elif rec.get("ev") == "error":
-                    raise RankFailed(rank, f"rank {rank} failed in iteration {rec['it']} at op "
-                                     f"{rec['i']} ({rec['tag']}, lane {rec['lane']}): "
-                                     f"{rec['error']}")
-        slowest = min(done.values())
-        if slowest != reported:
-            reported = slowest
-            phase = "warm-up" if slowest <= cfg.warmup and slowest < total else "measured"
-            say(f"  iterations done: {slowest}/{total} ({phase})")
-        exited = {r: p.poll() for r, p in procs.items()}
-        for rank, code in exited.items():
-            if code not in (None, 0):
-                log = (out / "ranks" / f"rank{rank}.log").read_text()[-800:]
-                raise RankFailed(rank, f"rank {rank} exited with status {code} after "
-                                 f"{last_op.get(rank, 'no call')}; log tail: {log.strip()}")
-        if all(code == 0 for code in exited.values()):
-            return
-        if time.monotonic() > deadline:
-            stuck = sorted(r for r, c in exited.items() if c is None)
-            raise RunError(f"ranks {stuck} did not finish within {budget_s:.0f} s; last calls: "
-                           + "; ".join(f"rank {r}: {last_op.get(r, 'none')}" for r in stuck[:4]))
-        time.sleep(POLL_S)
-
-

@@ -13,6 +13,7 @@ from typing import Any
 
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import compute_metrics
+from testbed.metrics.failover import failover_summary, failover_table
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
@@ -47,11 +48,31 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    summary.update(_failover_keys(out, prep, records, events, m.iterations))
     store.write_json(out / "summary.json", summary)
     manifest.update(status="done", finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     store.write_json(out / "manifest.json", manifest)
     store.render_run(out)
     return summary
+
+
+def _failover_keys(out: Path, prep: Prepared, records: list[dict[str, Any]],
+                   events: list[dict[str, Any]], iterations: list[dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """Failover figures and ``failovers.csv``, for runs with faults or recoveries."""
+    members = {gid: g.ranks for gid, g in prep.plan.groups.items()}
+    rows = failover_table(events, members)
+    if not rows and not prep.config.faults:
+        return {}
+    store.write_csv(out / "failovers.csv", rows)
+    calls = {r: sum(1 for op in ops if op.is_call) for r, ops in prep.plan.programs.items()}
+    keys = failover_summary(rows, iterations, records, calls, prep.config.total_iterations)
+    keys["faults_injected"] = sum(1 for e in events if e.get("event") == "fault")
+    keys["reconfigurations_refused"] = sum(1 for e in events
+                                           if e.get("event") == "reconfig_failed")
+    keys["call_retries"] = sum(int(r.get("retries", 0)) for r in records
+                               if r.get("ev") == "call")
+    return keys
 
 
 def summary_text(summary: dict[str, Any]) -> str:
@@ -83,7 +104,24 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['link_mbps']:g} Mbit/s",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if "recovery" in summary:
+        lines.insert(-1, _failover_text(summary))
     return "\n".join(lines)
+
+
+def _failover_text(summary: dict[str, Any]) -> str:
+    def f(key: str) -> str:
+        v = summary.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    kind = (f"{summary['failovers']} failover(s) to spares" if summary.get("failovers")
+            else f"{summary.get('restarts', 0)} restart(s) of every rank")
+    return (f"failover            {kind}; recovery {f('recovery_s')} s (detection "
+            f"{f('detection_s')}, rewiring {f('rewiring_s')}, restart {f('restart_s')}); "
+            f"iteration {f('iteration_time_before_s')} s before, "
+            f"{f('iteration_time_after_s')} s after; after resumption "
+            f"{summary['calls_after_resume']}/{summary['calls_after_resume_expected']} calls, "
+            f"{'all bytes delivered' if summary['after_resume_delivered'] else 'BYTES MISSING'}")
 
 
 def _fidelity_text(summary: dict[str, Any]) -> str:
