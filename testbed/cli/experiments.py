@@ -34,6 +34,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--link-mbps", type=float,
                    help="emulated per-port rate in Mbit/s (default: calibrated for this machine)")
     p.add_argument("--ports-per-rank", type=int, help="OCS ports per GPU (K)")
+    p.add_argument("--no-spares", action="store_true",
+                   help="run without the config's spare GPUs: a failed rank makes every rank "
+                   "restart from the last completed iteration (after failover."
+                   "migration_delay_s), as a job moved to a new rack would")
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -55,6 +59,8 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
+    if getattr(args, "no_spares", False):
+        changes["no_spares"] = True
     return cfg.replace(**changes) if changes else cfg
 
 

@@ -20,7 +20,9 @@ faults that are due. What happens when a rank fails depends on the run's policy:
 
 Detection: a rank's process exiting (a crash, an injected kill, the NIC watchdog's exit on lost
 carrier) is seen within :data:`LOOP_S`; a rank that stops without exiting (``hang``) is seen when
-its heartbeats stop for ``failover.heartbeat_timeout_s`` (the controller's ``rank_lost``). Both
+its heartbeats stop for ``failover.heartbeat_timeout_s`` (the controller's ``rank_lost``) and its
+process is stopped; a process that runs but was too starved of CPU to send heartbeats is no
+failure: every rank resumes in place (the controller had refused its peers' calls). Both
 times are logged: ``failure_detected`` says which one fired, ``heartbeat_lost`` when the
 heartbeats would have told. Every step is an event in the controller's log with its time
 (``fault``, ``failure_detected``, ``epoch_aborted``, ``spare_assigned``, ``ranks_resumed``,
@@ -73,6 +75,15 @@ class _Host:
     broken: bool = False  # an OCS port of it FAILED: never used again
 
 
+def process_stopped(pid: int) -> bool:
+    """True if ``pid`` is stopped (SIGSTOP: a hang) or a zombie, from ``/proc/<pid>/stat``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z")
+
+
 class Supervisor:
     """Launch and follow one emulated job (see the module docstring)."""
 
@@ -103,7 +114,8 @@ class Supervisor:
         self.recoveries = 0
         # each injected failure may need a recovery, each spare (or repair) allows one more
         failures = sum(1 for f in cfg.faults if f.kind in RANK_FAULTS or f.kind == "port_failed")
-        self.max_recoveries = failures + 1 + (len(self.spec.spares)
+        # (and a few false heartbeat alarms on a starved machine, resumed in place)
+        self.max_recoveries = failures + 3 + (len(self.spec.spares)
                                               if self.policy == "spares" else 0)
         # progress of the current epoch: rank -> iterations completed
         self.done = dict.fromkeys(range(self.spec.num_ranks), 0)
@@ -361,7 +373,8 @@ class Supervisor:
                 host = self._host_of(rank)
                 proc = self.hosts[host].proc
                 if proc is not None and proc.poll() is None:
-                    return Failure(rank, host, t_s, "heartbeat",
+                    via = "heartbeat" if process_stopped(proc.pid) else "false_alarm"
+                    return Failure(rank, host, t_s, via,
                                    f"rank {rank} stopped sending heartbeats")
         for host, state in self.hosts.items():
             proc = state.proc
@@ -394,7 +407,9 @@ class Supervisor:
         self.recoveries += 1
         self.t_last_failure = time.time()
         self.stalls.clear()
-        if self.policy == "spares":
+        if failure.via == "false_alarm":
+            self._resume_in_place(failure)
+        elif self.policy == "spares":
             self._failover(failure)
         else:
             self._restart_all(failure)
@@ -468,6 +483,21 @@ class Supervisor:
         self.net.set_rail_links(old, up=False)
         self.say(f"  rank {rank} failed ({failure.via}); host {spare} took it over, resuming "
                  f"from iteration {start}")
+
+    def _resume_in_place(self, failure: Failure) -> None:
+        """Heartbeats stopped but the process runs (starved of CPU, not hung): the controller
+        refused its peers' calls, so the epoch is redone on the same hosts."""
+        self._new_epoch()
+        self._unregister()
+        self._register(dict(self.job.ranks))
+        start = self._resume_iteration()
+        self.done = dict.fromkeys(self.done, start)
+        self._write_control("run", start_it=start)
+        self._event("ranks_resumed", epoch=self.epoch, job=self.job.job_id,
+                    start_iteration=start, rank=failure.rank, host=failure.host,
+                    policy="in_place")
+        self.say(f"  rank {failure.rank}'s heartbeats stopped but it runs (a starved CPU?); "
+                 f"every rank resumes from iteration {start} in place")
 
     def _restart_all(self, failure: Failure) -> None:
         self._new_epoch()

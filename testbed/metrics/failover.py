@@ -17,6 +17,8 @@ restarted). Times are the run's clock (wall clock on the emulator, virtual on th
   the rank's new ports, between resumption and ``t_first``: the circuits moving to the spare) and
   ``restart_s`` (the rest: abandoning the iteration, re-registering, the spare taking over,
   the ranks reconnecting, the compute before the first collective and its transfer);
+* a ``ranks_resumed`` of policy ``in_place`` (a rank too starved of CPU to send heartbeats, but
+  running: the epoch was redone on the same hosts) is a row too, counted apart from failovers.
 * ``heartbeat_s``: when the heartbeats alone would have told (``heartbeat_lost`` of the failed
   rank), after the fault; None if the run ended first.
 """
@@ -114,7 +116,9 @@ def failover_summary(rows: Sequence[Mapping[str, Any]], iterations: Sequence[Map
                      total_iterations: int) -> dict[str, Any]:
     """The summary's failover keys: counts, medians of the split, iteration time before and
     after, and whether every collective after the (last) resumption delivered every byte."""
-    done = [r for r in rows if r["recovery_s"] is not None]
+    # a resumption in place (heartbeats missed by a running rank) moved no rank: not a recovery
+    # from a failure, counted apart
+    done = [r for r in rows if r["recovery_s"] is not None and r["policy"] != "in_place"]
 
     def med(key: str) -> float | None:
         vals = [float(r[key]) for r in done if r[key] is not None]
@@ -137,6 +141,7 @@ def failover_summary(rows: Sequence[Mapping[str, Any]], iterations: Sequence[Map
     return {
         "failovers": sum(1 for r in rows if r["policy"] == "spares"),
         "restarts": sum(1 for r in rows if r["policy"] == "restart"),
+        "resumes_in_place": sum(1 for r in rows if r["policy"] == "in_place"),
         "recovery_s": med("recovery_s"), "detection_s": med("detection_s"),
         "rewiring_s": med("rewiring_s"), "restart_s": med("restart_s"),
         "heartbeat_detection_s": med("heartbeat_s"),

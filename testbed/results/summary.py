@@ -60,11 +60,21 @@ def _failover_keys(out: Path, prep: Prepared, records: list[dict[str, Any]],
                    events: list[dict[str, Any]], iterations: list[dict[str, Any]]
                    ) -> dict[str, Any]:
     """Failover figures and ``failovers.csv``, for runs with faults or recoveries."""
+    rows, keys = failover_keys(prep, records, events, iterations)
+    if rows or prep.config.faults:
+        store.write_csv(out / "failovers.csv", rows)
+    return keys
+
+
+def failover_keys(prep: Prepared, records: list[dict[str, Any]], events: list[dict[str, Any]],
+                  iterations: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The recoveries (:func:`~testbed.metrics.failover.failover_table`) and the summary's
+    failover keys; none for a run without faults or recoveries."""
     members = {gid: g.ranks for gid, g in prep.plan.groups.items()}
     rows = failover_table(events, members)
     if not rows and not prep.config.faults:
-        return {}
-    store.write_csv(out / "failovers.csv", rows)
+        return rows, {}
     calls = {r: sum(1 for op in ops if op.is_call) for r, ops in prep.plan.programs.items()}
     keys = failover_summary(rows, iterations, records, calls, prep.config.total_iterations)
     keys["faults_injected"] = sum(1 for e in events if e.get("event") == "fault")
@@ -72,7 +82,7 @@ def _failover_keys(out: Path, prep: Prepared, records: list[dict[str, Any]],
                                            if e.get("event") == "reconfig_failed")
     keys["call_retries"] = sum(int(r.get("retries", 0)) for r in records
                                if r.get("ev") == "call")
-    return keys
+    return rows, keys
 
 
 def summary_text(summary: dict[str, Any]) -> str:

@@ -71,7 +71,8 @@ class FailoverSimulation(PlanSimulation):
                  mode: str, switching_delay: float | str, faults: Sequence[Fault],
                  spares: Sequence[SpareSlot], no_spares: bool = False,
                  heartbeat_timeout_s: float = 5.0, migration_delay_s: float = 0.0,
-                 gpus_per_server: int, costs: FailoverCosts | None = None, seed: int = 0,
+                 repair_s: float | None = None, gpus_per_server: int,
+                 costs: FailoverCosts | None = None, seed: int = 0,
                  jitter_ms: float = 0.0, **kwargs: Any) -> None:
         self.ocs_faults = OcsFaults(seed)
         electrical = mode == "baseline"
@@ -88,17 +89,21 @@ class FailoverSimulation(PlanSimulation):
         self.programs = {r: list(ops) for r, ops in programs.items()}
         self.base_job = job.job_id
         self.faults = list(faults)
-        self.spares = {s.index: s for s in spares}
-        self.free = set(self.spares)
+        n = len(job.ranks)
+        # every host that can carry a rank: (rail, ports, server); ranks first, then spares
+        self.hosts = {r: (rp.rail, rp.ports, r // gpus_per_server) for r, rp in job.ranks.items()}
+        self.hosts.update({n + s.index: (s.rail, s.ports, s.server) for s in spares})
+        self.free = {n + s.index for s in spares}
+        self.host_of = {r: r for r in job.ranks}  # rank -> the host carrying it
+        self.repair_s = repair_s
         self.policy = "restart" if no_spares else "spares"
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.migration_delay_s = migration_delay_s
         self.costs = costs or FailoverCosts()
-        self.server_of = {r: r // gpus_per_server for r in job.ranks}
-        self.host_of: dict[int, int] = {}  # rank -> the spare host carrying it
         self.epoch = 0
         self.frozen = False
         self.fired: set[int] = set()
+        self.broken: set[int] = set()  # hosts with a FAILED OCS port: never used again
         self._retries: dict[_Call, int] = {}
         self.counters["retries"] = 0
         for f in self.faults:
@@ -149,14 +154,16 @@ class FailoverSimulation(PlanSimulation):
     def _start_iteration(self, st: _Rank) -> None:
         it = st.started + 1
         for f in self.faults:
-            if f.index in self.fired or f.at_iteration is None:
+            if f.index in self.fired or f.at_s is not None or (
+                    f.at_iteration is None and f.kind in RANK_FAULTS):
                 continue
-            if f.kind in RANK_FAULTS and f.rank == st.rank and f.at_iteration == it:
+            at = f.at_iteration or 0  # an OCS fault without a time: from the start
+            if f.kind in RANK_FAULTS and f.rank == st.rank and at == it:
                 self.fired.add(f.index)
                 self._event("fault", kind=f.kind, rank=st.rank, index=f.index, it=it)
                 self._fail(st.rank, "heartbeat" if f.kind == "hang" else "exit")
                 return
-            if f.kind not in RANK_FAULTS and f.at_iteration <= it:
+            if f.kind not in RANK_FAULTS and at <= it:
                 self._fault_due(f)
         super()._start_iteration(st)
 
@@ -175,9 +182,10 @@ class FailoverSimulation(PlanSimulation):
             self._event("fault", rail=f.rail, port=f.port, **info)
             owner = next((r for r, rp in self.job.ranks.items()
                           if rp.rail == f.rail and f.port in rp.ports), None)
-            for j, s in self.spares.items():
-                if s.rail == f.rail and f.port in s.ports:
-                    self.free.discard(j)
+            for h, (rail, ports, _server) in self.hosts.items():
+                if rail == f.rail and f.port in ports:
+                    self.broken.add(h)
+                    self.free.discard(h)
             if owner is not None:
                 self._fail(owner, "exit")  # no light on its NIC: its watchdog ends it
         elif f.kind == "jitter":
@@ -196,7 +204,7 @@ class FailoverSimulation(PlanSimulation):
                                   "recovering from another failure; the simulation handles one "
                                   "at a time")
         self.frozen = True
-        keep = {self._lit, self._fault_due, self._detected, self._resumed}
+        keep = {self._lit, self._fault_due, self._detected, self._resumed, self._repaired}
         self._heap[:] = [e for e in self._heap if e[2] in keep]
         heapq.heapify(self._heap)
         self.egress.clear()
@@ -218,7 +226,7 @@ class FailoverSimulation(PlanSimulation):
         return out
 
     def _detected(self, rank: int, via: str) -> None:
-        host = self.host_of.get(rank, rank)
+        host = self.host_of[rank]
         self._event("failure_detected", rank=rank, host=host, via=via, epoch=self.epoch)
         self._event("epoch_aborted", epoch=self.epoch, job=self.job.job_id)
         self._absorb(self.core.unregister_job(self.job.job_id, self.now))
@@ -228,25 +236,32 @@ class FailoverSimulation(PlanSimulation):
         delay_s = self.costs.restart_s
         if self.policy == "spares":
             rail = ports[rank].rail
-            free = sorted((j for j in self.free if self.spares[j].rail == rail),
-                          key=lambda j: (self.spares[j].server != self.server_of[rank], j))
+            server = self.hosts[host][2]
+            free = sorted((h for h in self.free if self.hosts[h][0] == rail),
+                          key=lambda h: (self.hosts[h][2] != server, h))
             if not free:
                 self._event("no_spare", rank=rank, rail=rail)
                 raise SimulationError(f"rank {rank} failed at t={self.now:.6f} s and no spare "
                                       f"is left on rail {rail} to take it over")
-            spare = self.spares[free[0]]
-            self.free.discard(spare.index)
-            self.host_of[rank] = len(self.job.ranks) + spare.index
-            self._event("spare_assigned", rank=rank, host=self.host_of[rank],
-                        failed_host=host, rail=rail, old_ports=list(ports[rank].ports),
-                        new_ports=list(spare.ports),
-                        same_server=spare.server == self.server_of[rank])
-            ports[rank] = RankPorts(rank, rail, spare.ports)
+            spare = free[0]
+            self.free.discard(spare)
+            self.host_of[rank] = spare
+            if self.repair_s is not None and host not in self.broken:
+                self._at(self.now + self.repair_s, self._repaired, host)
+            self._event("spare_assigned", rank=rank, host=spare, failed_host=host, rail=rail,
+                        old_ports=list(ports[rank].ports), new_ports=list(self.hosts[spare][1]),
+                        same_server=self.hosts[spare][2] == server)
+            ports[rank] = RankPorts(rank, rail, self.hosts[spare][1])
         else:
             self.ocs_faults.failed.clear()  # the job moves to a healthy rack
             delay_s = self.costs.restart_all_s + self.migration_delay_s
             self._event("migration", delay_s=self.migration_delay_s, rank=rank)
         self._at(self.now + delay_s, self._resumed, rank, ports, start)
+
+    def _repaired(self, host: int) -> None:
+        """A failed host is back in the spare pool (``failover.repair_s``)."""
+        self.free.add(host)
+        self._event("host_repaired", host=host)
 
     def _resumed(self, rank: int, ports: dict[int, RankPorts], start: int) -> None:
         self.epoch += 1
@@ -256,7 +271,7 @@ class FailoverSimulation(PlanSimulation):
         self.invariants.rebind(job)
         self._absorb(self.core.register_job(job, self.now))
         self._event("ranks_resumed", epoch=self.epoch, job=job.job_id, start_iteration=start,
-                    rank=rank, host=self.host_of.get(rank, rank), policy=self.policy)
+                    rank=rank, host=self.host_of[rank], policy=self.policy)
         self.frozen = False
         self._finished = 0
         self.ranks = {r: _Rank(r, self.programs[r], self.iterations, start)

@@ -41,6 +41,16 @@ def test_largest_names_fit_ifnamsiz(prefix: str) -> None:
         assert len(name) <= IFNAMSIZ_MAX, name
 
 
+def test_spare_names_are_ours_and_fit() -> None:
+    for name in (naming.spare_name("otfff", 248), naming.spare_frontend_intf("otfff", 248),
+                 naming.spare_rail_intf("otfff", 248, 3)):
+        assert len(name) <= IFNAMSIZ_MAX and naming.prefix_of(name) == "otfff"
+    assert naming.spare_rail_intf("ot1a2", 0, 1) == "ot1a2s0-eth2"
+    macs = {naming.spare_rail_mac(j, k) for j in range(249) for k in range(4)}
+    assert len(macs) == 249 * 4
+    assert not macs & {naming.rail_mac(r, k) for r in range(249) for k in range(4)}
+
+
 def test_names_are_as_documented() -> None:
     assert naming.host_name("ot1a2", 7) == "ot1a2g7"
     assert naming.frontend_intf("ot1a2", 7) == "ot1a2g7-eth0"
