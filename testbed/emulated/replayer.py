@@ -246,7 +246,7 @@ def link_up(intf: str) -> bool:
     """True while ``intf`` (in this namespace) is up and has carrier."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            raw = fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, struct.pack("16sH22x", intf.encode()))
+            raw = fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, struct.pack("16s24x", intf.encode()))
         except OSError:
             return False
     flags = struct.unpack("16sH22x", raw[:40])[1]
