@@ -259,4 +259,7 @@ class Shim:
                         sock.recv()
                         self._last_pong = time.monotonic()
         finally:
-            sock.close(0)
+            # a shim that never made a request has only this socket's session: end it too
+            with contextlib.suppress(zmq.ZMQError):
+                sock.send(encode({"type": "bye", "shim": self.session}), zmq.NOBLOCK)
+            sock.close(linger=200)

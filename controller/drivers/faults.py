@@ -20,15 +20,8 @@ import random
 import threading
 from collections.abc import Sequence
 
-from controller.ocs import (
-    ApplyResult,
-    Circuit,
-    OcsDriver,
-    PortState,
-    RailDescription,
-    Reconfiguration,
-    ReconfigurationRejected,
-)
+from controller import ocs
+from controller.ocs import OcsDriver, PortState, Reconfiguration, ReconfigurationRejected
 
 
 class OcsFaults:
@@ -85,10 +78,10 @@ class FaultInjectingDriver(OcsDriver):
         self.faults = faults or OcsFaults()
         self._base_ms = {d.rail: d.switching_delay_ms for d in inner.describe()}
 
-    def describe(self) -> list[RailDescription]:
+    def describe(self) -> list[ocs.RailDescription]:
         return self.inner.describe()
 
-    def circuits(self, rail: int) -> frozenset[Circuit]:
+    def circuits(self, rail: int) -> frozenset[ocs.Circuit]:
         return self.inner.circuits(rail)
 
     def port_states(self, rail: int) -> dict[int, PortState]:
@@ -104,7 +97,7 @@ class FaultInjectingDriver(OcsDriver):
         if setter is not None:
             setter(rail, delay_ms)
 
-    def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:
+    def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ocs.ApplyResult]:
         self.faults.check(reconfs)
         setter = getattr(self.inner, "set_switching_delay_ms", None)
         if self.faults.jitter_ms and setter is not None:

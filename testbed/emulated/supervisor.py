@@ -489,13 +489,7 @@ class Supervisor:
         refused its peers' calls, so the epoch is redone on the same hosts."""
         self._new_epoch()
         self._unregister()
-        self._register(dict(self.job.ranks))
-        start = self._resume_iteration()
-        self.done = dict.fromkeys(self.done, start)
-        self._write_control("run", start_it=start)
-        self._event("ranks_resumed", epoch=self.epoch, job=self.job.job_id,
-                    start_iteration=start, rank=failure.rank, host=failure.host,
-                    policy="in_place")
+        start = self._resume_same_hosts(failure, "in_place", restart=False)
         self.say(f"  rank {failure.rank}'s heartbeats stopped but it runs (a starved CPU?); "
                  f"every rank resumes from iteration {start} in place")
 
@@ -511,18 +505,25 @@ class Supervisor:
         self._event("migration", delay_s=delay_s, rank=failure.rank)
         if delay_s:
             time.sleep(delay_s)
+        start = self._resume_same_hosts(failure, "restart", restart=True)
+        self.say(f"  rank {failure.rank} failed ({failure.via}); every rank restarts from "
+                 f"iteration {start}")
+
+    def _resume_same_hosts(self, failure: Failure, policy: str, restart: bool) -> int:
+        """Register the job again on the same ports and resume every rank (``restart``: in new
+        processes) from the last iteration all completed; returns that iteration."""
         self._register(dict(self.job.ranks))
         start = self._resume_iteration()
         self.done = dict.fromkeys(self.done, start)
-        for host, state in self.hosts.items():
-            if state.rank is not None:
-                self._start_rank(state.rank, host, start)
+        if restart:
+            for host, state in self.hosts.items():
+                if state.rank is not None:
+                    self._start_rank(state.rank, host, start)
         self._write_control("run", start_it=start)
         self._event("ranks_resumed", epoch=self.epoch, job=self.job.job_id,
                     start_iteration=start, rank=failure.rank, host=failure.host,
-                    policy="restart")
-        self.say(f"  rank {failure.rank} failed ({failure.via}); every rank restarts from "
-                 f"iteration {start}")
+                    policy=policy)
+        return start
 
     def _repair_due(self) -> None:
         repair_s = self.cfg.failover.repair_s

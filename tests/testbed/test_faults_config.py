@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -144,33 +142,3 @@ def test_negative_spares_are_refused() -> None:
         parse_experiment(BASE.replace("spare_servers: 1", "spares_per_server: -1"), "exp.yaml")
     assert info.value.field == "cluster.spares_per_server"
     assert info.value.position.startswith("exp.yaml:1:")
-
-
-# --- the command line -------------------------------------------------------------------------
-
-
-def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "testbed.cli.main", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False)
-
-
-def test_run_refuses_a_fault_on_a_missing_rank_and_starts_nothing(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(BASE + "faults:\n  - {kind: kill, rank: 7, at_iteration: 1}\n")
-    out = tmp_path / "out"
-    res = _run_cli("run", str(bad), "--out", str(out))
-    assert res.returncode == 2
-    assert "bad.yaml:8:24: faults[0].rank: rank 7 does not exist" in res.stderr
-    assert not out.exists()
-
-
-def test_run_refuses_more_spares_than_the_machine_hosts(tmp_path: Path) -> None:
-    """Each spare is a standby rank process: 4 ranks fit, 4 + 200 do not."""
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(BASE.replace("spare_servers: 1", "spare_servers: 200"))
-    out = tmp_path / "out"
-    res = _run_cli("run", str(bad), "--out", str(out))
-    assert res.returncode == 2
-    assert "bad.yaml:1:58: cluster.spares_per_server/spare_servers: 200 spares" in res.stderr
-    assert "use fewer spares" in res.stderr
-    assert not out.exists()
