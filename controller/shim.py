@@ -100,6 +100,7 @@ class Shim:
         self._last_pong = time.monotonic()
         self._closed = threading.Event()
         self._cancelled = threading.Event()
+        self._hb_bye: str | None = None  # a session the heartbeat thread must end (retarget)
         self._hb_thread = threading.Thread(target=self._heartbeat, daemon=True,
                                            name=f"opus-shim-hb-{rank}")
         self._hb_thread.start()
@@ -140,6 +141,17 @@ class Shim:
                 nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes, "axis": nxt.axis}
             self._post({"type": "complete", "group": group, "seq": seq, "next": nxt_msg})
+
+    def retarget(self, job_id: str, seqs: dict[str, int] | None = None) -> None:
+        """Serve job ``job_id`` from now on (a failover registered the job again): the old
+        session ends (a bye), a new one starts with fresh call numbers (``seqs``), the
+        connection stays, and a :meth:`cancel` is lifted. Call it between calls only."""
+        self._post({"type": "bye"})
+        self._hb_bye = self.session  # the heartbeat socket's session ends too
+        self.job_id = job_id
+        self.session = uuid.uuid4().hex
+        self._seq = seqs if seqs is not None else {}
+        self._cancelled.clear()
 
     def cancel(self) -> None:
         """Make a request in progress (and every later one) fail with :class:`ShimError` within
@@ -248,11 +260,13 @@ class Shim:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no backlog of stale heartbeats while disconnected
         sock.connect(self.endpoint)
-        msg = encode(self._base({"type": "heartbeat"}))
         try:
             while not self._closed.is_set():
+                old, self._hb_bye = self._hb_bye, None
                 with contextlib.suppress(zmq.ZMQError):
-                    sock.send(msg, zmq.NOBLOCK)
+                    if old is not None:
+                        sock.send(encode({"type": "bye", "shim": old}), zmq.NOBLOCK)
+                    sock.send(encode(self._base({"type": "heartbeat"})), zmq.NOBLOCK)
                 t_next = time.monotonic() + self.heartbeat_interval_s
                 while (left := t_next - time.monotonic()) > 0 and not self._closed.is_set():
                     if sock.poll(int(min(left, 0.1) * 1000) + 1):

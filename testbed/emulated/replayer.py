@@ -268,6 +268,7 @@ class Replayer:
         self._inboxes: dict[int, Inbox] = {}
         self._inbox_lock = threading.Lock()
         self.current: Epoch | None = None
+        self._shims: dict[str, Shim] = {}  # per lane, kept across epochs (retargeted)
         self._control: dict[str, Any] = {}
         self._control_cv = threading.Condition()
         self.profile = CallProfile()
@@ -323,9 +324,7 @@ class Replayer:
         current: tuple[int, PlanOp] | None = None
         try:
             if name != COMPUTE_LANE:
-                shim = Shim(str(self.plan["endpoint"]), ep.job, self.rank,
-                            ack_timeout_s=self.ack_timeout_s, profile=self.profile,
-                            seqs=ep.seqs)
+                shim = self._shim(ep, name)
                 ep.add_shim(shim)
             for it in range(ep.start, self.iterations):
                 self._wait(ep, ep.go[it])
@@ -345,10 +344,24 @@ class Replayer:
             ep.fail({"it": it, "i": failed.index if failed else -1,
                      "tag": failed.tag if failed else "", "lane": name,
                      "error": f"{type(exc).__name__}: {exc}"})
-        finally:
-            if shim is not None:
-                with contextlib.suppress(Exception):  # a lane that ends must not fail on its bye
-                    shim.close()
+
+    def _shim(self, ep: Epoch, lane: str) -> Shim:
+        """The lane's shim, retargeted to ``ep``'s job if an earlier epoch used it: a failover
+        then costs no new connection per lane."""
+        shim = self._shims.get(lane)
+        if shim is None:
+            shim = self._shims[lane] = Shim(
+                str(self.plan["endpoint"]), ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
+                profile=self.profile, seqs=ep.seqs)
+        elif shim.job_id != ep.job:
+            shim.retarget(ep.job, ep.seqs)
+        return shim
+
+    def _close_shims(self) -> None:
+        for shim in self._shims.values():
+            with contextlib.suppress(Exception):  # the end of a rank must not fail on its bye
+                shim.close()
+        self._shims.clear()
 
     def _compute(self, ep: Epoch, it: int, op: PlanOp) -> None:
         t0 = time.time()
@@ -583,6 +596,8 @@ class Replayer:
             pass
         for t in threads:
             t.join(5.0)
+            if t.is_alive():  # stuck in its shim: that shim is not used again
+                self._shims.pop(t.name.removeprefix("lane-"), None)
         if ep.failure is not None:
             return "failed"
         return "aborted" if ep.aborted.is_set() else "done"
@@ -630,6 +645,7 @@ class Replayer:
                 self.emit(ev="aborted", epoch=ep.number, t=time.time())
             ctl = self._await_control(_resume_after(ep.number))
             number, job, start = int(ctl["epoch"]), str(ctl["job"]), int(ctl["start_it"])
+        self._close_shims()
         self._stop.set()
         lsock.close()
         return status

@@ -247,6 +247,40 @@ def test_a_shim_closed_before_its_first_call_is_not_declared_lost() -> None:
         service.stop()
 
 
+def test_a_retargeted_shim_serves_the_job_registered_again() -> None:
+    """A failover registers the job again under a new id; the ranks' shims move over on
+    their connection: fresh call numbers, the old sessions ended (no rank declared lost)."""
+    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
+    lost: list[tuple[str, int]] = []
+    service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0),
+                                event_log=EventLog(keep=True), heartbeat_timeout_s=0.5,
+                                on_rank_lost=lambda job_id, rank, _t: lost.append((job_id, rank)))
+    service.start()
+    try:
+        service.register_job(job)
+        with Shim(service.endpoint, "j", 0, heartbeat_interval_s=0.05) as a, \
+                Shim(service.endpoint, "j", 1, heartbeat_interval_s=0.05) as b:
+            b_grant = grant_in_thread(b, "dp0")
+            with a.collective("dp0") as grant:
+                assert grant.seq == 0
+            assert b_grant(10).seq == 0
+            with ControllerClient(service.endpoint) as client:
+                client.unregister_job("j")
+            service.register_job(JobSpec.rail_optimized("j-e1", 4, 1, 1, GROUPS))
+            a.cancel()  # as an aborted epoch leaves it
+            for shim in (a, b):
+                shim.retarget("j-e1")
+            b_grant = grant_in_thread(b, "dp0")
+            with a.collective("dp0") as grant:
+                assert grant.seq == 0  # numbering starts again for the new job
+            assert b_grant(10).seq == 0
+            wait_for(lambda: len(service._sessions) == 2, what="only the new sessions")
+            assert {s.job_id for s in service._sessions.values()} == {"j-e1"}
+        assert lost == []
+    finally:
+        service.stop()
+
+
 def test_unregistering_a_job_with_waiting_ranks_answers_the_unregistering_client() -> None:
     job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
     service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0)).start()

@@ -251,10 +251,12 @@ def test_assign_gives_the_spare_the_ranks_identity_and_routes() -> None:
     got = run.by_rank()
     assert set(got) == {3}, "only the spare is touched: peers keep routes and neighbours"
     cmds = got[3]
-    assert "ip link set dev ot1a2s0-eth1 address 02:0f:00:01:00:01" in cmds
-    assert "ip addr replace 198.19.0.2/32 dev ot1a2s0-eth1" in cmds
-    assert cmds.index("ip addr flush dev ot1a2s0-eth1") < cmds.index(
-        "ip addr replace 198.19.0.2/32 dev ot1a2s0-eth1")
+    identity = cmds[0]  # one `ip -batch` for the whole identity
+    assert identity.endswith("| ip -batch -")
+    assert "'link set dev ot1a2s0-eth1 address 02:0f:00:01:00:01'" in identity
+    assert "'addr replace 198.19.0.2/32 dev ot1a2s0-eth1'" in identity
+    assert identity.index("'addr flush dev ot1a2s0-eth1'") < identity.index(
+        "'addr replace 198.19.0.2/32")
     for peer in (0, 2):  # rank 1's routes, from the spare's interface
         assert (f"ip route replace {naming.rank_address(peer)}/32 dev ot1a2s0-eth1 src "
                 "198.19.0.2") in cmds
