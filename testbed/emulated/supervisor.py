@@ -104,7 +104,10 @@ class Supervisor:
         self.fronts = fronts
         self.say = say
         cfg = self.cfg
-        self.policy = "restart" if cfg.no_spares else "spares" if self.spec.spares else None
+        failures = sum(1 for f in cfg.faults if f.kind in RANK_FAULTS or f.kind == "port_failed")
+        # spares (or planned failures: failover.repair_s may refill an empty pool)
+        self.policy = ("restart" if cfg.no_spares else "spares"
+                       if self.spec.spares or failures else None)
         self.epoch = 0
         self.hosts = {h: _Host(rank=h if h < self.spec.num_ranks else None)
                       for h in range(self.spec.num_hosts)}
@@ -113,7 +116,6 @@ class Supervisor:
         self.lost: queue.Queue[tuple[str, int, float]] = queue.Queue()
         self.recoveries = 0
         # each injected failure may need a recovery, each spare (or repair) allows one more
-        failures = sum(1 for f in cfg.faults if f.kind in RANK_FAULTS or f.kind == "port_failed")
         # (and a few false heartbeat alarms on a starved machine, resumed in place)
         self.max_recoveries = failures + 3 + (len(self.spec.spares)
                                               if self.policy == "spares" else 0)
@@ -181,8 +183,8 @@ class Supervisor:
         self._start(host, path, f"rank{rank}.log")
 
     def _start_standby(self, host: int) -> None:
-        j = host - self.spec.num_ranks if host >= self.spec.num_ranks else host
-        name = f"spare{j}" if host >= self.spec.num_ranks else f"host{host}-standby"
+        spare = host - self.spec.num_ranks
+        name = f"spare{spare}" if spare >= 0 else f"host{host}-standby"  # a repaired host
         path = self.out / "ranks" / f"{name}.plan.json"
         path.write_text(json.dumps({
             "standby": True, "out": str((self.out / "ranks" / f"{name}.jsonl").resolve()),
