@@ -49,19 +49,23 @@ CALL_RETRIES = 3
 
 @dataclass(frozen=True)
 class FailoverCosts:
-    """The emulator's fixed failover costs, in seconds (``opus-testbed bench failover`` measures
-    them on this machine: see its module docstring for the figures)."""
+    """The emulator's fixed failover costs, in seconds, as ``opus-testbed bench failover``
+    measured them on the 2-core development machine at load 11-13 (README, "Spare GPUs")."""
 
-    #: from a process's death to the runner seeing it (its poll is 20 ms)
+    #: from a process's death to the runner seeing it (its poll is 20 ms; measured p50
+    #: 0.013-0.025 s)
     detect_exit_s: float = 0.02
     #: after a heartbeat timeout, until the controller's check notices (it runs every 0.1 s and
     #: the last heartbeat came up to an interval, 0.5 s, before the failure)
     heartbeat_extra_s: float = 0.3
-    #: detection -> every rank told to resume on the spare (abort, unregister, the spare's
-    #: identity, register) plus the ranks picking the control up
+    #: detection -> every rank resumed on the spare (abort, unregister, the spare's identity,
+    #: register, the ranks picking the control up; measured 0.04-0.09 s, the spare's first
+    #: call reaching the controller up to 0.2 s later)
     restart_s: float = 0.12
     #: detection -> every rank process started again (``--no-spares``), besides the migration
-    restart_all_s: float = 1.5
+    #: delay: a fixed part and one per rank (measured restart 2.3 s with 4 ranks, 5.2 s with 16)
+    restart_all_s: float = 1.3
+    restart_all_per_rank_s: float = 0.24
 
 
 class FailoverSimulation(PlanSimulation):
@@ -254,7 +258,8 @@ class FailoverSimulation(PlanSimulation):
             ports[rank] = RankPorts(rank, rail, self.hosts[spare][1])
         else:
             self.ocs_faults.failed.clear()  # the job moves to a healthy rack
-            delay_s = self.costs.restart_all_s + self.migration_delay_s
+            delay_s = (self.costs.restart_all_s + self.migration_delay_s
+                       + self.costs.restart_all_per_rank_s * len(self.job.ranks))
             self._event("migration", delay_s=self.migration_delay_s, rank=rank)
         self._at(self.now + delay_s, self._resumed, rank, ports, start)
 
