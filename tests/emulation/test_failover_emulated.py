@@ -40,6 +40,12 @@ def _run(cfg: ExperimentConfig, out: Path, no_leftovers: list[str]) -> dict[str,
             no_leftovers.append(_prefix(out))
 
 
+def _recoveries(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's recoveries from failures (a rank too starved of CPU to send heartbeats
+    makes every rank resume in place: not a failure, left out)."""
+    return [r for r in summary["recovery"] if r["policy"] != "in_place"]
+
+
 def _assert_resumed_fully(summary: dict[str, Any]) -> None:
     assert summary["all_iterations_completed"], summary
     assert summary["after_resume_delivered"], summary
@@ -56,15 +62,16 @@ def test_a_killed_rank_moves_to_the_spare_and_the_run_completes(
     summary = _run(cfg, out, no_leftovers)
     assert summary["failovers"] == 1 and summary["restarts"] == 0
     _assert_resumed_fully(summary)
-    (row,) = summary["recovery"]
+    (row,) = _recoveries(summary)
     assert (row["rank"], row["host"], row["via"], row["fault"]) == (2, 4, "exit", "kill")
     assert 0 <= row["detection_s"] < 1.0 and row["rewiring_s"] > 0
     assert row["recovery_s"] == pytest.approx(
         row["detection_s"] + row["rewiring_s"] + row["restart_s"])
-    steps = [e["event"] for e in _events(out) if e["event"] in (
+    events = _events(out)
+    fault = next(i for i, e in enumerate(events) if e["event"] == "fault")
+    times = [next(e["t_s"] for e in events[fault:] if e["event"] == name) for name in (
         "fault", "failure_detected", "epoch_aborted", "spare_assigned", "ranks_resumed")]
-    assert steps == ["fault", "failure_detected", "epoch_aborted", "spare_assigned",
-                     "ranks_resumed"]
+    assert times == sorted(times)  # every step logged, in order
     records = [json.loads(line) for line in (out / "ranks" / "rank2.jsonl").open()]
     assert any(r["ev"] == "takeover" and r["host"] == 4 for r in records)
     assert any(r["ev"] == "call" and r.get("epoch") == 1 for r in records)  # on the spare
@@ -84,40 +91,35 @@ def test_without_spares_every_rank_restarts_from_the_last_iteration(
     fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
 
 
-def test_cut_links_and_a_failed_ocs_port_each_take_a_spare(
+def test_cut_links_a_hung_rank_and_a_failed_ocs_port_each_take_a_spare(
         tmp_path: Path, no_leftovers: list[str]) -> None:
-    """link_down: the rank's NIC watchdog sees no carrier; port_failed: the OCS port goes dark
-    and refuses circuits, and its rank moves away from it."""
+    """link_down: the rank's NIC watchdog sees no carrier; hang: only its heartbeats tell;
+    port_failed: the OCS port goes dark and refuses circuits, and its rank moves off it."""
     base = load_experiment(FAILOVER)
-    cfg = base.replace(workload=base.workload, spare_servers=2, faults=(
+    cfg = base.replace(spare_servers=3, iterations=6, faults=(
         Fault("link_down", 0, rank=1, at_iteration=2),
-        Fault("port_failed", 1, rail=0, port=4, at_iteration=4)))
+        Fault("hang", 1, rank=0, at_iteration=3),
+        Fault("port_failed", 2, rail=0, port=4, at_iteration=5)),
+        failover=FailoverSettings(heartbeat_timeout_s=1.5))
     out = tmp_path / "links"
     summary = _run(cfg, out, no_leftovers)
-    assert summary["failovers"] == 2
+    assert summary["failovers"] == 3
     _assert_resumed_fully(summary)
-    rows = summary["recovery"]
+    rows = _recoveries(summary)
     assert [(r["rank"], r["fault"], r["via"]) for r in rows] == [
-        (1, "link_down", "exit"), (3, "port_failed", "exit")]
+        (1, "link_down", "exit"), (0, "hang", "heartbeat"), (3, "port_failed", "exit")]
+    assert rows[1]["detection_s"] >= 1.5  # the heartbeat timeout
     events = _events(out)
     assert any(e["event"] == "fault" and e.get("kind") == "nic_down" for e in events)
     t_port = next(e["t_s"] for e in events if e["event"] == "fault"
                   and e.get("kind") == "port_failed")
-    assert not any(4 in c for e in events if e["event"] == "reconfig_start"
-                   and e["t_s"] > t_port for c in e["add"]), "a circuit used the FAILED port"
-
-
-def test_a_hung_rank_is_found_by_its_heartbeats(tmp_path: Path,
-                                                no_leftovers: list[str]) -> None:
-    cfg = load_experiment(FAILOVER).replace(
-        faults=(Fault("hang", 0, rank=1, at_iteration=2),),
-        failover=FailoverSettings(heartbeat_timeout_s=1.5))
-    summary = _run(cfg, tmp_path / "hang", no_leftovers)
-    assert summary["failovers"] == 1
-    _assert_resumed_fully(summary)
-    (row,) = [r for r in summary["recovery"] if r["policy"] == "spares"]
-    assert (row["rank"], row["via"], row["fault"]) == (1, "heartbeat", "hang")
-    assert row["detection_s"] >= 1.5
+    assert not any(4 in c for e in events if e["event"] == "reconfig_end"
+                   and e["t_s"] > t_port for c in e["added"]), "a circuit lit on the FAILED port"
+    asked = {e["decision"] for e in events if e["event"] == "reconfig_start"
+             and e["t_s"] > t_port and any(4 in c for c in e["add"])}
+    refused = {e["decision"] for e in events if e["event"] == "reconfig_failed"
+               and "port 4 is FAILED" in e["error"]}
+    assert asked <= refused  # the old job may ask before its rank is found failed: refused
 
 
 def test_refused_and_jittery_switching_are_survived(tmp_path: Path,
