@@ -224,17 +224,24 @@ def test_lost_rank_fails_later_calls_at_once_until_it_shows_up_again(tmp_path: P
         service.stop()
 
 
-def test_a_shim_closed_before_its_first_call_is_not_declared_lost() -> None:
-    """Its heartbeats opened a session: closing it must end that session (a bye), or the
-    controller would declare the rank lost a timeout later and refuse its peers' calls."""
+def _watched_service() -> tuple[ControllerService, list[tuple[str, int]]]:
+    """A started service with job ``j`` registered, a 0.5 s heartbeat timeout, and the list
+    its ``on_rank_lost`` appends (job, rank) to."""
     job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
     lost: list[tuple[str, int]] = []
     service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0),
                                 event_log=EventLog(keep=True), heartbeat_timeout_s=0.5,
                                 on_rank_lost=lambda job_id, rank, _t: lost.append((job_id, rank)))
     service.start()
+    service.register_job(job)
+    return service, lost
+
+
+def test_a_shim_closed_before_its_first_call_is_not_declared_lost() -> None:
+    """Its heartbeats opened a session: closing it must end that session (a bye), or the
+    controller would declare the rank lost a timeout later and refuse its peers' calls."""
+    service, lost = _watched_service()
     try:
-        service.register_job(job)
         with Shim(service.endpoint, "j", 2, heartbeat_interval_s=0.05):
             wait_for(lambda: bool(service._sessions), what="the heartbeat's session")
         wait_for(lambda: not service._sessions, what="the session ended by the bye")
@@ -250,14 +257,8 @@ def test_a_shim_closed_before_its_first_call_is_not_declared_lost() -> None:
 def test_a_retargeted_shim_serves_the_job_registered_again() -> None:
     """A failover registers the job again under a new id; the ranks' shims move over on
     their connection: fresh call numbers, the old sessions ended (no rank declared lost)."""
-    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
-    lost: list[tuple[str, int]] = []
-    service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0),
-                                event_log=EventLog(keep=True), heartbeat_timeout_s=0.5,
-                                on_rank_lost=lambda job_id, rank, _t: lost.append((job_id, rank)))
-    service.start()
+    service, lost = _watched_service()
     try:
-        service.register_job(job)
         with Shim(service.endpoint, "j", 0, heartbeat_interval_s=0.05) as a, \
                 Shim(service.endpoint, "j", 1, heartbeat_interval_s=0.05) as b:
             b_grant = grant_in_thread(b, "dp0")
