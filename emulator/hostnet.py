@@ -168,6 +168,8 @@ class HostRouter:
             return  # every route is static
         per_host: dict[int, list[tuple[int, RankPort]]] = {}
         for reconf in reconfs:
+            if reconf.rail >= self.spec.num_rails:
+                continue  # a rail-state shadow rail: no host behind its ports
             for circuit in reconf.add:
                 end_a = self._port_host.get((reconf.rail, circuit.port_a))
                 end_b = self._port_host.get((reconf.rail, circuit.port_b))

@@ -5,7 +5,9 @@ rate, mode, spare GPUs) and knows the mapping rank -> server/rail/ports. Hosts a
 ranks ``0..N-1``, then spare ``j`` is host ``N + j`` (:meth:`RailSpec.host_ports`).
 :class:`PhotonicRailTopo` turns it into Mininet nodes and links, using the names of
 :mod:`emulator.naming`. The running network lives in :mod:`emulator.network`; the topology
-object never starts anything.
+object never starts anything. Under rail-state semantics a spec also has ``shadow_rails``:
+small OCS rails (ids after the data rails, three ports each, no hosts, OCS whatever the data
+rails' mode) on which the bits of the data rails switch (:mod:`controller.railstate`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from controller.job import SpareSlot, rank_rail_ports, spare_slots
 from controller.ocs import RailDescription, resolve_switching_delay_ms
+from controller.railstate import SHADOW_PORTS
 from emulator import naming
 
 #: Hard limit of the emulator's link rate: Mininet's TCLink shapes with HTB in Mbit/s and
@@ -47,6 +50,7 @@ class RailSpec:
     mode: str = "ocs"  # "ocs" or "electrical"
     switching_delay: float | str = 0.0  # ms, or a Table 3 technology name
     per_rail_delay: dict[int, float | str] = field(default_factory=dict)
+    shadow_rails: int = 0  # rail-state: rails x bits shadow OCS rails after the data rails
     spares_per_server: int = 0  # spare GPUs per server, dark until one takes over a rank
     spare_servers: int = 0  # whole servers of spare GPUs
 
@@ -67,6 +71,9 @@ class RailSpec:
                             f"got {self.link_mbps}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.shadow_rails < 0 or (self.num_rails > 0 and self.shadow_rails % self.num_rails):
+            problems.append(f"shadow_rails must be a multiple of the {self.num_rails} rails "
+                            f"(one per rail and bit), got {self.shadow_rails}")
         ranks = self.servers * self.gpus_per_server
         if ranks > naming.MAX_EMULATED_RANKS:
             problems.append(f"at most {naming.MAX_EMULATED_RANKS} ranks fit one emulated network, "
@@ -159,7 +166,14 @@ class RailSpec:
                 return p
         raise KeyError(f"rail {rail} has no port {port}")
 
+    @property
+    def shadow_ids(self) -> range:
+        return range(self.num_rails, self.num_rails + self.shadow_rails)
+
     def delay_ms(self, rail: int) -> float:
+        """A rail's switching delay; a shadow rail switches at its data rail's."""
+        if rail >= self.num_rails:
+            rail = (rail - self.num_rails) // (self.shadow_rails // self.num_rails)
         return resolve_switching_delay_ms(self.per_rail_delay.get(rail, self.switching_delay))
 
     def describe(self) -> list[RailDescription]:
@@ -171,7 +185,8 @@ class RailSpec:
             RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail))
                             + tuple(spare_ports.get(rail, ())), self.delay_ms(rail), self.mode)
             for rail in range(self.num_rails)
-        ]
+        ] + [RailDescription(s, SHADOW_PORTS, self.delay_ms(s), "ocs")  # always switched
+             for s in self.shadow_ids]
 
 
 def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
@@ -201,6 +216,9 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
             for rail in range(spec.num_rails):
                 self.addSwitch(naming.rail_bridge(prefix, rail), dpid=naming.dpid(prefix, rail),
                                **rail_opts)
+            for rail in spec.shadow_ids:  # no hosts: internal ports (emulator.network)
+                self.addSwitch(naming.shadow_bridge(prefix, rail),
+                               dpid=naming.dpid(prefix, rail), **rail_opts)
             for rank in range(spec.num_ranks):
                 host = self.addHost(naming.host_name(prefix, rank),
                                     ip=f"{naming.frontend_address(slot, rank)}/24")

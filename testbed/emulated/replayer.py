@@ -10,12 +10,14 @@ rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``
 file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
-own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
-rank's groups. Inside a call, a sender opens one TCP connection per peer to the peer's rail address
-(only there: the circuits are lit), introduces it with a JSON line (iteration, collective id,
-sender, epoch) and sends each step as a 12-byte header (step, length) plus payload; a listener
-thread drains every incoming connection and counts bytes per (iteration, collective, sender,
-step), so a receiving step just waits for its count. A sender finishes by shutting down its side
+own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
+the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
+and after a call with ``predict`` the rank names that call to the controller
+(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer
+to the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
+(iteration, collective id, sender, epoch) and sends each step as a 12-byte header (step,
+length) plus payload; a listener thread drains every incoming connection and counts bytes per
+(iteration, collective, sender, step), so a receiving step just waits for its count. A sender finishes by shutting down its side
 and waiting for the receiver's EOF: the bytes have then been read by the peer, not only queued.
 A call the controller refuses because its switch failed (``reconfig_failed``) is asked for again,
 up to :data:`CALL_RETRIES` times. Records go to the ``out`` file as JSON lines: ``call``,
@@ -58,6 +60,7 @@ from typing import IO, Any
 from controller.profile import CallProfile
 from controller.shim import IntentRejected, Shim
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.requestpoints import lane_positions, predicted_call
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
@@ -280,6 +283,7 @@ class Replayer:
         self.plan = {**plan, "failover": self.failover} if self.failover else plan
         self.rank = int(plan["rank"])
         self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
+        self.positions = lane_positions(self.ops)  # for predictions (rail-state)
         self.iterations = int(plan["iterations"])
         self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
         self.port = int(plan["port"])
@@ -390,10 +394,15 @@ class Replayer:
                   t_end=time.time(), sent=sent, received=received,
                   expected=op.expected_bytes, size_bytes=op.size_bytes,
                   wire_bytes=op.wire_bytes, **extra, **self._epoch_fields(ep))
+        if op.predict >= 0:  # call numbers restart with each epoch's job
+            seq, target_it = predicted_call(self.positions, op.index, op.predict, it - ep.start)
+            if target_it + ep.start < self.iterations:
+                target = self.ops[op.predict]
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
     def _exchange(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> tuple[int, int, Any, float]:
         sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
+        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
             t_ack = time.time()
             conns: dict[int, Outgoing] = {}
             try:

@@ -6,7 +6,9 @@ the Opus controller on the frontend network with the emulated OCS driver, regist
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host (and a
 standby one per spare), follow them (:mod:`testbed.emulated.supervisor`: progress, injected
 faults, failover), and on success hand the records to
-:func:`testbed.results.summary.finish_run`. A rank that fails ends the run unless the run has
+:func:`testbed.results.summary.finish_run`. Under rail-state semantics the data rails are
+packet-switched (as the baseline's) and the network also has the shadow OCS rails on which the
+bits switch (:mod:`controller.railstate`). A rank that fails ends the run unless the run has
 spares (or ``--no-spares``' restart): the error names the rank and its last op, and teardown
 still happens (the network's context manager stops every process we started).
 """
@@ -26,6 +28,7 @@ from controller.drivers.faults import FaultInjectingDriver, OcsFaults
 from controller.events import EventLog
 from controller.job import RankPorts
 from controller.ocs import OcsDriver
+from controller.railstate import RAIL_STATE
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
@@ -75,10 +78,13 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     require_empty_dir(out)
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
+    rail_state = cfg.effective_semantics == RAIL_STATE
     spec = RailSpec(servers=cluster.servers, gpus_per_server=cluster.gpus_per_server,
                     ports_per_rank=cfg.effective_ports_per_rank, link_mbps=prep.link_mbps,
-                    mode="electrical" if cfg.mode == "baseline" else "ocs",
+                    mode="electrical" if cfg.mode == "baseline" or rail_state else "ocs",
                     switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
+                    shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
+                    if rail_state else 0,
                     spares_per_server=cfg.spares_per_server if spares else 0,
                     spare_servers=cfg.spare_servers if spares else 0)
     ports = {r: RankPorts(r, spec.rail_of(r), tuple(p.port for p in spec.rank_ports(r)))
@@ -97,7 +103,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{spec.num_ranks} ranks on {spec.num_rails} rails{spare_text}, "
-        f"K={spec.ports_per_rank}, links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
+        f"K={spec.ports_per_rank}, {cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s "
+        f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
     t_start = time.monotonic()
@@ -117,7 +124,9 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
             events = EventLog(out / "controller-events.jsonl")
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
-                                    config=CoreConfig.for_mode(cfg.mode), event_log=events,
+                                    config=CoreConfig.for_mode(cfg.mode,
+                                                               cfg.effective_semantics),
+                                    event_log=events,
                                     heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)

@@ -237,7 +237,7 @@ def test_a_spare_gets_no_address_until_it_takes_a_rank_over() -> None:
     spec = RailSpec(2, 1, spare_servers=1)
     cmds = interface_setup_commands(spec, P, 2)  # host 2 = spare 0
     assert not any(c.startswith("ip addr") for c in cmds)
-    assert any(c.startswith("ethtool -K ot1a2s0-eth1 tx off") for c in cmds)
+    assert any(c.startswith("ethtool -K ot1a2x0-eth1 tx off") for c in cmds)
 
 
 def test_assign_gives_the_spare_the_ranks_identity_and_routes() -> None:
@@ -253,12 +253,12 @@ def test_assign_gives_the_spare_the_ranks_identity_and_routes() -> None:
     cmds = got[3]
     identity = cmds[0]  # one `ip -batch` for the whole identity
     assert identity.endswith("| ip -batch -")
-    assert "'link set dev ot1a2s0-eth1 address 02:0f:00:01:00:01'" in identity
-    assert "'addr replace 198.19.0.2/32 dev ot1a2s0-eth1'" in identity
-    assert identity.index("'addr flush dev ot1a2s0-eth1'") < identity.index(
+    assert "'link set dev ot1a2x0-eth1 address 02:0f:00:01:00:01'" in identity
+    assert "'addr replace 198.19.0.2/32 dev ot1a2x0-eth1'" in identity
+    assert identity.index("'addr flush dev ot1a2x0-eth1'") < identity.index(
         "'addr replace 198.19.0.2/32")
     for peer in (0, 2):  # rank 1's routes, from the spare's interface
-        assert (f"ip route replace {naming.rank_address(peer)}/32 dev ot1a2s0-eth1 src "
+        assert (f"ip route replace {naming.rank_address(peer)}/32 dev ot1a2x0-eth1 src "
                 "198.19.0.2") in cmds
     assert router.host_of(1) == 3
 
@@ -276,8 +276,18 @@ def test_circuits_to_a_spare_route_as_the_rank_it_carries() -> None:
     got = run.by_rank()
     assert got[0] == route_to(P, 0, 0, 1, 1)  # to rank 1's MAC of port 1: the spare has it
     assert got[2] == [
-        f"ip neigh replace 198.19.0.1 lladdr {naming.rail_mac(0, 0)} dev ot1a2s0-eth2 "
+        f"ip neigh replace 198.19.0.1 lladdr {naming.rail_mac(0, 0)} dev ot1a2x0-eth2 "
         "nud permanent",
-        "ip route replace 198.19.0.1/32 dev ot1a2s0-eth2 src 198.19.0.2"]
+        "ip route replace 198.19.0.1/32 dev ot1a2x0-eth2 src 198.19.0.2"]
     router.on_circuits([Reconfiguration.of(0, add=[(3, 5)])])  # the failed host's port 3
     assert 1 not in run.by_rank(), "the failed host carries nobody any more"
+
+
+def test_on_circuits_ignores_shadow_rails() -> None:
+    """A rail-state shadow rail has no host behind its ports: its flips route nothing."""
+    spec = RailSpec(2, 1, ports_per_rank=2, shadow_rails=2)  # (an OCS data rail, to route)
+    run = FakeRun()
+    HostRouter(spec, P, run).on_circuits([Reconfiguration.of(1, add=[(1, 2)]),
+                                          Reconfiguration.of(0, add=[(2, 3)])])
+    assert sorted(run.by_rank()) == [0, 1]
+    assert len(run.calls) == 2

@@ -16,6 +16,7 @@ MAX_RANK = naming.MAX_EMULATED_RANKS - 1
 MAX_RAIL = 15
 MAX_PORT = naming.MAX_PORTS_PER_RAIL
 MAX_PORT_INDEX = 3  # K <= 4
+MAX_SHADOW = 999  # rail-state shadow rails: rails + rails * stages stays far below
 
 prefixes = st.integers(0, 0xFFF).map(lambda n: f"ot{n:03x}")
 FIXED_PREFIXES = ["ot000", "ot1a2", "otfff"]
@@ -32,6 +33,8 @@ def all_names(prefix: str, rank: int, rail: int, port: int, k: int) -> list[str]
         naming.frontend_bridge(prefix),
         f"{naming.root_node(prefix)}-eth0",
         naming.root_node(prefix),
+        naming.shadow_bridge(prefix, MAX_SHADOW),
+        naming.shadow_port_intf(prefix, MAX_SHADOW, 3),
     ]
 
 
@@ -45,7 +48,7 @@ def test_spare_names_are_ours_and_fit() -> None:
     for name in (naming.spare_name("otfff", 248), naming.spare_frontend_intf("otfff", 248),
                  naming.spare_rail_intf("otfff", 248, 3)):
         assert len(name) <= IFNAMSIZ_MAX and naming.prefix_of(name) == "otfff"
-    assert naming.spare_rail_intf("ot1a2", 0, 1) == "ot1a2s0-eth2"
+    assert naming.spare_rail_intf("ot1a2", 0, 1) == "ot1a2x0-eth2"
     macs = {naming.spare_rail_mac(j, k) for j in range(249) for k in range(4)}
     assert len(macs) == 249 * 4
     assert not macs & {naming.rail_mac(r, k) for r in range(249) for k in range(4)}
@@ -60,6 +63,8 @@ def test_names_are_as_documented() -> None:
     assert naming.bridge_port_intf("ot1a2", 3, 12) == "ot1a2r3-eth12"
     assert naming.frontend_bridge("ot1a2") == "ot1a2fe"
     assert naming.root_node("ot1a2") == "ot1a2root"
+    assert naming.shadow_bridge("ot1a2", 5) == "ot1a2s5"
+    assert naming.shadow_port_intf("ot1a2", 5, 3) == "ot1a2s5-eth3"
 
 
 @given(prefixes, st.integers(0, MAX_RANK), st.integers(0, MAX_RAIL), st.integers(1, MAX_PORT),

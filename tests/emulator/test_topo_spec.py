@@ -169,8 +169,8 @@ def test_spares_are_hosts_after_the_ranks_with_dark_ports_on_their_rail() -> Non
         ports = spec.host_ports(host)
         assert [p.port_index for p in ports] == [0, 1] and {p.rank for p in ports} == {host}
         assert all(p.port in described[p.rail] for p in ports)
-        assert spec.host_name("ot1a2", host) == f"ot1a2s{host - 6}"
-        assert spec.host_rail_intf("ot1a2", host, 1) == f"ot1a2s{host - 6}-eth2"
+        assert spec.host_name("ot1a2", host) == f"ot1a2x{host - 6}"
+        assert spec.host_rail_intf("ot1a2", host, 1) == f"ot1a2x{host - 6}-eth2"
     rank_ports = {(p.rail, p.port) for r in range(6) for p in spec.rank_ports(r)}
     spare_ports = {(p.rail, p.port) for h in range(6, 11) for p in spec.host_ports(h)}
     assert not rank_ports & spare_ports
@@ -182,3 +182,17 @@ def test_too_many_spares_are_refused() -> None:
         RailSpec(200, 1, spare_servers=100)
     with pytest.raises(ValueError, match=">= 0"):
         RailSpec(2, 1, spares_per_server=-1)
+
+
+def test_shadow_rails_follow_the_data_rails_with_three_ports() -> None:
+    """Rail-state: rails x bits shadow rails after the data rails, each switching at its data
+    rail's delay (shadow id = rails + rail * bits + bit)."""
+    spec = RailSpec(4, 2, switching_delay=50, per_rail_delay={1: "piezo"}, shadow_rails=4,
+                    mode="electrical")
+    desc = spec.describe()
+    assert [d.rail for d in desc] == [0, 1, 2, 3, 4, 5]
+    assert all(d.ports == (1, 2, 3) for d in desc[2:])
+    assert [d.mode for d in desc] == ["electrical"] * 2 + ["ocs"] * 4
+    assert [d.switching_delay_ms for d in desc] == [50.0, 25.0, 50.0, 50.0, 25.0, 25.0]
+    with pytest.raises(ValueError, match="shadow_rails must be a multiple of the 2 rails"):
+        RailSpec(4, 2, shadow_rails=3)
