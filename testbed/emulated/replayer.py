@@ -17,8 +17,9 @@ and after a call with ``predict`` the rank names that call to the controller
 to the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
 (iteration, collective id, sender, epoch) and sends each step as a 12-byte header (step,
 length) plus payload; a listener thread drains every incoming connection and counts bytes per
-(iteration, collective, sender, step), so a receiving step just waits for its count. A sender finishes by shutting down its side
-and waiting for the receiver's EOF: the bytes have then been read by the peer, not only queued.
+(iteration, collective, sender, step), so a receiving step just waits for its count. A sender
+finishes by shutting down its side and waiting for the receiver's EOF: the bytes have then been
+read by the peer, not only queued.
 A call the controller refuses because its switch failed (``reconfig_failed``) is asked for again,
 up to :data:`CALL_RETRIES` times. Records go to the ``out`` file as JSON lines: ``call``,
 ``compute``, ``iteration``, ``error`` and ``finished``; on any failure the process records the
