@@ -91,7 +91,7 @@ def test_names_of_different_objects_differ() -> None:
 @pytest.mark.parametrize(
     "name",
     ["eth0", "lo", "ovs-system", "br-int", "br0", "otherbr", "ot12-eth0", "ot1234g1", "ot1a2",
-     "OT1A2g1", "ot1a2x1", "ot1a2g", "ot1a2r-eth1", "ot1a2g1-eth", "ot1a2g1-ens3", "xot1a2g1",
+     "OT1A2g1", "ot1a2q1", "ot1a2g", "ot1a2r-eth1", "ot1a2g1-eth", "ot1a2g1-ens3", "xot1a2g1",
      "ot1a2g1-eth0.5", "ot1g2g1", "docker0", "virbr0", "s1-eth1", "h1-eth0", "veth1a2b3c"],
 )
 def test_foreign_names_are_not_ours(name: str) -> None:
