@@ -13,13 +13,11 @@ Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wrap
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
 the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
 and after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer
-to the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
-(iteration, collective id, sender, epoch) and sends each step as a 12-byte header (step,
-length) plus payload; a listener thread drains every incoming connection and counts bytes per
-(iteration, collective, sender, step), so a receiving step just waits for its count. A sender
-finishes by shutting down its side and waiting for the receiver's EOF: the bytes have then been
-read by the peer, not only queued.
+(:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
+:mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
+(only there: the circuits are lit), introduced with the iteration, collective id, sender and
+epoch, filler bytes counted by the receiving rank's listener per (iteration, collective, sender,
+step) in the epoch's inbox, so a receiving step just waits for its count.
 A call the controller refuses because its switch failed (``reconfig_failed``) is asked for again,
 up to :data:`CALL_RETRIES` times. Records go to the ``out`` file as JSON lines: ``call``,
 ``compute``, ``iteration``, ``error`` and ``finished``; on any failure the process records the
@@ -60,11 +58,11 @@ from typing import IO, Any
 
 from controller.profile import CallProfile
 from controller.shim import IntentRejected, Shim
+from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing
+from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 
-STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
-PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
 POLL_S = 0.25
 CONTROL_POLL_S = 0.02
 WATCHDOG_S = 0.02
@@ -74,52 +72,20 @@ _SIOCGIFFLAGS = 0x8913
 _IFF_UP, _IFF_RUNNING = 0x1, 0x40
 
 
-class ReplayError(RuntimeError):
-    """A call could not complete (peer silent, short read, controller refused)."""
-
-
-class Abort(Exception):
-    """The epoch was aborted (another lane failed, or the runner moved on); this lane stops."""
-
-
-class Inbox:
-    """Bytes received per (iteration, collective id, sender, step), with waiting."""
+class EpochInbox(Inbox):
+    """An epoch's inbox: once the epoch is aborted, its connections' errors are the abort's."""
 
     def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._got: dict[tuple[int, str, int, int], int] = {}
-        self.errors: list[str] = []
-
-    def post(self, key: tuple[int, str, int, int], n: int) -> None:
-        with self._cv:
-            self._got[key] = self._got.get(key, 0) + n
-            self._cv.notify_all()
+        super().__init__()
+        self.closed = threading.Event()
 
     def fail(self, message: str) -> None:
-        with self._cv:
-            self.errors.append(message)
-            self._cv.notify_all()
+        if not self.closed.is_set():
+            super().fail(message)
 
-    def wake(self) -> None:
-        with self._cv:
-            self._cv.notify_all()
-
-    def wait(self, key: tuple[int, str, int, int], expected: int, timeout_s: float,
-             aborted: threading.Event) -> int:
-        """Wait until ``expected`` bytes of ``key`` arrived; returns what arrived."""
-        deadline = time.monotonic() + timeout_s
-        with self._cv:
-            while self._got.get(key, 0) < expected:
-                if aborted.is_set():
-                    raise Abort
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ReplayError(
-                        f"received {self._got.get(key, 0)} of {expected} bytes from rank "
-                        f"{key[2]} for {key[1]} step {key[3]} (iteration {key[0]}) within "
-                        f"{timeout_s:.0f} s")
-                self._cv.wait(min(left, POLL_S))
-            return self._got.pop(key, 0)  # a 0-byte step need not wait for its empty header
+    def close(self) -> None:
+        self.closed.set()
+        self.wake()
 
 
 class Epoch:
@@ -130,7 +96,7 @@ class Epoch:
     """
 
     def __init__(self, number: int, job: str, start: int, iterations: int, ops: list[PlanOp],
-                 inbox: Inbox) -> None:
+                 inbox: EpochInbox) -> None:
         self.number = number
         self.job = job
         self.start = start
@@ -175,7 +141,7 @@ class Epoch:
         self.aborted.set()
         for ev in list(self.done.values()) + list(self.go.values()):
             ev.set()
-        self.inbox.wake()
+        self.inbox.close()
         with self._lock:
             socks, shims = list(self._socks), list(self._shims)
         for sock in socks:
@@ -187,63 +153,6 @@ class Epoch:
 def _shut(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf)
-
-
-class Outgoing:
-    """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
-
-    def __init__(self, addr: str, port: int, hello: dict[str, Any], timeout_s: float,
-                 epoch: Epoch) -> None:
-        deadline = time.monotonic() + timeout_s
-        last: OSError | None = None
-        while True:
-            if epoch.aborted.is_set():
-                raise Abort
-            sock = socket.socket()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(max(0.05, min(0.2, deadline - time.monotonic())))
-            try:
-                sock.connect((addr, port))
-                break
-            except OSError as exc:  # refused before the peer listens, or lost SYN: retry
-                last = exc
-                sock.close()
-                if time.monotonic() >= deadline:
-                    raise ReplayError(f"cannot connect to {addr}:{port} within "
-                                      f"{timeout_s:.0f} s: {last}") from exc
-                threading.Event().wait(0.02)
-        sock.settimeout(timeout_s)
-        self.sock = sock
-        self.sent = 0
-        epoch.track(sock)
-        sock.sendall(json.dumps(hello).encode() + b"\n")
-
-    def send_step(self, step: int, n: int) -> None:
-        self.sock.sendall(STEP_HEADER.pack(step, n))
-        left = n
-        view = memoryview(PAYLOAD)
-        while left:
-            k = min(left, len(view))
-            self.sock.sendall(view[:k])
-            left -= k
-        self.sent += n
-
-    def finish(self) -> None:
-        """Shut our side and wait for the receiver's EOF (it has read every byte)."""
-        with self.sock:
-            self.sock.shutdown(socket.SHUT_WR)
-            while self.sock.recv(4096):
-                pass
 
 
 def link_up(intf: str) -> bool:
@@ -269,7 +178,7 @@ class Replayer:
         self.out: IO[str] = opener(plan["out"], "a", encoding="utf-8")
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
-        self._inboxes: dict[int, Inbox] = {}
+        self._inboxes: dict[int, EpochInbox] = {}
         self._inbox_lock = threading.Lock()
         self.current: Epoch | None = None
         self._shims: dict[str, Shim] = {}  # per lane, kept across epochs (retargeted)
@@ -302,14 +211,14 @@ class Replayer:
     def _epoch_fields(self, ep: Epoch) -> dict[str, Any]:
         return {"epoch": ep.number} if self.failover else {}
 
-    def _inbox(self, epoch: int) -> Inbox | None:
+    def _inbox(self, epoch: int) -> EpochInbox | None:
         """The inbox of ``epoch`` (made when a peer got there first); None for a past one."""
         with self._inbox_lock:
             cur = self.current.number if self.current is not None else -1
             if epoch < cur:
                 return None
             if epoch not in self._inboxes:
-                self._inboxes[epoch] = Inbox()
+                self._inboxes[epoch] = EpochInbox()
             for old in [e for e in self._inboxes if e < cur]:
                 del self._inboxes[old]
             return self._inboxes[epoch]
@@ -411,9 +320,10 @@ class Replayer:
                     for peer, n in step.sends:
                         if peer not in conns:
                             conns[peer] = Outgoing(
-                                self.peers[peer], self.port,
+                                (self.peers[peer], self.port),
                                 {"it": it, "cid": op.collective_id, "src": self.rank,
-                                 "epoch": ep.number}, self.io_timeout_s, ep)
+                                 "epoch": ep.number}, self.io_timeout_s, ep.aborted)
+                            ep.track(conns[peer].sock)
                         conns[peer].send_step(k, n)
                         sent += n
                     for peer, n in step.recvs:
@@ -431,63 +341,9 @@ class Replayer:
 
     # -------------------------------------------------------------- listener
 
-    def _listen(self, lsock: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        """Drain one incoming connection into its epoch's inbox; close it at the sender's EOF."""
-        inbox: Inbox | None = None
-        ep: Epoch | None = None
-        with conn:
-            try:
-                conn.settimeout(self.io_timeout_s)
-                line = bytearray()
-                while not line.endswith(b"\n"):
-                    ch = conn.recv(1)
-                    if not ch:
-                        return
-                    line += ch
-                hello = json.loads(line)
-                it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
-                epoch = int(hello.get("epoch", 0))
-                inbox = self._inbox(epoch)
-                if inbox is None:
-                    return  # a connection of an abandoned epoch
-                ep = self.current if self.current is not None and \
-                    self.current.number == epoch else None
-                if ep is not None:
-                    ep.track(conn)
-                view = memoryview(bytearray(1 << 18))
-                while True:
-                    head = _recv_exact(conn, STEP_HEADER.size)
-                    if not head:
-                        return  # EOF: the sender is done; closing tells it we read everything
-                    if len(head) < STEP_HEADER.size:
-                        raise ReplayError(f"truncated step header from rank {src} for {cid}")
-                    step, length = STEP_HEADER.unpack(head)
-                    left = length
-                    while left:
-                        n = conn.recv_into(view, min(left, len(view)))
-                        if not n:
-                            raise ReplayError(f"rank {src} closed {cid} step {step} with "
-                                              f"{left} of {length} bytes unsent")
-                        left -= n
-                        inbox.post((it, cid, src, step), n)
-                    if length == 0:
-                        inbox.post((it, cid, src, step), 0)
-            except (OSError, ValueError, KeyError, ReplayError) as exc:
-                if inbox is not None and not (ep is not None and ep.aborted.is_set()):
-                    inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
-            finally:
-                if ep is not None:
-                    ep.untrack(conn)
+    def _route(self, hello: dict[str, Any]) -> Inbox | None:
+        """An incoming connection's inbox: its epoch's (None: an abandoned epoch's)."""
+        return self._inbox(int(hello.get("epoch", 0)))
 
     # ------------------------------------------------------------ failover
 
@@ -621,12 +477,7 @@ class Replayer:
             if fo.get("watch_intfs"):
                 threading.Thread(target=self._watchdog, args=(list(fo["watch_intfs"]),),
                                  daemon=True).start()
-        lsock = socket.socket()
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lsock.bind((str(self.plan["addr"]), self.port))
-        lsock.listen(64)
-        lsock.settimeout(POLL_S)
-        threading.Thread(target=self._listen, args=(lsock,), daemon=True).start()
+        listener = Listener((str(self.plan["addr"]), self.port), self._route, self.io_timeout_s)
         number = int(fo.get("epoch", 0)) if fo else 0
         start = int(fo.get("start_it", 0)) if fo else 0
         job = str(fo.get("job", self.job)) if fo else self.job
@@ -657,7 +508,7 @@ class Replayer:
             number, job, start = int(ctl["epoch"]), str(ctl["job"]), int(ctl["start_it"])
         self._close_shims()
         self._stop.set()
-        lsock.close()
+        listener.close()
         return status
 
 

@@ -5,42 +5,89 @@ rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the ba
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host (and a
 standby one per spare), follow them (:mod:`testbed.emulated.supervisor`: progress, injected
-faults, failover), and on success hand the records to
-:func:`testbed.results.summary.finish_run`. Under rail-state semantics the data rails are
-packet-switched (as the baseline's) and the network also has the shadow OCS rails on which the
-bits switch (:mod:`controller.railstate`). A rank that fails ends the run unless the run has
-spares (or ``--no-spares``' restart): the error names the rank and its last op, and teardown
-still happens (the network's context manager stops every process we started).
+faults, failover), and on success hand the records and the OCS app's dark periods
+(:mod:`testbed.metrics.darktime`) to :func:`testbed.results.summary.finish_run`.
+Under rail-state semantics the data rails are packet-switched (as the baseline's) and the
+network also has the shadow OCS rails on which the bits switch (:mod:`controller.railstate`).
+A rank that fails ends the run unless the run has spares (or ``--no-spares``' restart): the
+error names the rank and its last op, and teardown still happens (the network's context manager
+stops every process we started). :func:`run_on_rails` is that sequence for any rank processes;
+torch jobs (:mod:`testbed.torchjob.runner`) use it too, through :func:`processes` (start every
+rank, follow them to their exit, no failover).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from controller.core import CoreConfig
 from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.drivers.faults import FaultInjectingDriver, OcsFaults
 from controller.events import EventLog
-from controller.job import RankPorts
+from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
 from controller.railstate import RAIL_STATE
 from testbed.emulated.supervisor import Supervisor
-from testbed.errors import RunRefused, Say, require_empty_dir, say_stderr
-from testbed.experiment.config import ExperimentConfig
+from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
+from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics.darktime import DarkCheck, check_dark_periods
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
-from testbed.results.summary import finish_run
+from testbed.results.summary import RunFacts, finish_run
+
+if TYPE_CHECKING:
+    from controller.service import ControllerService
+    from emulator.network import EmulatedRails
+    from emulator.topo import RailSpec
+
+POLL_S = 0.5
+
+#: (network, Opus controller endpoint, rank) -> the rank process's command line
+RankLauncher = Callable[["EmulatedRails", str, int], list[str]]
+
+
+@dataclass(frozen=True)
+class RailsRun:
+    """What a run's rank processes are started against: the network, Opus (its service, its
+    endpoint and event log), the OCS fault injector and the Polatis fronts (None: none)."""
+
+    net: EmulatedRails
+    service: ControllerService
+    events: EventLog
+    ocs_faults: OcsFaults
+    fronts: Any
+    out: Path
+    say: Say
+
+
+class RankFollower(Protocol):
+    """Starts a run's rank processes and follows them until every rank finished."""
+
+    @property
+    def pids(self) -> list[int]: ...
+
+    def launch(self) -> None: ...
+
+    def follow(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: builds the follower of a run once the rails and Opus are up
+StartRanks = Callable[[RailsRun], RankFollower]
 
 
 @contextlib.contextmanager
-def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver
+def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                        ) -> Iterator[tuple[OcsDriver, Any]]:
     """The OCS driver Opus uses, and the Polatis fronts if any: the emulated driver, or a
     Polatis driver (NETCONF or TL1) talking to a front of that protocol on each emulated rail
@@ -69,28 +116,43 @@ def _controller_driver(cfg: ExperimentConfig, emulated: OcsDriver
             driver.close()
 
 
-def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, Any]:
-    """Run ``prep`` on the emulated rails; returns the summary (also in ``out/summary.json``)."""
-    from emulator.network import emulated_rails
+def rail_spec(cfg: RunSettings, servers: int, gpus_per_server: int, link_mbps: float,
+              shadow_rails: int = 0, spares_per_server: int = 0, spare_servers: int = 0
+              ) -> RailSpec:
+    """The emulated network of a run: electrical rails for the baseline and under rail-state
+    semantics (whose bits switch on ``shadow_rails`` small OCS rails), else OCS rails; spare
+    GPUs' ports sit on the rails too, dark until one takes over a rank."""
     from emulator.topo import RailSpec
 
+    electrical = cfg.mode == "baseline" or cfg.effective_semantics == RAIL_STATE
+    return RailSpec(servers=servers, gpus_per_server=gpus_per_server,
+                    ports_per_rank=cfg.effective_ports_per_rank, link_mbps=link_mbps,
+                    mode="electrical" if electrical else "ocs",
+                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
+                    shadow_rails=shadow_rails, spares_per_server=spares_per_server,
+                    spare_servers=spare_servers)
+
+
+def spec_ports(spec: RailSpec) -> dict[int, RankPorts]:
+    """Every rank's rail and its ports there, as Opus registers them."""
+    return {r: RankPorts(r, spec.rail_of(r), tuple(p.port for p in spec.rank_ports(r)))
+            for r in range(spec.num_ranks)}
+
+
+def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, Any]:
+    """Run ``prep`` on the emulated rails; returns the summary (also in ``out/summary.json``)."""
     cfg, plan = prep.config, prep.plan
     require_empty_dir(out)
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
-    spec = RailSpec(servers=cluster.servers, gpus_per_server=cluster.gpus_per_server,
-                    ports_per_rank=cfg.effective_ports_per_rank, link_mbps=prep.link_mbps,
-                    mode="electrical" if cfg.mode == "baseline" or rail_state else "ocs",
-                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
-                    shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
-                    if rail_state else 0,
-                    spares_per_server=cfg.spares_per_server if spares else 0,
-                    spare_servers=cfg.spare_servers if spares else 0)
-    ports = {r: RankPorts(r, spec.rail_of(r), tuple(p.port for p in spec.rank_ports(r)))
-             for r in range(spec.num_ranks)}
+    spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
+                     shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
+                     if rail_state else 0,
+                     spares_per_server=cfg.spares_per_server if spares else 0,
+                     spare_servers=cfg.spare_servers if spares else 0)
     try:
-        job = plan.job("train", ports)
+        job = plan.job("train", spec_ports(spec))
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
     out.mkdir(parents=True, exist_ok=True)
@@ -107,11 +169,32 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
-    t_start = time.monotonic()
-    from controller.service import ControllerService
 
-    sup: Supervisor | None = None
-    sampler = CpuSampler(lambda: (sup.pids if sup is not None else []) + vswitchd_pids())
+    def supervise(run: RailsRun) -> Supervisor:
+        sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
+                         prep=prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
+                         say=say, fronts=run.fronts)
+        run.service.on_rank_lost = sup.on_rank_lost
+        return sup
+
+    return run_on_rails(prep, spec, job, out, manifest, supervise, say,
+                        heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
+
+
+def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
+                 manifest: dict[str, Any], start: StartRanks, say: Say,
+                 heartbeat_timeout_s: float = 5.0) -> dict[str, Any]:
+    """Build the rails, start Opus with ``job`` registered (a rank silent for
+    ``heartbeat_timeout_s`` is lost), start and follow every rank's process in its host
+    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run."""
+    from controller.service import ControllerService
+    from emulator.network import emulated_rails
+
+    cfg = prep.config
+    t_start = time.monotonic()
+    follower: RankFollower | None = None
+    sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
+                         + vswitchd_pids())
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
@@ -126,27 +209,126 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
                                     config=CoreConfig.for_mode(cfg.mode,
                                                                cfg.effective_semantics),
-                                    event_log=events,
-                                    heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
+                                    event_log=events, heartbeat_timeout_s=heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)
-                sup = Supervisor(net=net, endpoint=svc.endpoint, plan=plan, job=job, prep=prep,
-                                 out=out, events=events, ocs_faults=ocs_faults, say=say,
-                                 fronts=fronts)
-                svc.on_rank_lost = sup.on_rank_lost
+                follower = start(RailsRun(net, svc, events, ocs_faults, fronts, out, say))
                 try:
-                    sup.launch()
+                    follower.launch()
                     sampler.start()
-                    sup.follow()
+                    follower.follow()
                     sampler.stop()
                 finally:
-                    sup.close()
+                    follower.close()
     finally:
         sampler.stop()
     wall_s = time.monotonic() - t_start
     records = [r for rank in range(spec.num_ranks)
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
     events_read = store.read_jsonl(out / "controller-events.jsonl")
-    summary = finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
-                         num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0))
-    return summary
+    return finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
+                      num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0),
+                      dark=_dark_check(out, cfg, events_read))
+
+
+class _RankProcesses:
+    """One process per rank, started with a :data:`RankLauncher` and followed to its exit."""
+
+    def __init__(self, launch: RankLauncher, run: RailsRun, prep: RunFacts) -> None:
+        self.launch_args, self.run, self.prep = launch, run, prep
+        self.procs: dict[int, Any] = {}
+        self.logs: list[IO[str]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def launch(self) -> None:
+        run = self.run
+        for rank in range(run.net.spec.num_ranks):
+            args = self.launch_args(run.net, run.service.endpoint, rank)
+            log = (run.out / "ranks" / f"rank{rank}.log").open("w")
+            self.logs.append(log)
+            self.procs[rank] = run.net.popen(rank, args, stdout=log, stderr=log)
+
+    def follow(self) -> None:
+        _follow(self.run.out, self.procs, self.prep.config, self.prep, self.run.say)
+
+    def close(self) -> None:
+        for fh in self.logs:
+            fh.close()
+
+
+def processes(launch: RankLauncher, prep: RunFacts) -> StartRanks:
+    """The follower of rank processes started with ``launch`` (no failover: a rank that fails
+    ends the run)."""
+    return lambda run: _RankProcesses(launch, run, prep)
+
+
+def _dark_check(out: Path, cfg: RunSettings,
+                controller_events: list[dict[str, Any]]) -> DarkCheck | None:
+    """The OCS app's dark periods against the injected delay (None: electrical rails). The
+    switch counts are compared only when the controller drives the OCS app directly (a Polatis
+    front may split or merge the requests it passes on)."""
+    if cfg.mode == "baseline":
+        return None
+    ocs_events = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
+    return check_dark_periods(ocs_events, cfg.switching_delay_ms,
+                              controller_events if cfg.driver == "emulated" else None)
+
+
+def _follow(out: Path, procs: dict[int, Any], cfg: RunSettings, prep: RunFacts,
+            say: Say) -> None:
+    """Wait for every rank, reporting progress; raise :class:`RankFailed` on the first failure.
+
+    Exit statuses are read before the records, so a rank's last records (its error) are read
+    before its exit is reported.
+    """
+    total = cfg.total_iterations
+    done: dict[int, int] = dict.fromkeys(procs, 0)
+    offsets: dict[int, int] = dict.fromkeys(procs, 0)
+    last_op: dict[int, str] = {}
+    budget_s = 120 + total * max(60.0, 20 * (prep.modeled_iteration_s or 0.0))
+    deadline = time.monotonic() + budget_s
+    reported = -1
+    while True:
+        exited = {r: p.poll() for r, p in procs.items()}
+        for rank in procs:
+            path = out / "ranks" / f"rank{rank}.jsonl"
+            if not path.exists():
+                continue
+            with path.open() as fh:
+                fh.seek(offsets[rank])
+                chunk = fh.read()
+            cut = chunk.rfind("\n") + 1
+            offsets[rank] += len(chunk[:cut].encode())
+            for line in chunk[:cut].splitlines():
+                rec = json.loads(line)
+                if rec.get("ev") == "iteration":
+                    done[rank] = int(rec["it"]) + 1
+                elif rec.get("ev") == "call":
+                    last_op[rank] = f"{rec['kind']} {rec['cid']} (iteration {rec['it']})"
+                elif rec.get("ev") == "error":
+                    raise RankFailed(rank, f"rank {rank} failed in iteration {rec['it']} at op "
+                                     f"{rec['i']} ({rec['tag']}, lane {rec['lane']}): "
+                                     f"{rec['error']}")
+        slowest = min(done.values())
+        if slowest != reported:
+            reported = slowest
+            phase = "warm-up" if slowest <= cfg.warmup and slowest < total else "measured"
+            say(f"  iterations done: {slowest}/{total} ({phase})")
+        for rank, code in exited.items():
+            if code not in (None, 0):
+                log = out / "ranks" / f"rank{rank}.log"
+                raise RankFailed(rank, f"rank {rank} exited with status {code} after "
+                                 f"{last_op.get(rank, 'no call')}; log {log}, its tail: "
+                                 f"{log.read_text()[-800:].strip()}")
+        if all(code == 0 for code in exited.values()):
+            return
+        if time.monotonic() > deadline:
+            stuck = sorted(r for r, c in exited.items() if c is None)
+            raise RunError(f"ranks {stuck} did not finish within {budget_s:.0f} s; last calls: "
+                           + "; ".join(f"rank {r}: {last_op.get(r, 'none')}" for r in stuck[:4]))
+        time.sleep(POLL_S)
+
+

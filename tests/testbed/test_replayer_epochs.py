@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from testbed.emulated.replayer import Abort, Epoch, Inbox, Replayer, link_up
+from testbed.emulated.replayer import Abort, Epoch, EpochInbox, Replayer, link_up
 from testbed.plan.replay import PlanOp
 
 
 def _epoch() -> Epoch:
     ops = [PlanOp(0, "compute", ()), PlanOp(1, "g", (0,))]
-    return Epoch(1, "job-e1", start=2, iterations=4, ops=ops, inbox=Inbox())
+    return Epoch(1, "job-e1", start=2, iterations=4, ops=ops, inbox=EpochInbox())
 
 
 def test_an_abort_wakes_every_waiter_and_shuts_the_sockets() -> None:
@@ -74,12 +74,13 @@ def test_a_socket_tracked_after_the_abort_is_shut_at_once() -> None:
     b.close()
 
 
-def test_a_zero_byte_step_does_not_wait_for_its_empty_header() -> None:
-    """A ring over fewer bytes than members has empty steps; their header may come later."""
-    inbox = Inbox()
-    assert inbox.wait((0, "c", 1, 0), 0, 1.0, threading.Event()) == 0
-    inbox.post((0, "c", 1, 1), 5)
-    assert inbox.wait((0, "c", 1, 1), 5, 1.0, threading.Event()) == 5
+def test_an_aborted_epochs_connection_errors_are_not_failures() -> None:
+    """Shutting an epoch's sockets makes its incoming connections fail: that is the abort."""
+    ep = _epoch()
+    ep.inbox.fail("before the abort")
+    ep.abort()
+    ep.inbox.fail("caused by the abort")
+    assert ep.inbox.errors == ["before the abort"]
 
 
 @pytest.mark.parametrize(("intf", "up"), [("lo", True), ("nosuchintf0", False)])
