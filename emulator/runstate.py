@@ -4,7 +4,9 @@ A live run keeps ``/run/opus-testbed/<prefix>.json`` (``OPUS_STATE_DIR`` overrid
 pid, the pids of every process it started (with a marker that must appear in the process's
 command line, guarding against pid reuse), and its bridges. :func:`clean` removes the leftovers
 of runs whose owner is gone: processes by recorded pid, bridges and root-namespace interfaces by
-our name pattern (:data:`emulator.naming.OWNED_NAME_RE`). Nothing else is touched.
+our name pattern (:data:`emulator.naming.OWNED_NAME_RE`), and the directories recorded with
+:func:`owned_dir` (``<state dir>/dirs/``; e.g. a torch run's scale-up sockets) by their recorded
+path. Nothing else is touched.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -159,9 +163,56 @@ def remove_link(name: str) -> None:
     subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
+# --- directories a run owns (removed by clean when the run died) ---------------------------
+
+DIR_MARKER = ".opus-testbed-owned"  # written into every recorded directory
+
+
+def dirs_dir() -> Path:
+    return state_dir() / "dirs"
+
+
+@contextlib.contextmanager
+def owned_dir(path: Path) -> Iterator[Path]:
+    """Create ``path`` (new or empty), record it for :func:`clean_dirs` under this process,
+    and remove it and its record on the way out. Should the process be killed first, ``clean``
+    removes it by the recorded name."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / DIR_MARKER).write_text(f"{os.getpid()}\n")
+    record = dirs_dir() / f"{os.getpid()}-{time.monotonic_ns()}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"owner_pid": os.getpid(), "path": str(path.resolve())}))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        record.unlink(missing_ok=True)
+
+
+def clean_dirs(include_live: bool = False) -> list[str]:
+    """Remove the recorded directories of dead owners (every owner with ``include_live``):
+    only a recorded path that still holds the marker written when it was created."""
+    removed = []
+    directory = dirs_dir()
+    for record in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            data = json.loads(record.read_text())
+            owner, path = int(data["owner_pid"]), Path(str(data["path"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if pid_alive(owner) and not include_live:
+            continue
+        if (path / DIR_MARKER).is_file():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+        record.unlink(missing_ok=True)
+    return removed
+
+
 def clean(include_live: bool = False) -> dict[str, list[str]]:
     """Remove leftovers of dead runs (or of every run with ``include_live``)."""
-    removed: dict[str, list[str]] = {"processes": [], "bridges": [], "links": [], "records": []}
+    removed: dict[str, list[str]] = {"processes": [], "bridges": [], "links": [], "records": [],
+                                     "dirs": clean_dirs(include_live)}
     live = set() if include_live else live_prefixes()
     for record in load_records():
         if record.prefix in live:

@@ -19,12 +19,14 @@ by the keys present, not by version:
 Kinds: all-reduce, all-gather, reduce-scatter, send, recv and all-to-all (with its splits) in
 their c10d/NCCL spellings; anything else (broadcast, barrier, gather, scatter, reduce, ...)
 is refused, as are groups that cannot be resolved and members that disagree. Groups without
-names are resolved from ``pg_config`` (groups of the right size where the op is valid) and by
-matching calls across ranks in issue order: the partners must hold a call of the same kind
-and size (a send the matching recv); when two groups fit, the one whose partner calls ended
-closest in time wins (the traces share a clock: one machine, or NTP). Calls on one-member
-groups move no bytes and are dropped. Axes come from the group descriptors (``mesh_pp`` ->
-``pp``, ...; :data:`workloads.captured.DESC_AXES`, ``axes`` overrides).
+names are resolved from what the traces carry, never from timestamps compared across ranks
+(:mod:`workloads.comm_groups`): the ``pg_config`` groups of the right size where the op is
+valid, each rank's issue order (every member of a group issues the same collectives in the
+same order; a pair's sends meet the receives in order), sizes, p2p peers, and in L3 the gloo
+worker thread that ran each collective (a process group's own threads); exactly one
+consistent assignment is accepted, several are refused naming the first call they disagree
+on. Calls on one-member groups move no bytes and are dropped. Axes come from the group
+descriptors (``mesh_pp`` -> ``pp``, ...; :data:`workloads.captured.DESC_AXES`, ``axes`` overrides).
 
 Iteration: ``ProfilerStep#N`` spans (``step``, default the last one every trace has), else the
 optimizer steps (``Optimizer.step#...``: iteration ``k`` ends with the ``k``-th), else the
@@ -55,12 +57,11 @@ from workloads.captured import (
     axis_of_desc,
     schedule_from_runs,
 )
+from workloads.comm_groups import GroupInferenceError, GroupView, assign_groups
 from workloads.schedule import Schedule
 from workloads.steps import P2P_KINDS, chunk_sizes
 
 WAIT_SLACK_US = 1000.0
-OVERLAP_SLACK_US = 100.0  # clock offset tolerated between ranks' traces when matching
-MAX_MATCH_ATTEMPTS = 200
 US = 1e-6
 
 #: c10d / NCCL / gloo collective names (lower case, prefix and trailing "_" removed) -> kind
@@ -139,6 +140,7 @@ class RawCall:
     group_peer: int = -1  # p2p: the peer's rank in the group
     split: tuple[int, ...] = ()
     done_us: float | None = None  # when it completed (gloo annotation, NCCL kernel), if known
+    lane: Any = None  # L3: the gloo worker thread that ran it (one process group's thread)
     group: str | None = None
 
     @property
@@ -459,6 +461,8 @@ def raw_calls(trace: Trace, t0: float = float("-inf"), t1: float = float("inf")
             call = _dims_call(trace, e, kind, ann)
             if call is not None and ann is not None:
                 call.done_us = float(ann["ts"]) + float(ann.get("dur", 0))
+                if ann.get("tid") != e.get("tid"):  # a collective on its group's worker
+                    call.lane = ann.get("tid")
         if call is not None:
             call.done_us = kernel_end.get(id(e), call.done_us)
             out.append(call)
@@ -498,127 +502,21 @@ def _nccl_kernel_ends(trace: Trace, comm: list[dict[str, Any]]) -> dict[int, flo
 # --- groups across ranks ---------------------------------------------------------------------
 
 def resolve_groups(traces: dict[int, Trace], calls: dict[int, list[RawCall]]) -> None:
-    """Settle every call's group by matching it with its partners' calls (module docstring).
-
-    Calls are taken in time order over all ranks; a call's partners are, on every other member
-    of a candidate group, the first call not yet matched that has the same kind and size (the
-    counterpart for send/recv), may be on that group and, when the group is in doubt, ran at
-    the same time (a collective cannot complete on one member before another issued it;
-    :data:`OVERLAP_SLACK_US`). Among several groups the one whose partner calls ended (without
-    completion times: were issued) closest in time is tried first, on a tie the smaller group;
-    when a later call then finds no partners, the latest choice is revised (backtracking, at
-    most :data:`MAX_MATCH_ATTEMPTS` tries).
-    """
-    forced: dict[tuple[int, int], int] = {}
-    first_failure = ""
-    for _ in range(MAX_MATCH_ATTEMPTS):
-        failure, decisions = _match(traces, calls, forced)
-        if failure is None:
-            return
-        first_failure = first_failure or failure
-        while decisions and decisions[-1][1] + 1 >= decisions[-1][2]:
-            decisions.pop()
-        if not decisions:
-            break
-        forced = {key: choice for key, choice, _ in decisions[:-1]}
-        key, choice, _ = decisions[-1]
-        forced[key] = choice + 1
-    raise KinetoError(first_failure)
-
-
-def _match(traces: dict[int, Trace], calls: dict[int, list[RawCall]],
-           forced: dict[tuple[int, int], int]
-           ) -> tuple[str | None, list[tuple[tuple[int, int], int, int]]]:
-    """One matching pass: (the first failure or None, the choices among several groups made)."""
-    for lst in calls.values():
-        for c in lst:
-            c.group = None
-    nxt = {r: 0 for r in calls}  # first call of each rank not yet matched
-    matched: set[int] = set()
-    decisions: list[tuple[tuple[int, int], int, int]] = []
-    order = sorted(((c.ts, r, i) for r, lst in calls.items() for i, c in enumerate(lst)))
-    for _, rank, i in order:
-        call = calls[rank][i]
-        if id(call) in matched:
-            continue
-        options = []
-        for gname in call.candidates:
-            members = traces[rank].groups[gname].ranks
-            partners = _partners(traces, calls, nxt, matched, rank, call, gname, members)
-            if partners is not None:
-                # on equal distance the smaller group first (the world group last)
-                options.append((_distance(call, partners), len(members), gname, partners))
-        if not options:
-            return _unmatched(traces[rank], call), decisions
-        options.sort(key=lambda o: o[:2])
-        choice = forced.get((rank, i), 0)
-        if len(options) > 1:
-            decisions.append(((rank, i), choice, len(options)))
-        _, _, gname, partners = options[min(choice, len(options) - 1)]
-        for c in (call, *partners):
-            c.group = gname
-            matched.add(id(c))
-        for r in calls:
-            while nxt[r] < len(calls[r]) and id(calls[r][nxt[r]]) in matched:
-                nxt[r] += 1
-    return None, decisions
-
-
-def _partners(traces: dict[int, Trace], calls: dict[int, list[RawCall]], nxt: dict[int, int],
-              matched: set[int], rank: int, call: RawCall, gname: str,
-              members: tuple[int, ...]) -> list[RawCall] | None:
-    me = members.index(rank)
-    if call.kind in P2P_KINDS:
-        others = [members[call.group_peer]]
-        want_kind = "recv" if call.kind == "send" else "send"
-    else:
-        others = [m for m in members if m != rank]
-        want_kind = call.kind
-    out = []
-    for m in others:
-        if m not in calls or gname not in traces[m].groups \
-                or traces[m].groups[gname].ranks != members:
-            return None
-        found = None
-        for d in calls[m][nxt[m]:]:
-            if id(d) in matched or d.kind != want_kind or gname not in d.candidates:
-                continue
-            if call.kind in P2P_KINDS and d.group_peer != me:
-                continue
-            if d.size_bytes != call.size_bytes and call.kind != "all_to_all":
-                continue
-            if len(call.candidates) > 1 and not _overlap(call, d):
-                continue
-            found = d
-            break
-        if found is None:
-            return None
-        out.append(found)
-    return out
-
-
-def _overlap(a: RawCall, b: RawCall) -> bool:
-    """False when one call completed before the other was issued (completions known)."""
-    if a.done_us is None or b.done_us is None:
-        return True
-    return a.done_us + OVERLAP_SLACK_US >= b.ts and b.done_us + OVERLAP_SLACK_US >= a.ts
-
-
-def _distance(call: RawCall, partners: list[RawCall]) -> float:
-    if call.done_us is not None and all(p.done_us is not None for p in partners):
-        return max(abs(p.done_us - call.done_us) for p in partners)  # type: ignore[operator]
-    return max(abs(p.ts - call.ts) for p in partners)
-
-
-def _unmatched(trace: Trace, call: RawCall) -> str:
-    groups = " or ".join(f"{trace.groups[g].desc or g} {list(trace.groups[g].ranks)}"
-                         for g in call.candidates)
-    what = f"{call.kind} of {call.size_bytes} B"
-    if call.kind in P2P_KINDS:
-        what += f" {'to' if call.kind == 'send' else 'from'} group rank {call.group_peer}"
-    return (f"{call.source}: rank {trace.rank} {what} could be on group {groups}, but no "
-            "other member has a matching call for it (ranks whose traces disagree, or a trace "
-            "of another run or step)")
+    """Settle every call's group from what the traces carry (:mod:`workloads.comm_groups`):
+    names and ranks where the call has them, else the ``pg_config`` groups that fit it, each
+    rank's issue order, sizes, peers and (L3) the gloo worker thread that ran it. Never
+    timestamps compared across ranks; refused unless exactly one assignment is consistent."""
+    view = GroupView({r: {n: g.ranks for n, g in t.groups.items()} for r, t in traces.items()},
+                     lambda r, n: f"{traces[r].groups[n].desc or n} "
+                                  f"{list(traces[r].groups[n].ranks)}")
+    lanes = {(r, i): c.lane for r, lst in calls.items() for i, c in enumerate(lst)
+             if c.lane is not None}
+    try:
+        groups = assign_groups(calls, view, lanes)
+    except GroupInferenceError as exc:
+        raise KinetoError(str(exc)) from exc
+    for (r, i), name in groups.items():
+        calls[r][i].group = name
 
 
 # --- iteration, waits, compute -------------------------------------------------------------

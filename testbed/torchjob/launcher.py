@@ -50,6 +50,25 @@ def _address(value: Any) -> Address:
     return str(value) if isinstance(value, str) else (str(value[0]), int(value[1]))
 
 
+def short_unix_addresses(plan: dict[str, Any]) -> None:
+    """Re-spell the plan's Unix socket paths under ``scale_up_dir`` as ``/proc/self/fd/N/NAME``
+    (``N`` this process's handle on the folder, kept open): the folder is in the run's results,
+    whose path may be longer than the 107 bytes a socket address holds."""
+    directory = str(plan.get("scale_up_dir") or "")
+    if not directory:
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # kept open: the paths use it
+    prefix = directory.rstrip("/") + "/"
+
+    def short(address: Any) -> Any:
+        if isinstance(address, str) and address.startswith(prefix):
+            return f"/proc/self/fd/{fd}/{address[len(prefix):]}"
+        return address
+
+    plan["listen"] = [short(a) for a in plan["listen"]]
+    plan["peers"] = {r: short(a) for r, a in plan["peers"].items()}
+
+
 def _set_environment(plan: dict[str, Any]) -> None:
     rank, gpus = int(plan["rank"]), int(plan["gpus_per_server"])
     os.environ.update({
@@ -149,6 +168,7 @@ def run(plan: dict[str, Any]) -> int:
                         ack_timeout_s=float(plan["ack_timeout_s"]), profile=profile, seqs=seqs)
 
     out = open(plan["records"], "a", encoding="utf-8")  # noqa: SIM115 (closed by os._exit)
+    short_unix_addresses(plan)
     runtime = Runtime(rank, listen=[_address(a) for a in plan["listen"]],
                       peers={int(r): _address(a) for r, a in plan["peers"].items()},
                       out=out, io_timeout_s=float(plan["io_timeout_s"]), shim_factory=factory,

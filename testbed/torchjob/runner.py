@@ -33,11 +33,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,6 +46,7 @@ import yaml
 
 from controller.job import JobError, JobSpec
 from emulator.network import free_tcp_port
+from emulator.runstate import owned_dir
 from testbed.emulated.runner import _follow, processes, rail_spec, run_on_rails, spec_ports
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
@@ -116,7 +115,7 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
         link_mbps=prep.link_mbps, scale=1.0, world_size=exp.world_size, rails=spec.num_rails,
         modeled_iteration_s=None, job=job.to_json())
 
-    with _scale_up_dir() as sockets:
+    with _scale_up_dir(out) as sockets:
         def launcher(net: Any, endpoint: str, rank: int) -> list[str]:
             peers = {r: (net.rank_address(r), TRANSPORT_PORT) for r in range(exp.world_size)}
             return _launcher_args(prep, out, rank, peers, master=(net.frontend_address(0),
@@ -179,7 +178,8 @@ def _launcher_args(prep: TorchPrepared, out: Path, rank: int, peers: dict[int, t
             "io_timeout_s": exp.ack_timeout_s, "records": str(ranks_dir / f"rank{rank}.jsonl"),
             "log": str(ranks_dir / f"rank{rank}.log"), "script": str(exp.torch.script),
             "args": exp.torch.argv(steps=exp.total_iterations, seed=exp.seed),
-            "axes": exp.torch.axes, "gloo_ifname": gloo_ifname}
+            "axes": exp.torch.axes, "gloo_ifname": gloo_ifname,
+            "scale_up_dir": str(scale_up_dir)}
     path = ranks_dir / f"rank{rank}.plan.json"
     path.write_text(json.dumps(plan, indent=1))
     return [sys.executable, "-m", "testbed.torchjob.launcher", str(path)]
@@ -193,7 +193,7 @@ def run_loopback(prep: TorchPrepared, ref: Path, say: Say
     (ref / "ranks").mkdir(parents=True)
     peers = {r: ("127.0.0.1", free_tcp_port()) for r in range(world)}
     master = ("127.0.0.1", free_tcp_port())
-    with _local_processes() as start, _scale_up_dir() as sockets:
+    with _local_processes() as start, _scale_up_dir(ref) as sockets:
         procs = {r: start(_launcher_args(prep, ref, r, peers, master=master, endpoint=None,
                                          scale_up_dir=sockets),
                           ref / "ranks" / f"rank{r}.log") for r in range(world)}
@@ -201,15 +201,11 @@ def run_loopback(prep: TorchPrepared, ref: Path, say: Say
     return {r: store.read_jsonl(ref / "ranks" / f"rank{r}.jsonl") for r in range(world)}
 
 
-@contextlib.contextmanager
-def _scale_up_dir() -> Iterator[Path]:
-    """A short-lived folder for the scale-up Unix sockets (their paths must stay under 108
-    bytes, so not in the results directory); removed on the way out."""
-    path = Path(tempfile.mkdtemp(prefix="opus-scaleup-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _scale_up_dir(run_dir: Path) -> contextlib.AbstractContextManager[Path]:
+    """``run_dir/scaleup``, the folder of the scale-up Unix sockets: in the run's own results,
+    recorded for ``opus-testbed clean`` should the run be killed, removed on the way out. (The
+    launchers reach it as ``/proc/self/fd/N/``: a socket's path must stay under 108 bytes.)"""
+    return owned_dir(run_dir.resolve() / "scaleup")
 
 
 def _die_with_parent() -> None:

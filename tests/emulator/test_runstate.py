@@ -160,3 +160,43 @@ def test_stop_process_of_dead_pid_is_false() -> None:
     proc.kill()
     proc.wait()
     assert not runstate.stop_process(proc.pid, "sleep")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_an_owned_dir_is_recorded_while_in_use_and_removed_after(state_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    with runstate.owned_dir(tmp_path / "run" / "scaleup") as d:
+        (d / "r0.sock").write_text("")
+        assert d.is_dir() and len(list(runstate.dirs_dir().glob("*.json"))) == 1
+        assert runstate.clean_dirs() == []  # its owner (this process) is alive
+        assert d.is_dir()
+    assert not d.exists() and not list(runstate.dirs_dir().glob("*.json"))
+
+
+def test_clean_removes_recorded_dirs_of_dead_owners_only(state_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    dead, marked, unmarked = _dead_pid(), tmp_path / "killed", tmp_path / "not-ours"
+    for d in (marked, unmarked):
+        d.mkdir()
+        (d / "r0.sock").write_text("")
+    (marked / runstate.DIR_MARKER).write_text("")
+    runstate.dirs_dir().mkdir(parents=True)
+    for i, d in enumerate((marked, unmarked)):  # the second lacks the marker: not touched
+        (runstate.dirs_dir() / f"{dead}-{i}.json").write_text(
+            f'{{"owner_pid": {dead}, "path": "{d}"}}')
+    stranger = tmp_path / "never-recorded"
+    stranger.mkdir()
+    (stranger / runstate.DIR_MARKER).write_text("")
+    # only the directory part of `clean`: no bridge or link of other runs may be touched here
+    monkeypatch.setattr(runstate, "owned_bridges", lambda: [])
+    monkeypatch.setattr(runstate, "owned_links", lambda: [])
+    removed = runstate.clean()
+    assert removed["dirs"] == [str(marked)]
+    assert not marked.exists() and unmarked.is_dir() and stranger.is_dir()
+    assert not list(runstate.dirs_dir().glob("*.json"))

@@ -8,6 +8,10 @@ import importlib.util
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -158,3 +162,64 @@ def test_every_group_method_torch_calls_is_carried_or_refused() -> None:
     assert {"allreduce", "send", "reduce"} <= called
     for name in sorted(called - bookkeeping):
         assert name in carried | refused, f"group.{name}() is neither carried nor refused"
+
+
+SCALE_UP_JOB = """import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)  # the two GPUs of the server meet over the scale-up sockets
+print("reduced", t.tolist(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_runs_scale_up_sockets_are_in_its_dir_and_removed_by_clean(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One server with 2 GPUs on loopback: the scale-up sockets work from the run's own folder
+    (a path too long for a socket address, reached through /proc/self/fd), not one in /tmp,
+    and after SIGKILL of the run the recorded folder is what ``clean`` removes."""
+    from emulator import runstate
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("OPUS_STATE_DIR", str(state))
+    script = tmp_path / "scale_up_job.py"
+    script.write_text(SCALE_UP_JOB)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"cluster: {{servers: 1, gpus_per_server: 2}}\n"
+                   f"workload: {{torch: {{script: {script}}}}}\nmode: baseline\n")
+    out = tmp_path / ("a-results-folder-with-a-long-name-" * 3) / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from testbed.cli.main import main; "
+         "sys.exit(main(sys.argv[1:]))", "run", str(exp), "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(HERE.parents[1])},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sockets = out.resolve() / "reference" / "scaleup"
+    logs = [out / "reference" / "ranks" / f"rank{r}.log" for r in range(2)]
+    try:
+        deadline = time.monotonic() + 240
+        while not all(p.exists() and "reduced [2.0" in p.read_text() for p in logs):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, [p.read_text()[-500:] for p in logs
+                                                 if p.exists()]
+            time.sleep(0.2)
+        assert len(str(sockets / "r0.sock")) > 107  # too long to bind directly
+        assert sorted(p.name for p in sockets.glob("r*.sock")) == ["r0.sock", "r1.sock"]
+        os.kill(proc.pid, signal.SIGKILL)  # no teardown: a crash
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    wait_until = time.monotonic() + 30  # the ranks follow their parent (PDEATHSIG)
+    while _processes_running(str(out)) and time.monotonic() < wait_until:
+        time.sleep(0.1)
+    assert not _processes_running(str(out))
+    plan = json.loads((out / "reference" / "ranks" / "rank1.plan.json").read_text())
+    assert plan["scale_up_dir"] == str(sockets)  # not a folder in /tmp
+    assert plan["listen"][1] == str(sockets / "r1.sock")
+    assert plan["peers"]["0"] == str(sockets / "r0.sock")
+    assert sockets.is_dir(), "the killed run's scale-up folder should be left to clean"
+    assert runstate.clean_dirs() == [str(sockets)]
+    assert not sockets.exists() and (out / "reference" / "ranks").is_dir()  # results stay

@@ -10,8 +10,9 @@ size``, ``Process Group Name``/``Description``/``Ranks``, ``Rank`` = the p2p pee
 The job: FSDP 2 x PP 2 on 4 ranks (pp groups [0, 2], [1, 3]; fsdp groups [0, 1], [2, 3]).
 Each rank, within ``ProfilerStep#3`` (0 to 1000 µs): an all-gather of 1024 floats on its FSDP
 group at 100 µs, stage 0 sends 2048 floats to stage 1 at 300 µs, a reduce-scatter of 2048
-floats at 500 µs (stage 1's collectives 30 µs later than stage 0's); ``aten::mm`` compute in
-between.
+floats at 500 µs (stage 1's collectives 30 µs later and 32/64 floats larger than stage 0's, as
+the real job's stages hold different parameters: without group names, L2 needs the sizes to
+tell the FSDP pair from the pipeline pair); ``aten::mm`` compute in between.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def job_calls(rank: int) -> list[tuple[str, str, int, float, int]]:
     """(collective name, group name, elements, ts µs, peer's group rank or -1)."""
     stage = rank // 2
     p2p = ("send", "1", 2048, 300.0, 1) if stage == 0 else ("recv", "1", 2048, 300.0, 0)
-    return [("_allgather_base", "3", 1024, 100.0 + 30 * stage, -1), p2p,
-            ("_reduce_scatter_base", "3", 2048, 500.0 + 30 * stage, -1)]
+    return [("_allgather_base", "3", 1024 + 32 * stage, 100.0 + 30 * stage, -1), p2p,
+            ("_reduce_scatter_base", "3", 2048 + 64 * stage, 500.0 + 30 * stage, -1)]
 
 
 def named_args(rank: int, coll: str, group: str, nelems: int, peer: int) -> dict[str, Any]:
@@ -110,6 +111,6 @@ def write(dir_: Path, docs: dict[int, dict[str, Any]], gz: bool = False) -> list
     for rank, doc in docs.items():
         p = dir_ / f"rank{rank}.json{'.gz' if gz else ''}"
         with (gzip.open(p, "wt") if gz else open(p, "w")) as fh:
-            json.dump(doc, fh)
+            fh.write(json.dumps(doc))  # dumps: the C encoder, json.dump streams in Python
         paths.append(p)
     return paths

@@ -8,8 +8,10 @@ L4 and the refusals.
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 from kineto_traces import COMPUTE_US, job_calls, trace, write
 
 from workloads.kineto import (
+    Imported,
     KinetoError,
     detect_layout,
     import_traces,
@@ -43,8 +46,13 @@ def collectives(schedule: Any, rank: int) -> list[tuple[str, str, int]]:
     return [(o.axis, o.kind, o.size_bytes) for o in schedule.ops_of(rank) if o.is_collective]
 
 
+@functools.cache
+def real_import() -> Imported:
+    return import_traces(REAL_PATHS)
+
+
 def test_real_l3_traces_give_the_jobs_calls_and_groups() -> None:
-    imp = import_traces(REAL_PATHS)
+    imp = real_import()
     s = imp.schedule
     assert imp.layouts == {r: "L3" for r in range(4)} and imp.step == "ProfilerStep 1"
     assert s.groups["pp"].ranks.tolist() == [[0, 2], [1, 3]]
@@ -78,7 +86,7 @@ def test_real_traces_without_profiler_steps_use_the_optimizer_steps() -> None:
 
 
 def test_waits_are_inferred_where_the_main_thread_idled_until_a_call_ended() -> None:
-    s = import_traces(REAL_PATHS).schedule
+    s = real_import().schedule
     ops = s.ops_of(2)
     waited = {d for o in ops if not o.is_collective for d in o.deps if ops[d].is_collective}
     # stage 1 starts by waiting for its first activation: the compute after depends on it
@@ -96,8 +104,8 @@ def test_synthetic_layouts_give_the_same_schedule(tmp_path: Path, layout: str) -
     assert s.groups["pp"].ranks.tolist() == [[0, 2], [1, 3]]
     assert collectives(s, 0) == [("fsdp", "all_gather", 4096), ("pp", "send", 8192),
                                  ("fsdp", "reduce_scatter", 8192)]
-    assert collectives(s, 3) == [("fsdp", "all_gather", 4096), ("pp", "recv", 8192),
-                                 ("fsdp", "reduce_scatter", 8192)]
+    assert collectives(s, 3) == [("fsdp", "all_gather", 4224), ("pp", "recv", 8192),
+                                 ("fsdp", "reduce_scatter", 8448)]
     send = next(o for o in s.ops_of(1) if o.kind == "send")
     assert send.peer == 3
 
@@ -230,3 +238,68 @@ def test_unreadable_files_and_missing_steps_are_refused(tmp_path: Path) -> None:
     with pytest.raises(KinetoError, match=r"has no ProfilerStep 7 \(it has \[1\]\); choose one "
                                           "with --step"):
         import_traces(REAL_PATHS, step=7)
+
+
+def _warp_times(doc: dict[str, Any], rng: random.Random, offset_us: float) -> None:
+    """Move every time point of one trace by a strictly increasing random map (each gap
+    scaled by 0.2-5x, the whole trace shifted by ``offset_us``): the rank's own order of
+    events survives, durations and any alignment with other ranks' clocks do not."""
+    events = doc["traceEvents"]
+    points = sorted({float(e["ts"]) for e in events if "ts" in e}
+                    | {float(e["ts"]) + float(e["dur"]) for e in events if "dur" in e})
+    new, t = {}, offset_us
+    for prev, p in zip([points[0], *points], points, strict=False):
+        t += (p - prev) * rng.uniform(0.2, 5.0)
+        new[p] = t
+    for e in events:
+        if "ts" in e:
+            start = float(e["ts"])
+            if "dur" in e:
+                e["dur"] = new[start + float(e["dur"])] - new[start]
+            e["ts"] = new[start]
+    rng.shuffle(events)
+
+
+def _groups_and_calls(s: Any) -> tuple[Any, ...]:
+    return (s.groups["pp"].ranks.tolist(), s.groups["fsdp"].ranks.tolist(),
+            [[(o.axis, o.kind, o.size_bytes, o.peer) for o in s.ops_of(r) if o.is_collective]
+             for r in range(4)])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_groups_do_not_depend_on_timing_across_ranks(tmp_path: Path, seed: int) -> None:
+    """The recorded traces with each rank's clock warped and shifted by seconds (and events
+    shuffled) import to the same groups and calls, in the same order per rank."""
+    expected = _groups_and_calls(real_import().schedule)
+    rng = random.Random(seed)
+    docs = real_docs()
+    for rank, doc in docs.items():
+        _warp_times(doc, rng, offset_us=rng.uniform(-5e6, 5e6) + rank * 1e6)
+    assert _groups_and_calls(import_traces(write(tmp_path, docs)).schedule) == expected
+
+
+def test_l3_traces_without_their_gloo_worker_threads_are_ambiguous(tmp_path: Path) -> None:
+    """The pipeline and FSDP pairs both carry 82176 B all-gathers: only the gloo worker
+    thread that ran each call (one group's threads) tells them apart, so without it the
+    import is refused, naming the file and the event, rather than guessed."""
+    docs = real_docs()
+    for doc in docs.values():
+        main_tid = next(e["tid"] for e in doc["traceEvents"]
+                        if e.get("name", "").startswith("c10d::"))
+        for e in doc["traceEvents"]:
+            if e.get("name", "").startswith("gloo:"):
+                e["tid"] = main_tid
+    msg = refusal(tmp_path, docs)
+    assert "rank0.json: event 'c10d::" in msg and "fits group mesh_pp [0, 2] or mesh_fsdp " \
+        "[0, 1] alike" in msg and "does not name the group" in msg
+
+
+def test_l2_traces_whose_groups_only_timing_could_tell_apart_are_refused(
+        tmp_path: Path) -> None:
+    """Equal sizes on every rank: the all-gather fits the FSDP pair, the pipeline pair and the
+    world group alike; the old importer picked one by time, now it is refused."""
+    same = {r: [(c, g, n - 32 * (r // 2) if c == "_allgather_base" else
+                 n - 64 * (r // 2) if c == "_reduce_scatter_base" else n, ts, p)
+                for c, g, n, ts, p in job_calls(r)] for r in range(4)}
+    msg = refusal(tmp_path, {r: trace(r, "L2", calls=same[r]) for r in range(4)})
+    assert "rank0.json: event 'nccl:" in msg and "alike" in msg
