@@ -12,6 +12,10 @@ here, anything else is rejected)::
       micro_batch_size: 1
       num_microbatches: 8
       parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b, ...}
+      algorithms:                 # optional; defaults: ring, and pairwise for all_to_all
+        all_to_all: matchings     # every all-to-all, or per axis: {ep: multihop}
+        all_reduce: {dp: stragglar}
+      stragglers: [{rank: 7, delay_ms: 50}]   # or one mapping
 
 A model mapping takes the fields of :class:`workloads.models.ModelSpec`; with ``base: NAME``
 it overrides a preset. The YAML node tree is composed (not just loaded) so that each value
@@ -27,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import ParallelConfig, Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import ModelSpec, get_preset
@@ -35,7 +39,8 @@ from workloads.models import ModelSpec, get_preset
 TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description")
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
                  "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
-                 "act_dtype_bytes")
+                 "act_dtype_bytes", "algorithms", "stragglers")
+STRAGGLER_KEYS = ("rank", "delay_ms")
 
 
 class _Doc:
@@ -207,7 +212,45 @@ def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = 
             kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
+    if "algorithms" in wl:
+        kwargs["algorithms"] = _algorithms(doc, wl["algorithms"])
+    if "stragglers" in wl:
+        kwargs["stragglers"] = _stragglers(doc, wl["stragglers"])
     return _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
+
+
+def _algorithms(doc: _Doc, value: Any) -> tuple[tuple[str, str, str], ...]:
+    """``{kind: algorithm}`` or ``{kind: {axis: algorithm}}`` as (kind, axis, algorithm)."""
+    out = []
+    for kind, choice in _mapping(doc, value, "workload.algorithms", None).items():
+        path = f"workload.algorithms.{kind}"
+        if isinstance(choice, dict):
+            for axis, name in choice.items():
+                out.append((str(kind), str(axis), _typed(doc, name, f"{path}.{axis}", str)))
+        else:
+            out.append((str(kind), "", _typed(doc, choice, path, str)))
+    return tuple(out)
+
+
+def _stragglers(doc: _Doc, value: Any) -> tuple[Straggler, ...]:
+    """One ``{rank, delay_ms}`` mapping or a list of them."""
+    path = "workload.stragglers"
+    if isinstance(value, dict):  # one straggler: its keys answer to the list form's paths
+        for key in [k for k in doc.marks if k == path or k.startswith(f"{path}.")]:
+            doc.marks.setdefault(f"{path}[0]{key[len(path):]}", doc.marks[key])
+        value = [value]
+    if not isinstance(value, list):
+        raise doc.error(path, "must be a mapping {rank, delay_ms} or a list of them")
+    out = []
+    for i, item in enumerate(value):
+        sub = f"{path}[{i}]"
+        data = _mapping(doc, item, sub, STRAGGLER_KEYS)
+        for key in STRAGGLER_KEYS:
+            if key not in data:
+                raise doc.error(f"{sub}.{key}", "required")
+        out.append(Straggler(_typed(doc, data["rank"], f"{sub}.rank", int),
+                             _typed(doc, data["delay_ms"], f"{sub}.delay_ms", float) / 1e3))
+    return tuple(out)
 
 
 def load_experiment_workload(path: str | Path) -> WorkloadConfig:

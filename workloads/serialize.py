@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import ParallelConfig, Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
@@ -30,9 +30,12 @@ def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
 
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
-    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu")}
+    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu",
+                                                    "algorithms", "stragglers")}
     return WorkloadConfig(model=ModelSpec(**d["model"]), cluster=Cluster(**d["cluster"]),
                           parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
+                          algorithms=tuple(tuple(a) for a in d.get("algorithms", ())),
+                          stragglers=tuple(Straggler(**s) for s in d.get("stragglers", ())),
                           **rest)
 
 
