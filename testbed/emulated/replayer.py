@@ -16,7 +16,13 @@ rank's groups. Inside a call, a sender opens one TCP connection per peer to the 
 sender) and sends each step as a 12-byte header (step, length) plus payload; a listener thread
 drains every incoming connection and counts bytes per (iteration, collective, sender, step), so a
 receiving step just waits for its count. A sender finishes by shutting down its side and waiting for
-the receiver's EOF: the bytes have then been read by the peer, not only queued. Records go to the
+the receiver's EOF: the bytes have then been read by the peer, not only queued. A call with
+segments (:mod:`testbed.plan.replay`) runs each segment as its own shim call and finishes its
+connections before the next, whose circuits may be others; a ``sync`` step's header carries a
+flag, the receiver answers with a header once it has read the payload, and the sender waits for
+that answer before the next step. A verify plan's calls carry real data
+(:mod:`testbed.plan.verify`): the hello asks the receiver to keep the bytes, and the call's
+record says whether every block the rank owns ended right (``verified``). Records go to the
 ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
 failure the process records the rank, iteration and op and exits with status 1. Fault injection for
 tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7) as the iteration
@@ -38,8 +44,10 @@ from typing import IO, Any
 from controller.profile import CallProfile
 from controller.shim import Shim
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.verify import CallData
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
+SYNC_FLAG = 1 << 31  # in the step index: answer with a header once the payload is read
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
 POLL_S = 0.25
 
@@ -58,12 +66,20 @@ class Inbox:
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._got: dict[tuple[int, str, int, int], int] = {}
+        self._data: dict[tuple[int, str, int, int], bytearray] = {}
         self.errors: list[str] = []
 
-    def post(self, key: tuple[int, str, int, int], n: int) -> None:
+    def post(self, key: tuple[int, str, int, int], n: int, data: bytes | None = None) -> None:
         with self._cv:
             self._got[key] = self._got.get(key, 0) + n
+            if data is not None:
+                self._data.setdefault(key, bytearray()).extend(data)
             self._cv.notify_all()
+
+    def take(self, key: tuple[int, str, int, int]) -> bytes:
+        """The bytes kept for ``key`` (connections whose hello asked to keep them)."""
+        with self._cv:
+            return bytes(self._data.pop(key, b""))
 
     def fail(self, message: str) -> None:
         with self._cv:
@@ -111,6 +127,7 @@ def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) ->
                 line += ch
             hello = json.loads(line)
             it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
+            keep = bool(hello.get("keep"))
             view = memoryview(bytearray(1 << 18))
             while True:
                 head = _recv_exact(conn, STEP_HEADER.size)
@@ -118,7 +135,8 @@ def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) ->
                     return  # EOF: the sender is done; closing tells it we read everything
                 if len(head) < STEP_HEADER.size:
                     raise ReplayError(f"truncated step header from rank {src} for {cid}")
-                step, length = STEP_HEADER.unpack(head)
+                flagged, length = STEP_HEADER.unpack(head)
+                step = flagged & ~SYNC_FLAG
                 left = length
                 while left:
                     n = conn.recv_into(view, min(left, len(view)))
@@ -126,9 +144,11 @@ def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) ->
                         raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
                                           f"of {length} bytes unsent")
                     left -= n
-                    inbox.post((it, cid, src, step), n)
+                    inbox.post((it, cid, src, step), n, bytes(view[:n]) if keep else None)
                 if length == 0:
                     inbox.post((it, cid, src, step), 0)
+                if flagged & SYNC_FLAG:
+                    conn.sendall(STEP_HEADER.pack(step, 0))
         except (OSError, ValueError, KeyError, ReplayError) as exc:
             inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
 
@@ -158,15 +178,25 @@ class Outgoing:
         self.sent = 0
         sock.sendall(json.dumps(hello).encode() + b"\n")
 
-    def send_step(self, step: int, n: int) -> None:
-        self.sock.sendall(STEP_HEADER.pack(step, n))
-        left = n
-        view = memoryview(PAYLOAD)
-        while left:
-            k = min(left, len(view))
-            self.sock.sendall(view[:k])
-            left -= k
+    def send_step(self, step: int, n: int, payload: bytes | None = None,
+                  sync: bool = False) -> None:
+        """Send step ``step``'s ``n`` bytes: ``payload`` if given, else filler."""
+        self.sock.sendall(STEP_HEADER.pack(step | (SYNC_FLAG if sync else 0), n))
+        if payload is not None:
+            self.sock.sendall(payload)
+        else:
+            left = n
+            view = memoryview(PAYLOAD)
+            while left:
+                k = min(left, len(view))
+                self.sock.sendall(view[:k])
+                left -= k
         self.sent += n
+
+    def wait_read(self) -> None:
+        """Wait for the receiver's answer to a sync step: it has read the payload."""
+        if len(_recv_exact(self.sock, STEP_HEADER.size)) < STEP_HEADER.size:
+            raise ReplayError("the receiver closed before it answered a sync step")
 
     def finish(self) -> None:
         """Shut our side and wait for the receiver's EOF (it has read every byte)."""
@@ -253,36 +283,62 @@ class Replayer:
 
     def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
-        sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
-            t_ack = time.time()
-            conns: dict[int, Outgoing] = {}
-            try:
-                for k, step in enumerate(op.steps):
-                    for peer, n in step.sends:
-                        if peer not in conns:
-                            conns[peer] = Outgoing(
-                                self.peers[peer], self.port,
-                                {"it": it, "cid": op.collective_id, "src": self.rank},
-                                self.io_timeout_s)
-                        conns[peer].send_step(k, n)
-                        sent += n
-                    for peer, n in step.recvs:
-                        if self.inbox.errors:
-                            raise ReplayError(self.inbox.errors[0])
-                        received += self.inbox.wait((it, op.collective_id, peer, k), n,
-                                                    self.io_timeout_s, self.aborted)
-                for conn in conns.values():
-                    conn.finish()
-            finally:
-                for conn in conns.values():
-                    conn.sock.close()
+        data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
+        moved = [0, 0]  # sent, received
+        first: tuple[int, float] | None = None  # the first segment's seq and ack
+        wait_s, reconfigured = 0.0, False
+        for seg in op.call_segments:
+            t_ask = time.time()
+            with shim.collective(seg.group, op.kind, op.size_bytes, op.axis) as grant:
+                t_ack = time.time()
+                first = first or (grant.seq, t_ack)
+                wait_s += t_ack - t_ask
+                reconfigured = reconfigured or grant.reconfigured
+                self._steps(it, op, range(seg.first, seg.first + seg.count), data, moved)
+        assert first is not None
+        extra: dict[str, Any] = {}
+        if op.segments:
+            extra.update(segments=len(op.segments), segment_wait_s=wait_s)
+        if data is not None:
+            wrong = data.wrong_blocks()
+            extra.update(verified=not wrong, wrong_blocks=wrong, owned_bytes=data.owned_bytes())
         self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
-                  cid=op.collective_id, tag=op.tag, seq=grant.seq,
-                  reconfigured=grant.reconfigured, t_intent=t_intent, t_ack=t_ack,
-                  t_end=time.time(), sent=sent, received=received,
-                  expected=op.expected_bytes, size_bytes=op.size_bytes,
-                  wire_bytes=op.wire_bytes)
+                  cid=op.collective_id, tag=op.tag, seq=first[0], reconfigured=reconfigured,
+                  t_intent=t_intent, t_ack=first[1], t_end=time.time(), sent=moved[0],
+                  received=moved[1], expected=op.expected_bytes, size_bytes=op.size_bytes,
+                  wire_bytes=op.wire_bytes, **extra)
+
+    def _steps(self, it: int, op: PlanOp, steps: range, data: CallData | None,
+               moved: list[int]) -> None:
+        """Run ``steps`` of a call (one segment) on connections of their own, finished before
+        the segment ends; adds the bytes sent and received to ``moved``."""
+        conns: dict[int, Outgoing] = {}
+        hello = {"it": it, "cid": op.collective_id, "src": self.rank, "keep": data is not None}
+        try:
+            for k in steps:
+                step = op.steps[k]
+                for i, (peer, n) in enumerate(step.sends):
+                    if peer not in conns:
+                        conns[peer] = Outgoing(self.peers[peer], self.port, hello,
+                                               self.io_timeout_s)
+                    payload = data.outgoing(step.send_blocks[i]) if data is not None else None
+                    conns[peer].send_step(k, n, payload, step.sync)
+                    moved[0] += n
+                for j, (peer, n) in enumerate(step.recvs):
+                    if self.inbox.errors:
+                        raise ReplayError(self.inbox.errors[0])
+                    key = (it, op.collective_id, peer, k)
+                    moved[1] += self.inbox.wait(key, n, self.io_timeout_s, self.aborted)
+                    if data is not None:
+                        data.incoming(step.recv_blocks[j], self.inbox.take(key))
+                if step.sync:
+                    for peer, _n in step.sends:
+                        conns[peer].wait_read()
+            for conn in conns.values():
+                conn.finish()
+        finally:
+            for conn in conns.values():
+                conn.sock.close()
 
     # -------------------------------------------------------------------- run
 

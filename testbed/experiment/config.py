@@ -38,9 +38,11 @@ from typing import Any
 from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
+from workloads.algorithms import min_ports
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
+from workloads.schedule import Schedule
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
@@ -180,6 +182,40 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
     return _validated(doc, ExperimentConfig(**kwargs))
+
+
+_PORT_REASONS = {"multihop": "it forwards over the group's ring",
+                 "stragglar": "its reduce-scatter runs on a ring of the others",
+                 "pairwise": "the exchange needs the group's full mesh",
+                 "ring": "a ring of three or more needs two circuits per rank"}
+
+
+def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
+    """Refuse an algorithm chosen in ``workload.algorithms`` whose circuits need more ports per
+    rank than K on an optical rail (electrical rails have no such budget), at its position."""
+    if cfg.mode == "baseline" or not cfg.workload.algorithms:
+        return
+    k = cfg.effective_ports_per_rank
+    network = {(t.kind, t.axis) for p in schedule.programs for t in p.ops
+               if t.is_collective and t.axis}
+    for kind, axis in sorted(network):
+        chosen = [(k_, a, name) for k_, a, name in cfg.workload.algorithms
+                  if k_ == kind and a in ("", axis)]
+        if not chosen or bool(schedule.group_scale_up(axis).all()):
+            continue
+        name = cfg.workload.algorithm_for(kind, axis)
+        group = schedule.group_ranks(f"{axis}0")
+        on_rail = max(sum(1 for r in group if schedule.rail_of(r) == rail)
+                      for rail in {schedule.rail_of(r) for r in group})
+        need = min_ports(kind, name, on_rail)
+        if need > k:
+            path = f"workload.algorithms.{kind}" + (
+                f".{axis}" if any(a == axis for _, a, _n in chosen) else "")
+            raise ExperimentError(
+                f"{name} needs {need} ports per rank for {axis} groups of {on_rail} ranks on a "
+                f"rail ({_PORT_REASONS.get(name, 'its rounds')}), but ocs.ports_per_rank is {k}; "
+                "raise ocs.ports_per_rank, choose another algorithm, or run mode: baseline",
+                path, _Doc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.job import rail_job_ports
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.config import ExperimentConfig, check_algorithm_ports
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from workloads import generate_schedule
@@ -32,9 +33,16 @@ class Prepared:
     modeled_iteration_s: float
 
 
-def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
-    """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = generate_schedule(cfg.workload)
+def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
+            schedule: Schedule | None = None, verify: bool = False) -> Prepared:
+    """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
+    :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
+
+    ``schedule`` replaces the one generated from the workload (benchmarks of one collective:
+    :mod:`workloads.micro`); ``verify`` plans carry real data (tests).
+    """
+    schedule = schedule or generate_schedule(cfg.workload)
+    check_algorithm_ports(cfg, schedule)
     world = schedule.world_size
     if check_capacity:
         problem = capacity_problem(world)
@@ -48,7 +56,11 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
     try:
         plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
-                          latency_s=cfg.latency_us * 1e-6)
+                          latency_s=cfg.latency_us * 1e-6,
+                          ports_per_rank=cfg.effective_ports_per_rank,
+                          electrical=cfg.mode == "baseline", verify=verify)
+        plan.job("check", rail_job_ports(range(world), schedule.cluster.gpus_per_server,
+                                         cfg.effective_ports_per_rank))
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
     times = simulate(schedule, TimingModel(rail_gbps=cfg.rail_gbps,
