@@ -135,7 +135,7 @@ class Schedule:
     program_of: np.ndarray  # (world_size,) program index of every rank
     _index: dict[str, RankIndex] = field(default_factory=dict, repr=False)
     _scale_up: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _lowered: dict[tuple[str, str], tuple[StepPlan, int | None]] = field(
+    _lowered: dict[tuple[str, str], tuple[StepPlan, int | None, list[int]]] = field(
         default_factory=dict, repr=False)
 
     # --- placement ---------------------------------------------------------------------
@@ -220,7 +220,7 @@ class Schedule:
         if self.config.algorithm_for(t.kind, t.axis) == DEFAULT_ALGORITHM[t.kind]:
             wire = wire_bytes(t.kind, n, pos, t.size_bytes, t.split)
         else:
-            wire = self._positional(gid, t.tag)[0].sent_bytes(pos)
+            wire = self._positional(gid, t.tag)[2][pos]
         return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
                   collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes, wire_bytes=wire,
                   scale_up=bool(self.group_scale_up(t.axis)[g]))
@@ -242,9 +242,10 @@ class Schedule:
         ranks = self.group_ranks(group_id)
         return next((i for i, r in enumerate(ranks) if r in late), None)
 
-    def _positional(self, group_id: str, tag: str) -> tuple[StepPlan, int | None]:
+    def _positional(self, group_id: str, tag: str) -> tuple[StepPlan, int | None, list[int]]:
         """The collective ``group_id:tag`` lowered over positions ``0..n-1`` with its
-        algorithm (shared by the groups of one shape), and its straggler's position."""
+        algorithm (shared by the groups of one shape), its straggler's position and the bytes
+        each position sends."""
         key = (group_id, tag)
         if key not in self._lowered:
             ranks = self.group_ranks(group_id)
@@ -254,7 +255,11 @@ class Schedule:
             splits = tuple(t.split for t in tops) if kind == "all_to_all" else None
             plan = lower_positions(kind, self.config.algorithm_for(kind, axis), len(ranks),
                                    tuple(t.size_bytes for t in tops), splits, where)
-            self._lowered[key] = (plan, where)
+            sent = [0] * len(ranks)
+            for step in plan.steps:
+                for x in step:
+                    sent[x.src] += x.size_bytes
+            self._lowered[key] = (plan, where, sent)
         return self._lowered[key]
 
     # --- collectives -------------------------------------------------------------------

@@ -18,9 +18,10 @@ drains every incoming connection and counts bytes per (iteration, collective, se
 receiving step just waits for its count. A sender finishes by shutting down its side and waiting for
 the receiver's EOF: the bytes have then been read by the peer, not only queued. A call with
 segments (:mod:`testbed.plan.replay`) runs each segment as its own shim call and finishes its
-connections before the next, whose circuits may be others; a ``sync`` step's header carries a
-flag, the receiver answers with a header once it has read the payload, and the sender waits for
-that answer before the next step. A verify plan's calls carry real data
+connections before the next, whose circuits may be others. A ``sync`` step is a rendezvous: the
+receiver tells each sender (on the sender's connection) that it has reached the step, the sender
+sends only then, flags the step's header, and waits until the receiver answers that it has read
+the payload. A verify plan's calls carry real data
 (:mod:`testbed.plan.verify`): the hello asks the receiver to keep the bytes, and the call's
 record says whether every block the rank owns ended right (``verified``). Records go to the
 ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
@@ -47,7 +48,13 @@ from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.verify import CallData
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
-SYNC_FLAG = 1 << 31  # in the step index: answer with a header once the payload is read
+# Flags in the step index of a header. A sync step's data header carries SYNC_FLAG and the
+# receiver answers with SYNC_FLAG once it has read the payload; before the data, the receiver
+# sends READY_FLAG when it has reached the step (a rendezvous, as NCCL's sends wait for the
+# matching receive).
+SYNC_FLAG = 1 << 31
+READY_FLAG = 1 << 30
+FLAGS = SYNC_FLAG | READY_FLAG
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
 POLL_S = 0.25
 
@@ -67,6 +74,7 @@ class Inbox:
         self._cv = threading.Condition()
         self._got: dict[tuple[int, str, int, int], int] = {}
         self._data: dict[tuple[int, str, int, int], bytearray] = {}
+        self._conns: dict[tuple[int, str, int], tuple[socket.socket, threading.Lock]] = {}
         self.errors: list[str] = []
 
     def post(self, key: tuple[int, str, int, int], n: int, data: bytes | None = None) -> None:
@@ -80,6 +88,38 @@ class Inbox:
         """The bytes kept for ``key`` (connections whose hello asked to keep them)."""
         with self._cv:
             return bytes(self._data.pop(key, b""))
+
+    def register(self, origin: tuple[int, str, int], conn: socket.socket) -> threading.Lock:
+        """An incoming connection from (iteration, collective, sender) is open; returns the
+        lock that serialises what this rank writes on it."""
+        lock = threading.Lock()
+        with self._cv:
+            self._conns[origin] = (conn, lock)
+            self._cv.notify_all()
+        return lock
+
+    def unregister(self, origin: tuple[int, str, int], conn: socket.socket) -> None:
+        with self._cv:
+            if self._conns.get(origin, (None,))[0] is conn:
+                del self._conns[origin]
+
+    def ready(self, origin: tuple[int, str, int], step: int, timeout_s: float,
+              aborted: threading.Event) -> None:
+        """Tell the sender of ``origin`` that this rank has reached sync step ``step``: wait
+        for its connection, then answer on it."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while origin not in self._conns:
+                if aborted.is_set():
+                    raise Abort
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ReplayError(f"rank {origin[2]} did not connect for {origin[1]} step "
+                                      f"{step} (iteration {origin[0]}) within {timeout_s:.0f} s")
+                self._cv.wait(min(left, POLL_S))
+            conn, lock = self._conns[origin]
+        with lock:
+            conn.sendall(STEP_HEADER.pack(step | READY_FLAG, 0))
 
     def fail(self, message: str) -> None:
         with self._cv:
@@ -126,31 +166,42 @@ def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) ->
                     return
                 line += ch
             hello = json.loads(line)
-            it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
-            keep = bool(hello.get("keep"))
-            view = memoryview(bytearray(1 << 18))
-            while True:
-                head = _recv_exact(conn, STEP_HEADER.size)
-                if not head:
-                    return  # EOF: the sender is done; closing tells it we read everything
-                if len(head) < STEP_HEADER.size:
-                    raise ReplayError(f"truncated step header from rank {src} for {cid}")
-                flagged, length = STEP_HEADER.unpack(head)
-                step = flagged & ~SYNC_FLAG
-                left = length
-                while left:
-                    n = conn.recv_into(view, min(left, len(view)))
-                    if not n:
-                        raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
-                                          f"of {length} bytes unsent")
-                    left -= n
-                    inbox.post((it, cid, src, step), n, bytes(view[:n]) if keep else None)
-                if length == 0:
-                    inbox.post((it, cid, src, step), 0)
-                if flagged & SYNC_FLAG:
-                    conn.sendall(STEP_HEADER.pack(step, 0))
+            origin = (int(hello["it"]), str(hello["cid"]), int(hello["src"]))
+            lock = inbox.register(origin, conn)
+            try:
+                _drain(conn, inbox, origin, bool(hello.get("keep")), lock)
+            finally:
+                inbox.unregister(origin, conn)
         except (OSError, ValueError, KeyError, ReplayError) as exc:
             inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
+
+
+def _drain(conn: socket.socket, inbox: Inbox, origin: tuple[int, str, int], keep: bool,
+           lock: threading.Lock) -> None:
+    """Read steps until EOF; keep their bytes if asked; answer the sync steps once read."""
+    it, cid, src = origin
+    view = memoryview(bytearray(1 << 18))
+    while True:
+        head = _recv_exact(conn, STEP_HEADER.size)
+        if not head:
+            return  # EOF: the sender is done; closing tells it we read everything
+        if len(head) < STEP_HEADER.size:
+            raise ReplayError(f"truncated step header from rank {src} for {cid}")
+        flagged, length = STEP_HEADER.unpack(head)
+        step = flagged & ~SYNC_FLAG
+        left = length
+        while left:
+            n = conn.recv_into(view, min(left, len(view)))
+            if not n:
+                raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
+                                  f"of {length} bytes unsent")
+            left -= n
+            inbox.post((it, cid, src, step), n, bytes(view[:n]) if keep else None)
+        if length == 0:
+            inbox.post((it, cid, src, step), 0)
+        if flagged & SYNC_FLAG:
+            with lock:
+                conn.sendall(STEP_HEADER.pack(step | SYNC_FLAG, 0))
 
 
 class Outgoing:
@@ -176,6 +227,7 @@ class Outgoing:
         sock.settimeout(timeout_s)
         self.sock = sock
         self.sent = 0
+        self._answers: set[tuple[int, int]] = set()  # (flag, step) answers read ahead
         sock.sendall(json.dumps(hello).encode() + b"\n")
 
     def send_step(self, step: int, n: int, payload: bytes | None = None,
@@ -193,10 +245,16 @@ class Outgoing:
                 left -= k
         self.sent += n
 
-    def wait_read(self) -> None:
-        """Wait for the receiver's answer to a sync step: it has read the payload."""
-        if len(_recv_exact(self.sock, STEP_HEADER.size)) < STEP_HEADER.size:
-            raise ReplayError("the receiver closed before it answered a sync step")
+    def expect(self, flag: int, step: int) -> None:
+        """Wait for the receiver's ``flag`` header for ``step`` (READY_FLAG: it has reached
+        the step; SYNC_FLAG: it has read the step's payload)."""
+        while (flag, step) not in self._answers:
+            head = _recv_exact(self.sock, STEP_HEADER.size)
+            if len(head) < STEP_HEADER.size:
+                raise ReplayError(f"the receiver closed before it answered step {step}")
+            flagged, _ = STEP_HEADER.unpack(head)
+            self._answers.add((flagged & FLAGS, flagged & ~FLAGS))
+        self._answers.discard((flag, step))
 
     def finish(self) -> None:
         """Shut our side and wait for the receiver's EOF (it has read every byte)."""
@@ -317,10 +375,17 @@ class Replayer:
         try:
             for k in steps:
                 step = op.steps[k]
-                for i, (peer, n) in enumerate(step.sends):
+                for peer, _n in step.sends:
                     if peer not in conns:
                         conns[peer] = Outgoing(self.peers[peer], self.port, hello,
                                                self.io_timeout_s)
+                if step.sync:  # rendezvous: post this rank's receptions, then wait for theirs
+                    for peer, _n in step.recvs:
+                        self.inbox.ready((it, op.collective_id, peer), k, self.io_timeout_s,
+                                         self.aborted)
+                for i, (peer, n) in enumerate(step.sends):
+                    if step.sync:
+                        conns[peer].expect(READY_FLAG, k)
                     payload = data.outgoing(step.send_blocks[i]) if data is not None else None
                     conns[peer].send_step(k, n, payload, step.sync)
                     moved[0] += n
@@ -333,7 +398,7 @@ class Replayer:
                         data.incoming(step.recv_blocks[j], self.inbox.take(key))
                 if step.sync:
                     for peer, _n in step.sends:
-                        conns[peer].wait_read()
+                        conns[peer].expect(SYNC_FLAG, k)
             for conn in conns.values():
                 conn.finish()
         finally:

@@ -131,3 +131,78 @@ def sweep_plot(rows: Sequence[Row], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+ALGORITHM_COLORS = {"matchings": "tab:blue", "multihop": "tab:orange", "electrical": "black",
+                    "ring": "black", "stragglar": "tab:red"}
+BACKEND_STYLE = {"sim-ideal": ("-", None), "sim-emulator": (":", None), "emu": ("", "o")}
+
+
+def alltoall_plot(points: Sequence[Row], path: Path) -> None:
+    """Time per all-to-all against the switching delay, one line per algorithm and backend;
+    one panel per cluster size (``opus-testbed bench alltoall``)."""
+    sizes = sorted({int(p["ranks"]) for p in points})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 4.0), squeeze=False)
+    for ax, n in zip(axes[0], sizes, strict=True):
+        for (backend, algorithm), pts in sorted(_series(points, n).items()):
+            ls, marker = BACKEND_STYLE.get(backend, ("--", None))
+            color = ALGORITHM_COLORS.get(algorithm, "tab:gray")
+            label = f"{algorithm} ({backend})"
+            if algorithm == "electrical":
+                ax.axhline(pts[0][1] * 1e3, color=color, ls=ls or "--", label=label)
+                continue
+            ax.plot([x for x, _ in pts], [y * 1e3 for _, y in pts], ls=ls, marker=marker,
+                    color=color, label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("OCS switching delay (ms)")
+        ax.set_ylabel("time per all-to-all (ms)")
+        ax.set_title(f"{n} ranks on one rail" + (" (beyond Table 3 radix)" if n > 64 else ""))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _series(points: Sequence[Row], n: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    out: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for p in points:
+        if int(p["ranks"]) == n:
+            out[(str(p["backend"]), str(p["algorithm"]))].append(
+                (_f(p["switching_delay_ms"]), _f(p["time_per_a2a_s"])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def stragglar_plot(points: Sequence[Row], path: Path) -> None:
+    """Time after the straggler arrives against the switching delay (electrical rails at the
+    left), one line per algorithm, backend and straggler delay (``bench stragglar``)."""
+    fabrics = sorted({(p["switching_delay_ms"] is not None, _f(p["switching_delay_ms"] or 0),
+                       str(p["fabric"])) for p in points})
+    x_of = {f[2]: i for i, f in enumerate(fabrics)}
+    delays = sorted({_f(p["straggler_delay_ms"]) for p in points})
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    lines: dict[tuple[str, str, float], list[tuple[int, float]]] = defaultdict(list)
+    for p in points:
+        late = _f(p["straggler_delay_ms"])
+        if p["algorithm"] == "ring" and late != delays[-1]:
+            continue  # the ring's time after the arrival does not depend on the delay
+        lines[(str(p["backend"]), str(p["algorithm"]), late)].append(
+            (x_of[str(p["fabric"])], _f(p["after_arrival_s"])))
+    for (backend, algorithm, late), pts in sorted(lines.items()):
+        ls, marker = BACKEND_STYLE.get(backend, ("--", None))
+        shade = 0.35 + 0.65 * (delays.index(late) + 1) / len(delays)
+        label = (f"{algorithm} ({backend})" if algorithm == "ring"
+                 else f"{algorithm}, straggler {late:g} ms ({backend})")
+        ax.plot([x for x, _ in sorted(pts)], [y * 1e3 for _, y in sorted(pts)], ls=ls or "-",
+                marker=marker or ".", color=ALGORITHM_COLORS.get(algorithm, "tab:gray"),
+                alpha=shade if algorithm != "ring" else 1.0, label=label)
+    ax.set_xticks(range(len(fabrics)), [f[2] for f in fabrics])
+    ax.set_xlabel("rail (switching delay)")
+    ax.set_ylabel("all-reduce time after the straggler arrives (ms)")
+    ax.set_title("StragglAR vs Ring, 8 ranks, one persistent straggler")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
