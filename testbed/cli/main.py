@@ -148,8 +148,6 @@ def _names(text: str | None) -> list[str] | None:
 
 def _add_collective_benches(bench: Any) -> None:
     """``bench alltoall`` and ``bench stragglar`` (collective algorithms on circuits)."""
-    backends_help = ("comma-separated: emu (root), sim-ideal, sim-emulator; default: all as "
-                     "root, the simulated ones otherwise")
     b = bench.add_parser(
         "alltoall", help="EP all-to-all: matchings vs multihop vs electrical against the "
         "switching delay, emulated (8 ranks) and simulated (8, 32, 256)",
@@ -162,10 +160,7 @@ def _add_collective_benches(bench: Any) -> None:
     b.add_argument("--size-mib", type=float, default=None,
                    help="bytes per rank (default: Mixtral-8x7B's EP dispatch, 128 MiB)")
     b.add_argument("--delays", default="0.01,1,10,25", help="switching delays in ms")
-    b.add_argument("--backends", default=None, help=backends_help)
-    b.add_argument("--iterations", type=int, default=3, help="measured iterations per point")
-    b.add_argument("--plot", default="bench-alltoall.png", help="plot file (PNG)")
-    b.add_argument("--keep", metavar="DIR", help="keep the emulated runs' results under DIR")
+    _run_options(b, "bench-alltoall.png")
     b.set_defaults(bench_fn=_bench_alltoall)
     b = bench.add_parser(
         "stragglar", help="StragglAR vs Ring all-reduce with a persistent straggler on "
@@ -178,11 +173,18 @@ def _add_collective_benches(bench: Any) -> None:
     b.add_argument("--straggler-delays", default="0,10,20,50,100",
                    help="the straggler's delays in ms")
     b.add_argument("--delays", default="1,25", help="OCS switching delays in ms")
-    b.add_argument("--backends", default=None, help=backends_help)
-    b.add_argument("--iterations", type=int, default=3, help="measured iterations per point")
-    b.add_argument("--plot", default="bench-stragglar.png", help="plot file (PNG)")
-    b.add_argument("--keep", metavar="DIR", help="keep the emulated runs' results under DIR")
+    _run_options(b, "bench-stragglar.png")
     b.set_defaults(bench_fn=_bench_stragglar)
+
+
+def _run_options(b: argparse.ArgumentParser, plot: str) -> None:
+    """Backends, iterations, plot file and kept runs of the collective benches."""
+    b.add_argument("--backends", default=None,
+                   help="comma-separated: emu (root), sim-ideal, sim-emulator; default: all as "
+                   "root, the simulated ones otherwise")
+    b.add_argument("--iterations", type=int, default=3, help="measured iterations per point")
+    b.add_argument("--plot", default=plot, help="plot file (PNG)")
+    b.add_argument("--keep", metavar="DIR", help="keep the emulated runs' results under DIR")
 
 
 def _floats(text: str) -> list[float]:

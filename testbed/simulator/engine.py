@@ -492,6 +492,11 @@ class PlanSimulation:
         """One reception of the call's current step is complete (now)."""
         call.received += n
         call.waiting -= 1
+        self._step_progress(call)
+
+    def _step_progress(self, call: _Call) -> None:
+        """Something of the current step arrived (now); the step ends when its receptions and
+        (sync steps) its sends have all arrived."""
         if self.now > call.last:
             call.last = self.now
         if not call.waiting and not call.sync_open:
@@ -619,11 +624,7 @@ class PlanSimulation:
         call.undelivered -= 1
         if call.sync_open and flow.k == call.k:  # a sync step ends when its sends arrived
             call.sync_open -= 1
-            if self.now > call.last:
-                call.last = self.now
-            if not call.sync_open and not call.waiting:
-                call.k += 1
-                self._at(call.last + self.net.step_s, self._step, call)
+            self._step_progress(call)
         if call.finishing and not call.undelivered:
             call.finishing = False
             self._at(self.now + self.net.finish_s, self._segment_end, call)

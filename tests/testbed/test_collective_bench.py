@@ -72,11 +72,7 @@ def test_bench_refuses_an_unknown_backend(capsys: pytest.CaptureFixture[str]) ->
 
 EXPERIMENT = """\
 cluster: {servers: 8, gpus_per_server: 1}
-workload:
-  model: mixtral-8x7b
-  seq_len: 1024
-  parallelism: {fsdp: 8, ep: 8}
-  algorithms: {all_to_all: ALGO}
+workload: {model: mixtral-8x7b, parallelism: {fsdp: 8, ep: 8}, algorithms: {all_to_all: ALGO}}
 mode: MODE
 ocs: {ports_per_rank: 1}
 """
@@ -89,7 +85,7 @@ def test_multihop_on_one_port_is_refused_at_its_place_and_nothing_starts(
     out = tmp_path / "out"
     assert main(["run", str(path), "--backend", "sim", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"{path}:6:28: workload.algorithms.all_to_all: multihop needs 2 ports per rank" \
+    assert f"{path}:2:89: workload.algorithms.all_to_all: multihop needs 2 ports per rank" \
         in err and "ocs.ports_per_rank is 1" in err
     assert not out.exists()
 
@@ -111,5 +107,5 @@ def test_an_algorithm_that_does_not_exist_is_refused_by_the_workload_command(
     path.write_text(EXPERIMENT.replace("all_to_all: ALGO", "all_gather: matchings")
                     .replace("MODE", "on-demand"))
     assert main(["workload", str(path)]) == 2
-    assert f"{path}:6:28: workload.algorithms.all_gather: algorithm 'matchings' does not " \
+    assert f"{path}:2:89: workload.algorithms.all_gather: algorithm 'matchings' does not " \
         "exist for all_gather" in capsys.readouterr().err

@@ -14,7 +14,6 @@ MOE = """\
 cluster: {servers: 8, gpus_per_server: 1}
 workload:
   model: mixtral-8x7b
-  seq_len: 1024
   parallelism: {fsdp: 8, ep: 8}
 """
 
@@ -39,27 +38,27 @@ def test_algorithms_per_kind_and_per_axis() -> None:
 
 def test_an_algorithm_that_does_not_exist_for_the_kind_is_refused_at_its_place() -> None:
     err = _error(MOE + "  algorithms:\n    all_gather: matchings\n")
-    assert err.position == "exp.yaml:7:17"
+    assert err.position == "exp.yaml:6:17"
     assert "workload.algorithms.all_gather: algorithm 'matchings' does not exist for " \
         "all_gather; choose ring" in str(err)
     err = _error(MOE + "  algorithms:\n    all_to_all: {ep: stragglar}\n")
-    assert err.position == "exp.yaml:7:22" and "choose pairwise or matchings or multihop" \
+    assert err.position == "exp.yaml:6:22" and "choose pairwise or matchings or multihop" \
         in str(err)
     err = _error(MOE + "  algorithms:\n    alltoall: matchings\n")
     assert err.field == "workload.algorithms.alltoall" and "unknown collective kind" in str(err)
     err = _error(MOE + "  algorithms:\n    all_to_all: {epp: matchings}\n")
-    assert "unknown axis 'epp'" in str(err) and err.position == "exp.yaml:7:23"
+    assert "unknown axis 'epp'" in str(err) and err.position == "exp.yaml:6:23"
 
 
 def test_a_straggler_outside_the_world_is_refused_at_its_rank() -> None:
     err = _error(MOE + "  stragglers:\n    - {rank: 3, delay_ms: 5}\n"
                  "    - {rank: 9, delay_ms: 5}\n")
-    assert err.position == "exp.yaml:8:14"
+    assert err.position == "exp.yaml:7:14"
     assert "workload.stragglers[1].rank: rank 9 is outside the world (0..7)" in str(err)
     err = _error(MOE + "  stragglers: {rank: -1, delay_ms: 5}\n")  # the one-mapping form
-    assert err.position == "exp.yaml:6:22" and "outside the world" in str(err)
+    assert err.position == "exp.yaml:5:22" and "outside the world" in str(err)
     err = _error(MOE + "  stragglers: {rank: 1, delay_ms: -5}\n")
-    assert err.field == "workload.stragglers[0].delay_ms" and err.position == "exp.yaml:6:35"
+    assert err.field == "workload.stragglers[0].delay_ms" and err.position == "exp.yaml:5:35"
     err = _error(MOE + "  stragglers: [{rank: 1, delay_ms: 5}, {rank: 1, delay_ms: 5}]\n")
     assert "listed twice" in str(err)
     err = _error(MOE + "  stragglers: {rank: 1, delay: 5}\n")
@@ -68,7 +67,7 @@ def test_a_straggler_outside_the_world_is_refused_at_its_rank() -> None:
 
 def test_stragglar_needs_one_straggler_per_power_of_two_group() -> None:
     err = _error(MOE + "  algorithms: {all_reduce: stragglar}\n")
-    assert "stragglar needs a straggler" in str(err) and err.position == "exp.yaml:6:28"
+    assert "stragglar needs a straggler" in str(err) and err.position == "exp.yaml:5:28"
     six = MOE.replace("servers: 8", "servers: 6").replace("fsdp: 8, ep: 8", "fsdp: 6")
     err = _error(six + "  algorithms: {all_reduce: {fsdp: stragglar}}\n"
                  "  stragglers: {rank: 1, delay_ms: 5}\n")
