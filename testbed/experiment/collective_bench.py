@@ -19,8 +19,11 @@ K rounds per switch), by ``multihop`` (forwarding over the lit ring, both direct
 electrical rail (the pairwise exchange, no switching), at switching delays of 0.01, 1, 10 and
 25 ms. Emulated at 8 ranks; simulated at 8, 32 and 256 (256 ranks on one rail exceed every
 Table 3 radix except the robotic OCS's: the JSON says so). Time per all-to-all: from the last
-member's intent to the last member's end. The crossover is the delay below which matchings
-beat multihop: a line through the matchings times against the delay meets the multihop time.
+member's intent to the last member's end. Emulated points carry their run's fidelity verdict:
+the emulator's fixed costs (milliseconds per step, connection and switching decision) and a
+busy machine hide sub-millisecond differences, which only the IDEAL sim resolves. The crossover
+is the delay below which matchings beat multihop: a line through the matchings times against the
+delay meets the multihop time.
 
 **bench stragglar.** An all-reduce of 1 GiB over 8 ranks with a persistent straggler (the last
 rank, late by each of several delays; Devraj et al., arXiv 2505.23523, who report 22 % (v1) and
@@ -102,6 +105,7 @@ class _Runner:
         self.work_dir = work_dir
         self.say = say
         self.runs = 0
+        self.fidelity = "simulated"  # the last run's verdict ("ok", "degraded (machine)", ...)
 
     def calls(self, backend: str, sched: Schedule, *, mode: str, delay_ms: float,
               warmup: int, iterations: int, name: str) -> list[dict[str, Any]]:
@@ -116,6 +120,7 @@ class _Runner:
                                rail_gbps=RAIL_GBPS, link_mbps=link, latency_us=LATENCY_US,
                                iterations=iterations, warmup=warmup)
         self.runs += 1
+        self.fidelity = "simulated"
         if backend == "emu":
             records = self._emulate(cfg, sched)
         else:
@@ -133,7 +138,10 @@ class _Runner:
             base = self.work_dir or Path(tmp)
             out = base / f"{cfg.name}-{self.runs}"
             self.say(f"  emulated: {cfg.name} ({cfg.mode}, {cfg.switching_delay_ms:g} ms)")
-            run_emulated(prep, out, lambda _m: None)
+            summary = run_emulated(prep, out, lambda _m: None)
+            self.fidelity = str(summary.get("fidelity"))
+            if summary.get("fidelity_blame") not in (None, "none"):
+                self.fidelity += f" ({summary['fidelity_blame']})"
             return [json.loads(line) for f in sorted((out / "ranks").glob("rank*.jsonl"))
                     for line in f.read_text().splitlines()]
 
@@ -230,6 +238,7 @@ def run_alltoall_bench(*, ranks: Sequence[int] = (8, 32, 256), emu_ranks: int = 
                     "segments_per_a2a": spans[0]["segments"],
                     "model_s": round(alltoall_model_s(algorithm, n, per_rank, delay), 6),
                     "delivered": all(s["delivered"] for s in spans),
+                    "fidelity": runner.fidelity,
                     "beyond_table3_radix": n > TABLE3_MAX_RADIX})
     crossovers: dict[str, dict[str, Any]] = defaultdict(dict)
     for backend in runner.backends:
@@ -255,7 +264,8 @@ def run_alltoall_bench(*, ranks: Sequence[int] = (8, 32, 256), emu_ranks: int = 
     if plot is not None:
         from testbed.results.plots import alltoall_plot
 
-        alltoall_plot(points, plot)
+        alltoall_plot(points, plot, {int(n): c["sim-ideal"]["ms"] for n, c in crossovers.items()
+                                     if c.get("sim-ideal", {}).get("ms") is not None})
         out["plot"] = str(plot)
     return out
 
@@ -317,7 +327,8 @@ def run_stragglar_bench(*, ranks: int = 8, size_mib: float = 1024.0,
                         "segments": spans[0]["segments"],
                         "model_after_arrival_s": round(stragglar_model_s(
                             algorithm, ranks, size, late_ms, delay), 6),
-                        "delivered": all(s["delivered"] for s in spans)})
+                        "delivered": all(s["delivered"] for s in spans),
+                        "fidelity": runner.fidelity})
     speedups = _speedups(points)
     best = {b: max((s["after_arrival"] for s in speedups
                     if s["backend"] == b and s["fabric"] == "electrical"), default=None)

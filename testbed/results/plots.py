@@ -138,9 +138,10 @@ ALGORITHM_COLORS = {"matchings": "tab:blue", "multihop": "tab:orange", "electric
 BACKEND_STYLE = {"sim-ideal": ("-", None), "sim-emulator": (":", None), "emu": ("", "o")}
 
 
-def alltoall_plot(points: Sequence[Row], path: Path) -> None:
+def alltoall_plot(points: Sequence[Row], path: Path,
+                  crossovers_ms: Mapping[int, float] | None = None) -> None:
     """Time per all-to-all against the switching delay, one line per algorithm and backend;
-    one panel per cluster size (``opus-testbed bench alltoall``)."""
+    one panel per cluster size, the IDEAL sim's crossover marked (``bench alltoall``)."""
     sizes = sorted({int(p["ranks"]) for p in points})
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 4.0), squeeze=False)
     for ax, n in zip(axes[0], sizes, strict=True):
@@ -153,6 +154,9 @@ def alltoall_plot(points: Sequence[Row], path: Path) -> None:
                 continue
             ax.plot([x for x, _ in pts], [y * 1e3 for _, y in pts], ls=ls, marker=marker,
                     color=color, label=label)
+        if crossovers_ms and n in crossovers_ms:
+            ax.axvline(crossovers_ms[n], color="0.5", ls="-.", lw=0.8,
+                       label=f"crossover {crossovers_ms[n]:.3g} ms (sim-ideal)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("OCS switching delay (ms)")
