@@ -88,6 +88,14 @@ def test_schedule_bytes_follow_the_algorithm_and_survive_the_json_round_trip(
         op = s.op(0, a2a.index)
         assert op.wire_bytes == pytest.approx(a2a.wire_bytes * factor)  # multihop relays
     assert hop.step_plan(a2a.collective_id).algorithm == "multihop"
+    split = base.program(0).ops[a2a.index].split  # Mixtral's dispatch: uniform routing
+    for s in (match, hop):  # every rank receives exactly the dispatch's blocks for it
+        plan = s.step_plan(a2a.collective_id, with_blocks=True)
+        blocks = {b.block_id: b for b in plan.blocks}
+        for r in range(8):
+            got = sum(blocks[b].size_bytes for step in plan.steps for t in step if t.dst == r
+                      for b, _ in t.blocks if r in blocks[b].owners)
+            assert got == sum(split) - split[r]
     path = tmp_path / "s.json"
     hop.to_json(str(path))
     back = Schedule.from_json(str(path))
