@@ -159,6 +159,9 @@ def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) ->
     with conn:
         try:
             conn.settimeout(io_timeout_s)
+            # this side answers sync steps with small headers: without NODELAY, Nagle's
+            # algorithm holds each behind the ack of the previous one (delayed by up to 40 ms)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             line = bytearray()
             while not line.endswith(b"\n"):
                 ch = conn.recv(1)

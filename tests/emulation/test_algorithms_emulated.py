@@ -5,13 +5,13 @@ every transfer carries the blocks it moves, every rank checks at each call's end
 the sum of the contributors' values of each block it owns (the all-to-all blocks sent to it,
 the fully reduced buffer, the gathered inputs, its reduced chunk). One run per algorithm set:
 the defaults on electrical rails, matchings and StragglAR (straggler rank 3, 50 ms late) on
-switched circuits, multihop on the lit ring.
+switched circuits, multihop on the lit ring. The test checks data, not timing, so a busy
+machine (the fidelity guard's concern) does not excuse or skip it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from workloads.config import Straggler
 from workloads.hardware import Cluster
 from workloads.micro import collectives_schedule
 
-FidelityGate = Callable[[str, str, Sequence[str]], None]
 LINK_MBPS = 20.0
 BLOCK = 4096  # bytes of an all-to-all block (scale 1)
 
@@ -43,7 +42,7 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_rank_receives_and_ends_with_exactly_its_bytes(
-        case: str, tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
+        case: str, tmp_path: Path, no_leftovers: list[str]) -> None:
     mode, algorithms = CASES[case]
     sched = collectives_schedule(
         Cluster(4, 1), [("all_to_all", 4 * BLOCK), ("all_reduce", 3 * 5000),
@@ -69,4 +68,3 @@ def test_every_rank_receives_and_ends_with_exactly_its_bytes(
     else:
         assert kinds == dict.fromkeys(kinds, 1)
     assert summary["calls"] == summary["calls_delivered"]
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
