@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workloads.algorithms import DEFAULT_ALGORITHM
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec, get_gpu
 from workloads.models import ModelSpec
@@ -101,8 +102,6 @@ class WorkloadConfig:
     def algorithm_for(self, kind: str, axis: str) -> str:
         """The algorithm chosen for collectives of ``kind`` on ``axis`` (default: the first
         of the kind's algorithms)."""
-        from workloads.algorithms import DEFAULT_ALGORITHM
-
         chosen = DEFAULT_ALGORITHM.get(kind, "")
         for k, a, name in self.algorithms:
             if k == kind and a == axis:
