@@ -180,33 +180,34 @@ def _series(points: Sequence[Row], n: int) -> dict[tuple[str, str], list[tuple[f
 
 def stragglar_plot(points: Sequence[Row], path: Path) -> None:
     """Time after the straggler arrives against the switching delay (electrical rails at the
-    left), one line per algorithm, backend and straggler delay (``bench stragglar``)."""
+    left), one line per algorithm and backend: the ring, and StragglAR with the shortest and the
+    longest straggler delay (``opus-testbed bench stragglar``)."""
     fabrics = sorted({(p["switching_delay_ms"] is not None, _f(p["switching_delay_ms"] or 0),
                        str(p["fabric"])) for p in points})
     x_of = {f[2]: i for i, f in enumerate(fabrics)}
     delays = sorted({_f(p["straggler_delay_ms"]) for p in points})
-    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    shown = {("ring", delays[-1]), ("stragglar", delays[0]), ("stragglar", delays[-1])}
+    fig, ax = plt.subplots(figsize=(8.5, 4.4))
     lines: dict[tuple[str, str, float], list[tuple[int, float]]] = defaultdict(list)
     for p in points:
-        late = _f(p["straggler_delay_ms"])
-        if p["algorithm"] == "ring" and late != delays[-1]:
-            continue  # the ring's time after the arrival does not depend on the delay
-        lines[(str(p["backend"]), str(p["algorithm"]), late)].append(
-            (x_of[str(p["fabric"])], _f(p["after_arrival_s"])))
+        key = (str(p["algorithm"]), _f(p["straggler_delay_ms"]))
+        if key in shown:
+            lines[(str(p["backend"]), *key)].append(
+                (x_of[str(p["fabric"])], _f(p["after_arrival_s"])))
     for (backend, algorithm, late), pts in sorted(lines.items()):
         ls, marker = BACKEND_STYLE.get(backend, ("--", None))
-        shade = 0.35 + 0.65 * (delays.index(late) + 1) / len(delays)
         label = (f"{algorithm} ({backend})" if algorithm == "ring"
-                 else f"{algorithm}, straggler {late:g} ms ({backend})")
-        ax.plot([x for x, _ in sorted(pts)], [y * 1e3 for _, y in sorted(pts)], ls=ls or "-",
+                 else f"{algorithm}, straggler {late:g} ms late ({backend})")
+        ax.plot([x for x, _ in sorted(pts)], [y * 1e3 for _, y in sorted(pts)], ls=ls,
                 marker=marker or ".", color=ALGORITHM_COLORS.get(algorithm, "tab:gray"),
-                alpha=shade if algorithm != "ring" else 1.0, label=label)
+                alpha=1.0 if algorithm == "ring" or late == delays[-1] else 0.45, label=label)
     ax.set_xticks(range(len(fabrics)), [f[2] for f in fabrics])
+    ax.set_yscale("log")
     ax.set_xlabel("rail (switching delay)")
     ax.set_ylabel("all-reduce time after the straggler arrives (ms)")
-    ax.set_title("StragglAR vs Ring, 8 ranks, one persistent straggler")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+    ax.set_title("StragglAR vs Ring, one persistent straggler")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
