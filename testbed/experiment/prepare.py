@@ -1,8 +1,10 @@
 """Everything a run needs before anything starts: schedule, replay plan, link rate, byte scale.
 
 Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
-(:mod:`workloads`), refuses what this machine cannot host (emulation only), picks the emulated
-link rate and lowers the schedule to per-rank replay plans (:mod:`testbed.plan.replay`).
+(:mod:`workloads`) or loads it (``workload: {schedule: FILE}``), refuses what this machine
+cannot host (emulation only), picks the emulated link rate and lowers the schedule to per-rank
+replay plans (:mod:`testbed.plan.replay`). Under rail-state semantics it also sets the plan's
+request points (:mod:`testbed.plan.requestpoints`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.job import rail_job_ports
+from controller.job import JobError, rail_job_ports
+from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
 from testbed.experiment.config import ExperimentConfig, check_algorithm_ports
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
-from workloads import generate_schedule
+from testbed.plan.requestpoints import with_request_points
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
@@ -38,10 +41,10 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
     :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
 
-    ``schedule`` replaces the one generated from the workload (benchmarks of one collective:
+    ``schedule`` replaces the experiment's (benchmarks of one collective:
     :mod:`workloads.micro`); ``verify`` plans carry real data (tests).
     """
-    schedule = schedule or generate_schedule(cfg.workload)
+    schedule = schedule or cfg.schedule()
     check_algorithm_ports(cfg, schedule)
     world = schedule.world_size
     if check_capacity:
@@ -61,12 +64,26 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
                           electrical=cfg.mode == "baseline", verify=verify)
         plan.job("check", rail_job_ports(range(world), schedule.cluster.gpus_per_server,
                                          cfg.effective_ports_per_rank))
+        if cfg.effective_semantics == RAIL_STATE:  # port-exact: every call asks (the default)
+            plan = _rail_state_plan(cfg, plan)
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
     times = simulate(schedule, TimingModel(rail_gbps=cfg.rail_gbps,
                                            latency_s=cfg.latency_us * 1e-6))
     modeled = max(e for _, e in times.values()) if times else 0.0
     return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+
+
+def _rail_state_plan(cfg: ExperimentConfig, plan: ReplayPlan) -> ReplayPlan:
+    """The plan with the rail-state request points; refuses groups the bit model cannot hold."""
+    try:
+        for grp in plan.groups.values():
+            bit_op_of(grp, plan.stages)
+    except JobError as exc:
+        raise RunRefused(f"{cfg.source}: ocs.semantics: rail-state cannot run this "
+                         f"parallelism: {exc}") from exc
+    return with_request_points(plan, cfg.effective_request_points,
+                               predict=cfg.mode == "provisioning")
 
 
 def default_out_dir(cfg: ExperimentConfig, root: Path = Path("results")) -> Path:

@@ -42,7 +42,7 @@ from typing import Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
 from workloads.algorithms import DEFAULT_ALGORITHM, SEGMENTED, Segment, pack_segments
-from workloads.schedule import Op, Schedule
+from workloads.schedule import MAIN_THREAD, Op, Schedule
 from workloads.steps import P2P_KINDS, RING_KINDS, StepPlan, Transfer, chunk_sizes, ring_sends
 from workloads.timing import TimingModel, collective_duration_s
 
@@ -122,6 +122,12 @@ class PlanOp:
     wire_bytes: int = 0  # real bytes this rank sends
     steps: tuple[Step, ...] = ()
     tag: str = ""
+    thread: str = MAIN_THREAD  # the host thread that issues the call (main | autograd)
+    # Rail-state request points (:mod:`testbed.plan.requestpoints`): an ungated call never talks
+    # to the controller; after a call with ``predict`` >= 0 the rank provisions the call at
+    # that plan index (in the next iteration when it is not after this one).
+    gated: bool = True
+    predict: int = -1
     segments: tuple[PlanSegment, ...] = ()  # empty: one, the lane's group over every step
     blocks: tuple[PlanBlock, ...] = ()  # verify plans: the call's data blocks
 
@@ -147,6 +153,12 @@ class PlanOp:
         out.update(kind=self.kind, axis=self.axis, cid=self.collective_id,
                    size_bytes=self.size_bytes, wire_bytes=self.wire_bytes, tag=self.tag,
                    steps=[s.to_json() for s in self.steps])
+        if self.thread != MAIN_THREAD:
+            out["thread"] = self.thread
+        if not self.gated:
+            out["gated"] = False
+        if self.predict >= 0:
+            out["predict"] = self.predict
         if self.segments:
             out["segments"] = [[g.group, g.first, g.count] for g in self.segments]
         if self.blocks:
@@ -160,10 +172,12 @@ class PlanOp:
                    str(d.get("axis", "")), str(d.get("cid", "")), int(d.get("size_bytes", 0)),
                    int(d.get("wire_bytes", 0)),
                    tuple(Step.from_json(s) for s in d.get("steps", [])),
-                   str(d.get("tag", "")),
-                   tuple(PlanSegment(str(g), int(a), int(n)) for g, a, n in d.get("segments", [])),
-                   tuple((int(b), int(n), tuple(int(x) for x in c), tuple(int(x) for x in o))
-                         for b, n, c, o in d.get("blocks", [])))
+                   str(d.get("tag", "")), thread=str(d.get("thread", MAIN_THREAD)),
+                   gated=bool(d.get("gated", True)), predict=int(d.get("predict", -1)),
+                   segments=tuple(PlanSegment(str(g), int(a), int(n))
+                                  for g, a, n in d.get("segments", [])),
+                   blocks=tuple((int(b), int(n), tuple(int(x) for x in c),
+                                 tuple(int(x) for x in o)) for b, n, c, o in d.get("blocks", [])))
 
 
 @dataclass
@@ -174,13 +188,16 @@ class ReplayPlan:
     groups: dict[str, CommGroup]
     scale: float
     lanes: dict[int, list[str]] = field(default_factory=dict)
+    stages: dict[int, int] = field(default_factory=dict)  # rank -> pipeline stage (all ranks)
     electrical: bool = False  # rails are packet switches: no K-port budget to respect
 
     def job(self, job_id: str, ports: dict[int, RankPorts]) -> JobSpec:
         """The job for Opus, with the ranks' rail ports; refuses demands the ports can't carry
         (on optical rails)."""
+        stages = ({r: self.stages[r] for r in ports} if self.stages and set(ports) <= set(
+            self.stages) else None)
         try:
-            return JobSpec(job_id, ports, self.groups, check_ports=not self.electrical)
+            return JobSpec(job_id, ports, self.groups, stages, check_ports=not self.electrical)
         except JobError as exc:
             raise PlanError(f"{exc}. Use more ports per rank (ocs.ports_per_rank), or a "
                             "parallelism whose groups form rings on the rails") from exc
@@ -264,7 +281,8 @@ class Planner:
         for rank in (range(self.schedule.world_size) if ranks is None else ranks):
             programs[rank] = self.lower(rank)
             lanes[rank] = list(dict.fromkeys(op.lane for op in programs[rank]))
-        return ReplayPlan(programs, self.groups(), self.scale, lanes, self.electrical)
+        stages = {r: self.schedule.stage_of(r) for r in range(self.schedule.world_size)}
+        return ReplayPlan(programs, self.groups(), self.scale, lanes, stages, self.electrical)
 
     def groups(self) -> dict[str, CommGroup]:
         """Comm groups of the calls lowered and lanes named so far.
@@ -336,8 +354,8 @@ class Planner:
             steps = self._mesh_steps(lane, op)
         return PlanOp(index, lane, deps, kind=op.kind, axis=op.axis,
                       collective_id=op.collective_id, size_bytes=op.size_bytes,
-                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag, segments=segments,
-                      blocks=blocks)
+                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag, thread=op.thread,
+                      segments=segments, blocks=blocks)
 
     def _shape(self, rank: int, program: int) -> tuple[int, ...]:
         """What sets the lowering of ``rank`` beyond its program: per collective axis, -1 when
