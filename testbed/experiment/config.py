@@ -120,6 +120,12 @@ class ExperimentConfig:
         return 1 if self.effective_semantics == RAIL_STATE else self.ports_per_rank
 
     @property
+    def packet_switched(self) -> bool:
+        """Whether the data rails are packet switches (the baseline's electrical rails, and
+        rail-state's data rails): no circuit limits what a rank's ports carry."""
+        return self.mode == "baseline" or self.effective_semantics == RAIL_STATE
+
+    @property
     def effective_semantics(self) -> str:
         """The controller's semantics; the electrical baseline has no controller decisions."""
         return PORT_EXACT if self.mode == "baseline" else self.semantics
@@ -273,8 +279,9 @@ _PORT_REASONS = {"multihop": "it forwards over the group's ring",
 
 def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
     """Refuse an algorithm chosen in ``workload.algorithms`` whose circuits need more ports per
-    rank than K on an optical rail (electrical rails have no such budget), at its position."""
-    if cfg.mode == "baseline" or not cfg.workload.algorithms:
+    rank than K on an optical rail (packet-switched rails have no such budget), at its
+    position."""
+    if cfg.packet_switched or not cfg.workload.algorithms:
         return
     k = cfg.effective_ports_per_rank
     network = {(t.kind, t.axis) for p in schedule.programs for t in p.ops

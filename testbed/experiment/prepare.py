@@ -61,7 +61,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
         plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
                           latency_s=cfg.latency_us * 1e-6,
                           ports_per_rank=cfg.effective_ports_per_rank,
-                          electrical=cfg.mode == "baseline", verify=verify)
+                          electrical=cfg.packet_switched, verify=verify)
         plan.job("check", rail_job_ports(range(world), schedule.cluster.gpus_per_server,
                                          cfg.effective_ports_per_rank))
         if cfg.effective_semantics == RAIL_STATE:  # port-exact: every call asks (the default)

@@ -103,7 +103,7 @@ def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
     planner = Planner(schedule, scale=cfg.link_mbps * 1e6 / (cfg.rail_gbps * 1e9),
                       rail_gbps=cfg.rail_gbps, latency_s=cfg.latency_us * 1e-6,
                       ports_per_rank=cfg.effective_ports_per_rank,
-                      electrical=cfg.mode == "baseline")
+                      electrical=cfg.packet_switched)
     plan = planner.plan(simulated)
     mirrors: dict[int, list[Mirror]] = {}
     if mirror:
@@ -112,7 +112,7 @@ def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
     ports = rail_job_ports(controlled, cfg.workload.cluster.gpus_per_server,
                            cfg.effective_ports_per_rank)
     return BenchPlan(plan, mirrors, JobSpec("train", ports, planner.groups(),
-                                            check_ports=cfg.mode != "baseline"), controlled)
+                                            check_ports=not cfg.packet_switched), controlled)
 
 
 def _mirrors(schedule: Schedule, planner: Planner, plan: ReplayPlan, mirrored: Iterable[int]

@@ -90,11 +90,16 @@ def test_multihop_on_one_port_is_refused_at_its_place_and_nothing_starts(
     assert not out.exists()
 
 
-def test_electrical_rails_take_any_algorithm_on_one_port() -> None:
+def test_packet_switched_rails_take_any_algorithm_on_one_port() -> None:
+    """The baseline's electrical rails and rail-state's data rails have no port budget."""
     for algo in ("multihop", "pairwise"):
         cfg = parse_experiment(EXPERIMENT.replace("ALGO", algo).replace("MODE", "baseline"))
         prep = prepare(cfg, check_capacity=False)
         assert prep.plan.electrical
+    rings = parse_experiment(  # FSDP rings of four on rail-state's one port per rank
+        "cluster: {servers: 4, gpus_per_server: 1}\nworkload: {model: llama3-8b, "
+        "parallelism: {fsdp: 4}}\nmode: on-demand\nocs: {semantics: rail-state}\n")
+    assert prepare(rings, check_capacity=False).plan.electrical
     cfg = parse_experiment(EXPERIMENT.replace("ALGO", "matchings").replace("MODE", "on-demand")
                            .replace("ports_per_rank: 1", "ports_per_rank: 2"))
     groups = prepare(cfg, check_capacity=False).plan.groups  # FSDP's rings need K = 2
