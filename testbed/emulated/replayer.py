@@ -13,31 +13,25 @@ Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wrap
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
 the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
 and after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to
-the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
-(iteration, collective id, sender) and sends each step as a 12-byte header (step, length) plus
-payload; a listener thread drains every incoming connection and counts bytes per (iteration,
-collective, sender, step), so a receiving step just waits for its count. A sender finishes by
-shutting down its side and waiting for the receiver's EOF: the bytes have then been read by the
-peer, not only queued. A call with segments (:mod:`testbed.plan.replay`) runs each segment as its
-own shim call and finishes its connections before the next, whose circuits may be others. A
-``sync`` step is a rendezvous: the receiver tells each sender (on the sender's connection) that
-it has reached the step, the sender sends only then, flags the step's header, and waits until
-the receiver answers that it has read the payload. A verify plan's calls carry real data
+(:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
+:mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
+(only there: the circuits are lit), filler bytes counted by the receiving rank's listener per
+(iteration, collective, sender, step), so a receiving step just waits for its count; a ``sync``
+step is a rendezvous (the transport's ``READY``/``SYNC`` answers). A call with segments
+(:mod:`testbed.plan.replay`) runs each segment as its own shim call and finishes its connections
+before the next, whose circuits may be others. A verify plan's calls carry real data
 (:mod:`testbed.plan.verify`): the hello asks the receiver to keep the bytes, and the call's
-record says whether every block the rank owns ended right (``verified``). Records go to the
-``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on
-any failure the process records the rank, iteration and op and exits with status 1. Fault
-injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7)
-as the iteration starts.
+record says whether every block the rank owns ended right (``verified``). Records go
+to the ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and
+``finished``; on any failure the process records the rank, iteration and op and exits with
+status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit
+abruptly (status 7) as the iteration starts.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import struct
 import sys
 import threading
 import time
@@ -46,228 +40,13 @@ from typing import IO, Any
 
 from controller.profile import CallProfile
 from controller.shim import Shim
+from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
+from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.plan.verify import CallData
 
-STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
-# Flags in the step index of a header. A sync step's data header carries SYNC_FLAG and the
-# receiver answers with SYNC_FLAG once it has read the payload; before the data, the receiver
-# sends READY_FLAG when it has reached the step (a rendezvous, as NCCL's sends wait for the
-# matching receive).
-SYNC_FLAG = 1 << 31
-READY_FLAG = 1 << 30
-FLAGS = SYNC_FLAG | READY_FLAG
-PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
 POLL_S = 0.25
-
-
-class ReplayError(RuntimeError):
-    """A call could not complete (peer silent, short read, controller refused)."""
-
-
-class Abort(Exception):
-    """Another lane failed; this one stops."""
-
-
-class Inbox:
-    """Bytes received per (iteration, collective id, sender, step), with waiting."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._got: dict[tuple[int, str, int, int], int] = {}
-        self._data: dict[tuple[int, str, int, int], bytearray] = {}
-        self._conns: dict[tuple[int, str, int], tuple[socket.socket, threading.Lock]] = {}
-        self.errors: list[str] = []
-
-    def post(self, key: tuple[int, str, int, int], n: int, data: bytes | None = None) -> None:
-        with self._cv:
-            self._got[key] = self._got.get(key, 0) + n
-            if data is not None:
-                self._data.setdefault(key, bytearray()).extend(data)
-            self._cv.notify_all()
-
-    def take(self, key: tuple[int, str, int, int]) -> bytes:
-        """The bytes kept for ``key`` (connections whose hello asked to keep them)."""
-        with self._cv:
-            return bytes(self._data.pop(key, b""))
-
-    def register(self, origin: tuple[int, str, int], conn: socket.socket) -> threading.Lock:
-        """An incoming connection from (iteration, collective, sender) is open; returns the
-        lock that serialises what this rank writes on it."""
-        lock = threading.Lock()
-        with self._cv:
-            self._conns[origin] = (conn, lock)
-            self._cv.notify_all()
-        return lock
-
-    def unregister(self, origin: tuple[int, str, int], conn: socket.socket) -> None:
-        with self._cv:
-            if self._conns.get(origin, (None,))[0] is conn:
-                del self._conns[origin]
-
-    def ready(self, origin: tuple[int, str, int], step: int, timeout_s: float,
-              aborted: threading.Event) -> None:
-        """Tell the sender of ``origin`` that this rank has reached sync step ``step``: wait
-        for its connection, then answer on it."""
-        deadline = time.monotonic() + timeout_s
-        with self._cv:
-            while origin not in self._conns:
-                if aborted.is_set():
-                    raise Abort
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ReplayError(f"rank {origin[2]} did not connect for {origin[1]} step "
-                                      f"{step} (iteration {origin[0]}) within {timeout_s:.0f} s")
-                self._cv.wait(min(left, POLL_S))
-            conn, lock = self._conns[origin]
-        with lock:
-            conn.sendall(STEP_HEADER.pack(step | READY_FLAG, 0))
-
-    def fail(self, message: str) -> None:
-        with self._cv:
-            self.errors.append(message)
-            self._cv.notify_all()
-
-    def wait(self, key: tuple[int, str, int, int], expected: int, timeout_s: float,
-             aborted: threading.Event) -> int:
-        """Wait until ``expected`` bytes of ``key`` arrived; returns what arrived."""
-        deadline = time.monotonic() + timeout_s
-        with self._cv:
-            while self._got.get(key, 0) < expected:
-                if aborted.is_set():
-                    raise Abort
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ReplayError(
-                        f"received {self._got.get(key, 0)} of {expected} bytes from rank "
-                        f"{key[2]} for {key[1]} step {key[3]} (iteration {key[0]}) within "
-                        f"{timeout_s:.0f} s")
-                self._cv.wait(min(left, POLL_S))
-            return self._got.pop(key)
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf)
-
-
-def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> None:
-    """Drain one incoming connection into the inbox; close it at the sender's EOF."""
-    with conn:
-        try:
-            conn.settimeout(io_timeout_s)
-            # this side answers sync steps with small headers: without NODELAY, Nagle's
-            # algorithm holds each behind the ack of the previous one (delayed by up to 40 ms)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            line = bytearray()
-            while not line.endswith(b"\n"):
-                ch = conn.recv(1)
-                if not ch:
-                    return
-                line += ch
-            hello = json.loads(line)
-            origin = (int(hello["it"]), str(hello["cid"]), int(hello["src"]))
-            lock = inbox.register(origin, conn)
-            try:
-                _drain(conn, inbox, origin, bool(hello.get("keep")), lock)
-            finally:
-                inbox.unregister(origin, conn)
-        except (OSError, ValueError, KeyError, ReplayError) as exc:
-            inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
-
-
-def _drain(conn: socket.socket, inbox: Inbox, origin: tuple[int, str, int], keep: bool,
-           lock: threading.Lock) -> None:
-    """Read steps until EOF; keep their bytes if asked; answer the sync steps once read."""
-    it, cid, src = origin
-    view = memoryview(bytearray(1 << 18))
-    while True:
-        head = _recv_exact(conn, STEP_HEADER.size)
-        if not head:
-            return  # EOF: the sender is done; closing tells it we read everything
-        if len(head) < STEP_HEADER.size:
-            raise ReplayError(f"truncated step header from rank {src} for {cid}")
-        flagged, length = STEP_HEADER.unpack(head)
-        step = flagged & ~SYNC_FLAG
-        left = length
-        while left:
-            n = conn.recv_into(view, min(left, len(view)))
-            if not n:
-                raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
-                                  f"of {length} bytes unsent")
-            left -= n
-            inbox.post((it, cid, src, step), n, bytes(view[:n]) if keep else None)
-        if length == 0:
-            inbox.post((it, cid, src, step), 0)
-        if flagged & SYNC_FLAG:
-            with lock:
-                conn.sendall(STEP_HEADER.pack(step | SYNC_FLAG, 0))
-
-
-class Outgoing:
-    """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
-
-    def __init__(self, addr: str, port: int, hello: dict[str, Any], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last: OSError | None = None
-        while True:
-            sock = socket.socket()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-            try:
-                sock.connect((addr, port))
-                break
-            except OSError as exc:  # refused before the peer listens, or lost SYN: retry
-                last = exc
-                sock.close()
-                if time.monotonic() >= deadline:
-                    raise ReplayError(f"cannot connect to {addr}:{port} within "
-                                      f"{timeout_s:.0f} s: {last}") from exc
-                threading.Event().wait(0.02)
-        sock.settimeout(timeout_s)
-        self.sock = sock
-        self.sent = 0
-        self._answers: set[tuple[int, int]] = set()  # (flag, step) answers read ahead
-        sock.sendall(json.dumps(hello).encode() + b"\n")
-
-    def send_step(self, step: int, n: int, payload: bytes | None = None,
-                  sync: bool = False) -> None:
-        """Send step ``step``'s ``n`` bytes: ``payload`` if given, else filler."""
-        self.sock.sendall(STEP_HEADER.pack(step | (SYNC_FLAG if sync else 0), n))
-        if payload is not None:
-            self.sock.sendall(payload)
-        else:
-            left = n
-            view = memoryview(PAYLOAD)
-            while left:
-                k = min(left, len(view))
-                self.sock.sendall(view[:k])
-                left -= k
-        self.sent += n
-
-    def expect(self, flag: int, step: int) -> None:
-        """Wait for the receiver's ``flag`` header for ``step`` (READY_FLAG: it has reached
-        the step; SYNC_FLAG: it has read the step's payload)."""
-        while (flag, step) not in self._answers:
-            head = _recv_exact(self.sock, STEP_HEADER.size)
-            if len(head) < STEP_HEADER.size:
-                raise ReplayError(f"the receiver closed before it answered step {step}")
-            flagged, _ = STEP_HEADER.unpack(head)
-            self._answers.add((flagged & FLAGS, flagged & ~FLAGS))
-        self._answers.discard((flag, step))
-
-    def finish(self) -> None:
-        """Shut our side and wait for the receiver's EOF (it has read every byte)."""
-        with self.sock:
-            self.sock.shutdown(socket.SHUT_WR)
-            while self.sock.recv(4096):
-                pass
 
 
 class Replayer:
@@ -390,7 +169,7 @@ class Replayer:
                 step = op.steps[k]
                 for peer, _n in step.sends:
                     if peer not in conns:
-                        conns[peer] = Outgoing(self.peers[peer], self.port, hello,
+                        conns[peer] = Outgoing((self.peers[peer], self.port), hello,
                                                self.io_timeout_s)
                 if step.sync:  # rendezvous: post this rank's receptions, then wait for theirs
                     for peer, _n in step.recvs:
@@ -406,9 +185,12 @@ class Replayer:
                     if self.inbox.errors:
                         raise ReplayError(self.inbox.errors[0])
                     key = (it, op.collective_id, peer, k)
-                    moved[1] += self.inbox.wait(key, n, self.io_timeout_s, self.aborted)
-                    if data is not None:
-                        data.incoming(step.recv_blocks[j], self.inbox.take(key))
+                    if data is None:
+                        moved[1] += self.inbox.wait(key, n, self.io_timeout_s, self.aborted)
+                    else:
+                        got = self.inbox.take(key, n, self.io_timeout_s, self.aborted)
+                        moved[1] += len(got)
+                        data.incoming(step.recv_blocks[j], bytes(got))
                 if step.sync:
                     for peer, _n in step.sends:
                         conns[peer].expect(SYNC_FLAG, k)
@@ -420,25 +202,8 @@ class Replayer:
 
     # -------------------------------------------------------------------- run
 
-    def _listen(self, lsock: socket.socket) -> None:
-        while not self.aborted.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=_serve_connection, args=(conn, self.inbox,
-                                                             self.io_timeout_s),
-                             daemon=True).start()
-
     def run(self) -> int:
-        lsock = socket.socket()
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lsock.bind((str(self.plan["addr"]), self.port))
-        lsock.listen(64)
-        lsock.settimeout(POLL_S)
-        threading.Thread(target=self._listen, args=(lsock,), daemon=True).start()
+        listener = Listener((str(self.plan["addr"]), self.port), self.inbox, self.io_timeout_s)
         lanes: dict[str, list[PlanOp]] = {}
         for op in self.ops:
             lanes.setdefault(op.lane, []).append(op)
@@ -471,7 +236,7 @@ class Replayer:
         else:
             self.emit(ev="finished", t=time.time(),
                       mispredictions=self.profile.mispredictions)
-        lsock.close()
+        listener.close()
         return status
 
 
