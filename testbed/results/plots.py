@@ -102,7 +102,8 @@ def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    if allw:  # a run of one collective per iteration has no windows: nothing to label
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
