@@ -186,13 +186,18 @@ def rail_job_ports(ranks: Iterable[int], gpus_per_server: int, ports_per_rank: i
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A registered job: its ranks' rail ports and its comm groups, validated on creation."""
+    """A registered job: its ranks' rail ports and its comm groups, validated on creation.
+
+    ``check_ports=False`` (electrical rails: a packet switch, no circuits) accepts groups whose
+    demand exceeds the K-port budget.
+    """
 
     job_id: str
     ranks: Mapping[int, RankPorts]
     groups: Mapping[str, CommGroup]
     #: rank -> pipeline stage, when known (``ocs.semantics: rail-state`` needs it)
     stages: Mapping[int, int] | None = field(default=None, compare=False)
+    check_ports: bool = field(default=True, compare=False)
     demand: Mapping[str, Mapping[int, frozenset[Edge]]] = field(init=False, repr=False,
                                                                 compare=False)
 
@@ -227,7 +232,7 @@ class JobSpec:
                     degree[b] = degree.get(b, 0) + 1
                 for r, deg in degree.items():
                     k = len(self.ranks[r].ports)
-                    if deg > k:
+                    if deg > k and self.check_ports:
                         raise JobError(
                             f"job {self.job_id}: group {gid} needs {deg} circuits at rank {r} "
                             f"on rail {rail} but the rank owns {k} port(s) there"
@@ -263,13 +268,16 @@ class JobSpec:
 
     def to_json(self) -> dict[str, object]:
         stages = self.stages
-        return {
+        out: dict[str, object] = {
             "id": self.job_id,
             "ranks": [{"rank": rp.rank, "rail": rp.rail, "ports": list(rp.ports)}
                       | ({"stage": stages[rp.rank]} if stages is not None else {})
                       for rp in sorted(self.ranks.values(), key=lambda x: x.rank)],
             "groups": [g.to_json() for g in self.groups.values()],
         }
+        if not self.check_ports:
+            out["check_ports"] = False
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> JobSpec:
@@ -312,4 +320,5 @@ class JobSpec:
             if grp.group_id in groups:
                 raise JobError(f"job {job_id}: group {grp.group_id} listed twice")
             groups[grp.group_id] = grp
-        return cls(job_id, ranks, groups, stages or None)
+        return cls(job_id, ranks, groups, stages or None,
+                   check_ports=data.get("check_ports", True) is not False)

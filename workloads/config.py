@@ -5,12 +5,16 @@ a TP group sits inside one server, as TorchTitan and Megatron-LM lay it out). Ex
 parallelism does not add ranks: EP groups are carved out of the data-parallel ranks
 (``dp * fsdp``), as Megatron-LM's expert-data-parallel layout does, so ``ep`` must divide
 ``dp * fsdp``.
+
+Collective algorithms (``algorithms``) and stragglers (``stragglers``) are part of the workload:
+they change what each rank sends (:mod:`workloads.algorithms`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workloads.algorithms import DEFAULT_ALGORITHM
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec, get_gpu
 from workloads.models import ModelSpec
@@ -71,6 +75,16 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """A persistent straggler: rank ``rank`` reaches each of its network all-reduces
+    ``delay_s`` late (StragglAR's setting, arXiv 2505.23523: a GPU that is late by the same
+    delay iteration after iteration). The replay adds the delay as compute before each."""
+
+    rank: int
+    delay_s: float
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Everything the generator needs for one training iteration.
 
@@ -102,6 +116,25 @@ class WorkloadConfig:
     loss_logging_allreduces: int = 0
     calibrate_step_s: float | None = None
     compute_scale: float = 1.0
+    # (kind, axis or "" for every axis, algorithm); :data:`workloads.algorithms.ALGORITHMS`
+    algorithms: tuple[tuple[str, str, str], ...] = ()
+    stragglers: tuple[Straggler, ...] = ()
+
+    def algorithm_for(self, kind: str, axis: str) -> str:
+        """The algorithm chosen for collectives of ``kind`` on ``axis`` (default: the first
+        of the kind's algorithms)."""
+        chosen = DEFAULT_ALGORITHM.get(kind, "")
+        for k, a, name in self.algorithms:
+            if k == kind and a == axis:
+                return name
+            if k == kind and not a:
+                chosen = name
+        return chosen
+
+    @property
+    def straggler_delay_s(self) -> dict[int, float]:
+        """Delay of each straggler rank."""
+        return {s.rank: s.delay_s for s in self.stragglers}
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -193,6 +226,61 @@ class WorkloadConfig:
         if p.sp and (self.seq_len // p.cp) % p.tp:
             raise WorkloadConfigError(
                 f"sequence parallelism needs seq_len/cp divisible by tp={p.tp}", f"{pre}.sp")
+        self._validate_stragglers()
+        self._validate_algorithms()
+
+    def _validate_stragglers(self) -> None:
+        world = self.cluster.world_size
+        seen: set[int] = set()
+        for i, s in enumerate(self.stragglers):
+            key = f"workload.stragglers[{i}]"
+            if not 0 <= s.rank < world:
+                raise WorkloadConfigError(
+                    f"rank {s.rank} is outside the world (0..{world - 1})", f"{key}.rank")
+            if s.rank in seen:
+                raise WorkloadConfigError(f"rank {s.rank} is listed twice", f"{key}.rank")
+            seen.add(s.rank)
+            if not s.delay_s >= 0:
+                raise WorkloadConfigError("must be >= 0", f"{key}.delay_ms")
+
+    def _validate_algorithms(self) -> None:
+        from workloads.algorithms import ALGORITHMS, check_algorithm, is_power_of_two
+        from workloads.layout import AXES, build_groups
+
+        groups = None
+        for kind, axis, name in self.algorithms:
+            key = f"workload.algorithms.{kind}" + (f".{axis}" if axis else "")
+            if kind not in ALGORITHMS:
+                raise WorkloadConfigError(
+                    f"unknown collective kind; known: {', '.join(ALGORITHMS)}", key)
+            if axis and axis not in AXES:
+                raise WorkloadConfigError(f"unknown axis {axis!r}; known: {', '.join(AXES)}",
+                                          key)
+            try:
+                check_algorithm(kind, name)
+            except ValueError as exc:
+                raise WorkloadConfigError(str(exc), key) from exc
+            if name != "stragglar":
+                continue
+            if not self.stragglers:
+                raise WorkloadConfigError(
+                    "stragglar needs a straggler: add workload.stragglers "
+                    "[{rank: R, delay_ms: D}]", key)
+            groups = groups or build_groups(self.parallel)
+            late = self.straggler_delay_s
+            for ax in [axis] if axis else list(AXES):
+                for members in groups[ax].ranks.tolist():
+                    mine = [r for r in members if r in late]
+                    if len(members) < 2 or not mine:
+                        continue
+                    if len(mine) > 1:
+                        raise WorkloadConfigError(
+                            f"a {ax} group holds stragglers {mine}; StragglAR takes one per "
+                            "group", key)
+                    if not is_power_of_two(len(members)):
+                        raise WorkloadConfigError(
+                            f"StragglAR's schedule needs groups of a power-of-two size; the "
+                            f"{ax} groups have {len(members)} ranks", key)
 
 
 def _first_non_unit(p: ParallelConfig) -> str:

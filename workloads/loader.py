@@ -16,6 +16,10 @@ here, anything else is rejected)::
       calibrate_step_s: 10.18          # optional: scale compute to this modelled step
       parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b,
                     reshard_after_forward: default, ...}   # default | always | never
+      algorithms:                 # optional; defaults: ring, and pairwise for all_to_all
+        all_to_all: matchings     # every all-to-all, or per axis: {ep: multihop}
+        all_reduce: {dp: stragglar}
+      stragglers: [{rank: 7, delay_ms: 50}]   # or one mapping
 
 or, to replay a captured or imported schedule instead of generating one::
 
@@ -37,7 +41,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from workloads.config import RESHARD_POLICIES, ParallelConfig, WorkloadConfig
+from workloads.config import RESHARD_POLICIES, ParallelConfig, Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import ModelSpec, get_preset
@@ -49,7 +53,8 @@ TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name"
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
                  "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
                  "act_dtype_bytes", "activation_checkpointing", "loss_logging_allreduces",
-                 "calibrate_step_s")
+                 "calibrate_step_s", "algorithms", "stragglers")
+STRAGGLER_KEYS = ("rank", "delay_ms")
 
 
 class _Doc:
@@ -251,6 +256,10 @@ def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | 
             kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
+    if "algorithms" in wl:
+        kwargs["algorithms"] = _algorithms(doc, wl["algorithms"])
+    if "stragglers" in wl:
+        kwargs["stragglers"] = _stragglers(doc, wl["stragglers"])
     cfg = _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
     return WorkloadSource(cfg if timing is None else calibrated(doc, cfg, timing))
 
@@ -306,6 +315,40 @@ def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> W
                         f"{cluster.gpus_per_server}; change the cluster (or re-import with "
                         "--gpus-per-server)")
     return WorkloadSource(schedule.config, file)
+
+
+def _algorithms(doc: _Doc, value: Any) -> tuple[tuple[str, str, str], ...]:
+    """``{kind: algorithm}`` or ``{kind: {axis: algorithm}}`` as (kind, axis, algorithm)."""
+    out = []
+    for kind, choice in _mapping(doc, value, "workload.algorithms", None).items():
+        path = f"workload.algorithms.{kind}"
+        if isinstance(choice, dict):
+            for axis, name in choice.items():
+                out.append((str(kind), str(axis), _typed(doc, name, f"{path}.{axis}", str)))
+        else:
+            out.append((str(kind), "", _typed(doc, choice, path, str)))
+    return tuple(out)
+
+
+def _stragglers(doc: _Doc, value: Any) -> tuple[Straggler, ...]:
+    """One ``{rank, delay_ms}`` mapping or a list of them."""
+    path = "workload.stragglers"
+    if isinstance(value, dict):  # one straggler: its keys answer to the list form's paths
+        for key in [k for k in doc.marks if k == path or k.startswith(f"{path}.")]:
+            doc.marks.setdefault(f"{path}[0]{key[len(path):]}", doc.marks[key])
+        value = [value]
+    if not isinstance(value, list):
+        raise doc.error(path, "must be a mapping {rank, delay_ms} or a list of them")
+    out = []
+    for i, item in enumerate(value):
+        sub = f"{path}[{i}]"
+        data = _mapping(doc, item, sub, STRAGGLER_KEYS)
+        for key in STRAGGLER_KEYS:
+            if key not in data:
+                raise doc.error(f"{sub}.{key}", "required")
+        out.append(Straggler(_typed(doc, data["rank"], f"{sub}.rank", int),
+                             _typed(doc, data["delay_ms"], f"{sub}.delay_ms", float) / 1e3))
+    return tuple(out)
 
 
 def load_experiment_workload(path: str | Path, timing: TimingModel | None = None

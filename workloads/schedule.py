@@ -18,7 +18,8 @@ Op semantics (shared by the replayer, the simulator and the controller's tests):
   two ops sharing the id are the sender and the receiver.
 * Compute ops carry ``duration_s``; collectives carry ``size_bytes`` (the input tensor, as
   PyTorch's profiler reports it) and ``wire_bytes`` (what this rank sends with the algorithm
-  of :mod:`workloads.steps`); their duration is for the network to decide.
+  the configuration chose, :mod:`workloads.algorithms`); their duration is for the network to
+  decide.
 * ``scale_up`` is True when all members share a server: the traffic stays on NVLink and
   needs no rail circuit, so replayers and the controller skip the network.
 * ``thread`` is the host thread that issues the op in PyTorch: ``main`` (the training loop,
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workloads.algorithms import DEFAULT_ALGORITHM, effective_algorithm, lower_positions
+from workloads.algorithms import lower as lower_with
 from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster
 from workloads.layout import (
@@ -146,6 +149,8 @@ class Schedule:
     origin: dict[str, Any] | None = None  # provenance of a captured/imported schedule
     _index: dict[str, RankIndex] = field(default_factory=dict, repr=False)
     _scale_up: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _lowered: dict[tuple[str, str], tuple[StepPlan, int | None, list[int]]] = field(
+        default_factory=dict, repr=False)
 
     # --- placement ---------------------------------------------------------------------
     @property
@@ -227,10 +232,50 @@ class Schedule:
                       wire_bytes=wire, peer=peer, scale_up=same, thread=t.thread)
         n = self.groups[t.axis].size
         pos = int(ri.position[rank])
+        if self.config.algorithm_for(t.kind, t.axis) == DEFAULT_ALGORITHM[t.kind]:
+            wire = wire_bytes(t.kind, n, pos, t.size_bytes, t.split)
+        else:
+            wire = self._positional(gid, t.tag)[2][pos]
         return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
-                  collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes,
-                  wire_bytes=wire_bytes(t.kind, n, pos, t.size_bytes, t.split),
+                  collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes, wire_bytes=wire,
                   scale_up=bool(self.group_scale_up(t.axis)[g]), thread=t.thread)
+
+    # --- algorithms --------------------------------------------------------------------
+    def algorithm_of(self, op: Op) -> str:
+        """The algorithm collective ``op`` runs (:mod:`workloads.algorithms`)."""
+        chosen = self.config.algorithm_for(op.kind, op.axis)
+        if chosen == DEFAULT_ALGORITHM.get(op.kind, chosen) or op.kind in P2P_KINDS:
+            return chosen
+        return effective_algorithm(op.kind, chosen, self.groups[op.axis].size,
+                                   self.straggler_position(op.group_id) is not None)
+
+    def straggler_position(self, group_id: str) -> int | None:
+        """Ring position of the group's straggler (``workload.stragglers``), if it has one."""
+        late = self.config.straggler_delay_s
+        if not late:
+            return None
+        ranks = self.group_ranks(group_id)
+        return next((i for i, r in enumerate(ranks) if r in late), None)
+
+    def _positional(self, group_id: str, tag: str) -> tuple[StepPlan, int | None, list[int]]:
+        """The collective ``group_id:tag`` lowered over positions ``0..n-1`` with its
+        algorithm (shared by the groups of one shape), its straggler's position and the bytes
+        each position sends."""
+        key = (group_id, tag)
+        if key not in self._lowered:
+            ranks = self.group_ranks(group_id)
+            tops = [self.program(r).ops[self.program(r).tag_index[tag]] for r in ranks]
+            kind, axis = tops[0].kind, tops[0].axis
+            where = self.straggler_position(group_id)
+            splits = tuple(t.split for t in tops) if kind == "all_to_all" else None
+            plan = lower_positions(kind, self.config.algorithm_for(kind, axis), len(ranks),
+                                   tuple(t.size_bytes for t in tops), splits, where)
+            sent = [0] * len(ranks)
+            for step in plan.steps:
+                for x in step:
+                    sent[x.src] += x.size_bytes
+            self._lowered[key] = (plan, where, sent)
+        return self._lowered[key]
 
     # --- collectives -------------------------------------------------------------------
     def collective_members(self, collective_id: str) -> list[Op]:
@@ -245,18 +290,26 @@ class Schedule:
             raise KeyError(f"no collective {collective_id!r}")
         return out
 
-    def step_plan(self, collective_id: str) -> StepPlan:
-        """The collective lowered to per-step transfers (see :mod:`workloads.steps`)."""
+    def step_plan(self, collective_id: str, with_blocks: bool = False) -> StepPlan:
+        """The collective lowered to per-step transfers with its algorithm
+        (:mod:`workloads.algorithms`); ``with_blocks`` adds its data semantics."""
         members = self.collective_members(collective_id)
         kind = members[0].kind
         if kind in P2P_KINDS:
             send = next(m for m in members if m.kind == "send")
-            return lower(collective_id, "send", (send.rank, send.peer), [send.size_bytes])
+            if not with_blocks:
+                return lower(collective_id, "send", (send.rank, send.peer), [send.size_bytes])
+            return lower_with(collective_id, "send", "pairwise", (send.rank, send.peer),
+                              [send.size_bytes], with_blocks=True)
         splits = None
         if kind == "all_to_all":
             splits = [self.program(m.rank).ops[m.index].split for m in members]
-        return lower(collective_id, kind, tuple(m.rank for m in members),
-                     [m.size_bytes for m in members], splits)
+        ranks = tuple(m.rank for m in members)
+        where = self.straggler_position(members[0].group_id)
+        return lower_with(collective_id, kind, self.algorithm_of(members[0]), ranks,
+                          [m.size_bytes for m in members], splits,
+                          straggler=None if where is None else ranks[where],
+                          with_blocks=with_blocks)
 
     def op_circuits(self, op: Op) -> Circuits:
         """Rail circuits a collective op needs (unordered rank pairs per rail)."""
@@ -265,7 +318,7 @@ class Schedule:
         if op.kind in P2P_KINDS:
             return pair_circuits([(op.rank, op.peer)], self.cluster)
         ranks = self.group_ranks(op.group_id)
-        if op.kind == "all_to_all":
+        if op.kind == "all_to_all" and self.algorithm_of(op) != "multihop":
             return mesh_circuits(ranks, self.cluster)
         return ring_circuits(ranks, self.cluster)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import ParallelConfig, Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
@@ -27,7 +27,8 @@ OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_s
 OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
 #: Config fields written only when not at their defaults, so older schedules serialise as before.
 OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
-                          "calibrate_step_s": None, "compute_scale": 1.0}
+                          "calibrate_step_s": None, "compute_scale": 1.0,
+                          "algorithms": (), "stragglers": ()}
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
@@ -39,10 +40,13 @@ def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
 
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
-    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu")}
+    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu",
+                                                    "algorithms", "stragglers")}
     model = None if d["model"] is None else ModelSpec(**d["model"])
     return WorkloadConfig(model=model, cluster=Cluster(**d["cluster"]),
                           parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
+                          algorithms=tuple(tuple(a) for a in d.get("algorithms", ())),
+                          stragglers=tuple(Straggler(**s) for s in d.get("stragglers", ())),
                           **rest)
 
 

@@ -13,9 +13,12 @@ NCCL's ring algorithms):
 * ``all_reduce`` (ring): reduce-scatter then all-gather of the reduced chunks, ``2 (n - 1)``
   steps, ``2 (n - 1) / n`` of the input on the wire.
 * ``send``/``recv`` (pairwise): one step, the sender sends the whole message.
-* ``all_to_all`` (pairwise exchange): ``n - 1`` steps; at step ``k`` position ``i`` sends its
-  block for position ``i + k`` and receives from ``i - k``. Block sizes come from each
+* ``all_to_all`` (``pairwise`` exchange): ``n - 1`` steps; at step ``k`` position ``i`` sends
+  its block for position ``i + k`` and receives from ``i - k``. Block sizes come from each
   member's ``split`` (bytes per destination position); the own block never hits the wire.
+
+These are the default algorithms; :mod:`workloads.algorithms` adds the others (all-to-all as
+matchings or multihop over the ring, StragglAR all-reduce) and chooses among them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 RING_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 P2P_KINDS = ("send", "recv")
 ALGORITHM = {"all_gather": "ring", "reduce_scatter": "ring", "all_reduce": "ring",
-             "send": "pairwise", "recv": "pairwise", "all_to_all": "pairwise_exchange"}
+             "send": "pairwise", "recv": "pairwise", "all_to_all": "pairwise"}
 
 
 def chunk_sizes(size_bytes: int, n: int) -> list[int]:
@@ -62,11 +65,49 @@ def wire_bytes(kind: str, n: int, position: int, size_bytes: int,
 
 @dataclass(frozen=True)
 class Transfer:
-    """``size_bytes`` from rank ``src`` to rank ``dst`` within one step."""
+    """``size_bytes`` from rank ``src`` to rank ``dst`` within one step.
+
+    ``blocks`` (filled only when a lowering is asked for its data semantics) lists the
+    :class:`Block` ids the bytes carry, in order, each with what the receiver does with it:
+    ``"add"`` it to its own copy (reductions) or ``"copy"`` it over its own copy.
+    """
 
     src: int
     dst: int
     size_bytes: int
+    blocks: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Block:
+    """A piece of a collective's data, to check what every rank ends with.
+
+    Each of ``contributors`` starts with its own value of the block (its input); every rank of
+    ``owners`` must end with the sum of the contributors' values (one contributor: its value).
+    """
+
+    block_id: int
+    size_bytes: int
+    contributors: tuple[int, ...]
+    owners: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Consecutive steps ``[first, first + count)`` that one set of circuits serves.
+
+    ``ranks`` take part (they all ask Opus for the circuits), ``pairs`` are the circuits; a unit
+    with ``pairs=None`` is the comm group itself (its ring). ``joins_previous`` says whether the
+    unit may share one Opus call with the previous unit when the ports allow (see
+    :func:`workloads.algorithms.pack_segments`); ``phase`` names the units' segments.
+    """
+
+    phase: str
+    first: int
+    count: int
+    ranks: tuple[int, ...]
+    pairs: tuple[tuple[int, int], ...] | None
+    joins_previous: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,6 +123,12 @@ class StepPlan:
     algorithm: str
     ranks: tuple[int, ...]
     steps: tuple[tuple[Transfer, ...], ...]
+    sync: tuple[bool, ...] = ()  # per step: it ends when its sends have arrived too
+    units: tuple[Unit, ...] = ()  # empty: the whole plan is one unit, the group itself
+    blocks: tuple[Block, ...] = ()  # data semantics, when asked for
+
+    def is_sync(self, step: int) -> bool:
+        return bool(self.sync) and self.sync[step]
 
     def sent_bytes(self, rank: int) -> int:
         """Total bytes ``rank`` sends over all steps."""

@@ -3,7 +3,8 @@
 The schedule itself holds no collective durations (the network decides them). To print a
 "modeled start" per phase and count windows before anything runs, this module replays the DAG
 with an alpha-beta cost per collective (Hockney's model): ``steps * latency_s +
-wire_bytes / bandwidth``, NVLink bandwidth of the GPU preset for scale-up collectives and
+wire_bytes / bandwidth`` (steps and bytes of the collective's algorithm; no switching and no
+straggler delays), NVLink bandwidth of the GPU preset for scale-up collectives and
 ``rail_gbps`` for the rest, no contention. Ranks of one program are symmetric, so only one
 representative rank per program is replayed: those of EP group 0 at each pipeline stage,
 whose pipeline peers are representatives too.
@@ -15,6 +16,7 @@ import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from workloads.algorithms import step_count
 from workloads.phases import Phase
 from workloads.schedule import Op, Schedule
 
@@ -51,7 +53,7 @@ def collective_duration_s(schedule: Schedule, op: Op, model: TimingModel) -> flo
     if op.kind in ("send", "recv"):
         return model.latency_s + op.size_bytes * 8 / (bw_gbps * 1e9)
     n = schedule.groups[op.axis].size
-    steps = 2 * (n - 1) if op.kind == "all_reduce" else n - 1
+    steps = step_count(op.kind, schedule.algorithm_of(op), n)
     return steps * model.latency_s + op.wire_bytes * 8 / (bw_gbps * 1e9)
 
 

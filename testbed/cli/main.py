@@ -25,6 +25,8 @@ examples:
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
+  opus-testbed bench alltoall --json # all-to-all as matchings vs multihop vs electrical
+  opus-testbed bench stragglar --json  # StragglAR vs Ring with a persistent straggler
   opus-testbed bench failover --json # spare-GPU failover: recovery per switching delay (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
   opus-testbed workload compare A.yaml B.json   # two schedules side by side
@@ -137,6 +139,76 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
     mirror = {"auto": None, "on": True, "off": False}[args.mirror]
     return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
                            switching_delay_ms=args.delay, mirror=mirror)
+
+
+def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.experiment.collective_bench import run_alltoall_bench
+
+    return run_alltoall_bench(
+        ranks=[int(n) for n in _floats(args.ranks)], emu_ranks=args.emu_ranks,
+        size_mib=args.size_mib, delays_ms=_floats(args.delays),
+        backends=_names(args.backends), iterations=args.iterations, plot=Path(args.plot),
+        work_dir=Path(args.keep) if args.keep else None)
+
+
+def _bench_stragglar(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.experiment.collective_bench import run_stragglar_bench
+
+    return run_stragglar_bench(
+        ranks=args.ranks, size_mib=args.size_mib,
+        straggler_delays_ms=_floats(args.straggler_delays),
+        switching_delays_ms=_floats(args.delays), backends=_names(args.backends),
+        iterations=args.iterations, plot=Path(args.plot),
+        work_dir=Path(args.keep) if args.keep else None)
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _add_collective_benches(bench: Any) -> None:
+    """``bench alltoall`` and ``bench stragglar`` (collective algorithms on circuits)."""
+    b = bench.add_parser(
+        "alltoall", help="EP all-to-all: matchings vs multihop vs electrical against the "
+        "switching delay, emulated (8 ranks) and simulated (8, 32, 256)",
+        description="Mixtral-8x7B's EP dispatch (128 MiB per rank) on one rail, K = 2: "
+        "1-factorization matchings, multihop over the lit ring, the electrical rail; time per "
+        "all-to-all and the crossover delay. JSON on stdout, a plot in --plot.")
+    b.add_argument("--ranks", default="8,32,256", help="simulated cluster sizes (sim-ideal)")
+    b.add_argument("--emu-ranks", type=int, default=8,
+                   help="cluster size of the emu and sim-emulator runs")
+    b.add_argument("--size-mib", type=float, default=None,
+                   help="bytes per rank (default: Mixtral-8x7B's EP dispatch, 128 MiB)")
+    b.add_argument("--delays", default="0.01,1,10,25", help="switching delays in ms")
+    _run_options(b, "bench-alltoall.png")
+    b.set_defaults(bench_fn=_bench_alltoall)
+    b = bench.add_parser(
+        "stragglar", help="StragglAR vs Ring all-reduce with a persistent straggler on "
+        "electrical rails and on circuits at 1 and 25 ms",
+        description="An all-reduce over 8 ranks of one rail (K = 2), the last rank late by "
+        "each straggler delay: StragglAR (arXiv 2505.23523) against the ring; speedups after "
+        "the straggler's arrival and end to end. JSON on stdout, a plot in --plot.")
+    b.add_argument("--ranks", type=int, default=8, help="cluster size (a power of two)")
+    b.add_argument("--size-mib", type=float, default=1024.0, help="all-reduce buffer (MiB)")
+    b.add_argument("--straggler-delays", default="0,10,20,50,100",
+                   help="the straggler's delays in ms")
+    b.add_argument("--delays", default="1,25", help="OCS switching delays in ms")
+    _run_options(b, "bench-stragglar.png")
+    b.set_defaults(bench_fn=_bench_stragglar)
+
+
+def _run_options(b: argparse.ArgumentParser, plot: str) -> None:
+    """Backends, iterations, plot file and kept runs of the collective benches."""
+    b.add_argument("--backends", default=None,
+                   help="comma-separated: emu (root), sim-ideal, sim-emulator; default: all as "
+                   "root, the simulated ones otherwise")
+    b.add_argument("--iterations", type=int, default=3, help="measured iterations per point")
+    b.add_argument("--plot", default=plot, help="plot file (PNG)")
+    b.add_argument("--keep", metavar="DIR", help="keep the emulated runs' results under DIR")
 
 
 def _bench_failover(args: argparse.Namespace) -> dict[str, Any]:
@@ -253,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mirror", choices=("auto", "on", "off"), default="auto",
                    help="simulate one rank per stage and mirror the others (auto: large runs)")
     b.set_defaults(bench_fn=_bench_sim)
+    _add_collective_benches(bench)
     for b in bench.choices.values():
         b.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_bench)

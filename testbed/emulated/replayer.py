@@ -17,11 +17,16 @@ and after a call with ``predict`` the rank names that call to the controller
 :mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
 (only there: the circuits are lit), introduced with the iteration, collective id, sender and
 epoch, filler bytes counted by the receiving rank's listener per (iteration, collective, sender,
-step) in the epoch's inbox, so a receiving step just waits for its count.
-A call the controller refuses because its switch failed (``reconfig_failed``) is asked for again,
-up to :data:`CALL_RETRIES` times. Records go to the ``out`` file as JSON lines: ``call``,
-``compute``, ``iteration``, ``error`` and ``finished``; on any failure the process records the
-rank, iteration and op and exits with status 1.
+step) in the epoch's inbox, so a receiving step just waits for its count; a ``sync`` step is a
+rendezvous (the transport's ``READY``/``SYNC`` answers). A call with segments
+(:mod:`testbed.plan.replay`) runs each segment as its own shim call and finishes its connections
+before the next, whose circuits may be others. A verify plan's calls carry real data
+(:mod:`testbed.plan.verify`): the hello asks the receiver to keep the bytes, and the call's
+record says whether every block the rank owns ended right (``verified``).
+A call (segment) the controller refuses because its switch failed (``reconfig_failed``) is asked
+for again, up to :data:`CALL_RETRIES` times per call. Records go to the ``out`` file as JSON
+lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any failure the
+process records the rank, iteration and op and exits with status 1.
 
 **Failover** (``failover`` in the plan: the run has spares or restarts ranks). The iterations run
 in *epochs*: one epoch is one attempt at the remaining iterations with its own job id, shims,
@@ -58,10 +63,11 @@ from typing import IO, Any
 
 from controller.profile import CallProfile
 from controller.shim import IntentRejected, Shim
-from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing
+from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
+from testbed.plan.verify import CallData
 
 POLL_S = 0.25
 CONTROL_POLL_S = 0.02
@@ -288,21 +294,38 @@ class Replayer:
 
     def _call(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
-        retries = 0
-        while True:
-            try:
-                sent, received, grant, t_ack = self._exchange(ep, shim, it, op)
-                break
-            except IntentRejected as exc:
-                if exc.code != "reconfig_failed" or retries >= CALL_RETRIES:
-                    raise
-                retries += 1  # the switch refused; the controller undid it: ask again
+        data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
+        moved = [0, 0]  # sent, received
+        first: tuple[int, float] | None = None  # the first segment's seq and ack
+        wait_s, reconfigured, retries = 0.0, False, 0
+        for seg in op.call_segments:
+            t_ask = time.time()
+            while True:
+                try:
+                    with shim.collective(seg.group, op.kind, op.size_bytes, op.axis,
+                                         op.gated) as grant:
+                        t_ack = time.time()
+                        self._steps(ep, it, op, range(seg.first, seg.first + seg.count), data,
+                                    moved)
+                    break
+                except IntentRejected as exc:  # refused before any byte of the segment moved
+                    if exc.code != "reconfig_failed" or retries >= CALL_RETRIES:
+                        raise
+                    retries += 1  # the switch refused; the controller undid it: ask again
+            first = first or (grant.seq, t_ack)
+            wait_s += t_ack - t_ask
+            reconfigured = reconfigured or grant.reconfigured
+        assert first is not None
         extra: dict[str, Any] = {"retries": retries} if retries else {}
+        if op.segments:
+            extra.update(segments=len(op.segments), segment_wait_s=wait_s)
+        if data is not None:
+            wrong = data.wrong_blocks()
+            extra.update(verified=not wrong, wrong_blocks=wrong, owned_bytes=data.owned_bytes())
         self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
-                  cid=op.collective_id, tag=op.tag, seq=grant.seq,
-                  reconfigured=grant.reconfigured, t_intent=t_intent, t_ack=t_ack,
-                  t_end=time.time(), sent=sent, received=received,
-                  expected=op.expected_bytes, size_bytes=op.size_bytes,
+                  cid=op.collective_id, tag=op.tag, seq=first[0], reconfigured=reconfigured,
+                  t_intent=t_intent, t_ack=first[1], t_end=time.time(), sent=moved[0],
+                  received=moved[1], expected=op.expected_bytes, size_bytes=op.size_bytes,
                   wire_bytes=op.wire_bytes, **extra, **self._epoch_fields(ep))
         if op.predict >= 0:  # call numbers restart with each epoch's job
             seq, target_it = predicted_call(self.positions, op.index, op.predict, it - ep.start)
@@ -310,34 +333,51 @@ class Replayer:
                 target = self.ops[op.predict]
                 shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
-    def _exchange(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> tuple[int, int, Any, float]:
-        sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
-            t_ack = time.time()
-            conns: dict[int, Outgoing] = {}
-            try:
-                for k, step in enumerate(op.steps):
-                    for peer, n in step.sends:
-                        if peer not in conns:
-                            conns[peer] = Outgoing(
-                                (self.peers[peer], self.port),
-                                {"it": it, "cid": op.collective_id, "src": self.rank,
-                                 "epoch": ep.number}, self.io_timeout_s, ep.aborted)
-                            ep.track(conns[peer].sock)
-                        conns[peer].send_step(k, n)
-                        sent += n
-                    for peer, n in step.recvs:
-                        if ep.inbox.errors:
-                            raise ReplayError(ep.inbox.errors[0])
-                        received += ep.inbox.wait((it, op.collective_id, peer, k), n,
-                                                  self.io_timeout_s, ep.aborted)
-                for conn in conns.values():
-                    conn.finish()
-            finally:
-                for conn in conns.values():
-                    ep.untrack(conn.sock)
-                    conn.sock.close()
-        return sent, received, grant, t_ack
+    def _steps(self, ep: Epoch, it: int, op: PlanOp, steps: range, data: CallData | None,
+               moved: list[int]) -> None:
+        """Run ``steps`` of a call (one segment) on connections of their own, finished before
+        the segment ends; adds the bytes sent and received to ``moved``."""
+        conns: dict[int, Outgoing] = {}
+        hello = {"it": it, "cid": op.collective_id, "src": self.rank, "epoch": ep.number,
+                 "keep": data is not None}
+        inbox = ep.inbox
+        try:
+            for k in steps:
+                step = op.steps[k]
+                for peer, _n in step.sends:
+                    if peer not in conns:
+                        conns[peer] = Outgoing((self.peers[peer], self.port), hello,
+                                               self.io_timeout_s, ep.aborted)
+                        ep.track(conns[peer].sock)
+                if step.sync:  # rendezvous: post this rank's receptions, then wait for theirs
+                    for peer, _n in step.recvs:
+                        inbox.ready((it, op.collective_id, peer), k, self.io_timeout_s,
+                                    ep.aborted)
+                for i, (peer, n) in enumerate(step.sends):
+                    if step.sync:
+                        conns[peer].expect(READY_FLAG, k)
+                    payload = data.outgoing(step.send_blocks[i]) if data is not None else None
+                    conns[peer].send_step(k, n, payload, step.sync)
+                    moved[0] += n
+                for j, (peer, n) in enumerate(step.recvs):
+                    if inbox.errors:
+                        raise ReplayError(inbox.errors[0])
+                    key = (it, op.collective_id, peer, k)
+                    if data is None:
+                        moved[1] += inbox.wait(key, n, self.io_timeout_s, ep.aborted)
+                    else:
+                        got = inbox.take(key, n, self.io_timeout_s, ep.aborted)
+                        moved[1] += len(got)
+                        data.incoming(step.recv_blocks[j], bytes(got))
+                if step.sync:
+                    for peer, _n in step.sends:
+                        conns[peer].expect(SYNC_FLAG, k)
+            for conn in conns.values():
+                conn.finish()
+        finally:
+            for conn in conns.values():
+                ep.untrack(conn.sock)
+                conn.sock.close()
 
     # -------------------------------------------------------------- listener
 

@@ -9,6 +9,13 @@ step): sends are eager, so a receiver never has to be waiting for them. A sender
 shutting its side down and waiting for the receiver's EOF: the bytes have then been read by the
 peer, not only queued.
 
+A ``sync`` step (collective algorithms whose one-way rounds must not run ahead,
+:mod:`workloads.algorithms`) is a rendezvous instead, as NCCL's sends wait for the matching
+receive: the receiver tells the sender on the sender's connection that it has reached the step
+(:meth:`Inbox.ready`, a ``READY_FLAG`` header), the sender sends only then with ``SYNC_FLAG`` in
+the step's header, and waits (:meth:`Outgoing.expect`) until the receiver answers ``SYNC_FLAG``
+once it has read the payload.
+
 Two sinks: a counting inbox (the replayer's filler bytes: only their number matters) and a
 payload inbox (``keep_payload``: a torch job's tensors, handed to the receiving call whole).
 A listener may route each connection by its hello (:data:`Route`): the replayer's epochs of a
@@ -31,11 +38,17 @@ from collections.abc import Callable
 from typing import Any
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
+# Flags in the step index of a header (sync steps, above).
+SYNC_FLAG = 1 << 31
+READY_FLAG = 1 << 30
+FLAGS = SYNC_FLAG | READY_FLAG
 FILLER = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices when there is no payload
 POLL_S = 0.25
 
 #: (iteration, call id, sender rank, step)
 Key = tuple[int, str, int, int]
+#: (iteration, call id, sender rank): one incoming connection
+Origin = tuple[int, str, int]
 #: (host, TCP port), or the path of a Unix socket
 Address = tuple[str, int] | str
 
@@ -61,21 +74,57 @@ class Abort(Exception):
 
 
 class Inbox:
-    """Bytes received per (iteration, call id, sender, step), with waiting."""
+    """Bytes received per (iteration, call id, sender, step), with waiting; the open incoming
+    connections, so a sync step's receiver can answer on them. A counting inbox also keeps the
+    bytes of connections whose hello asks so (``keep``: the replayer's verify plans)."""
 
     def __init__(self, *, keep_payload: bool = False) -> None:
         self.keep_payload = keep_payload
         self._cv = threading.Condition()
         self._got: dict[Key, int] = {}
         self._data: dict[Key, bytearray] = {}
+        self._conns: dict[Origin, tuple[socket.socket, threading.Lock]] = {}
         self.errors: list[str] = []
 
-    def post(self, key: Key, chunk: memoryview | bytes) -> None:
+    def post(self, key: Key, chunk: memoryview | bytes, keep: bool = False) -> None:
         with self._cv:
             self._got[key] = self._got.get(key, 0) + len(chunk)
-            if self.keep_payload:
+            if keep or self.keep_payload:
                 self._data.setdefault(key, bytearray()).extend(chunk)
             self._cv.notify_all()
+
+    def register(self, origin: Origin, conn: socket.socket) -> threading.Lock:
+        """An incoming connection from ``origin`` is open; returns the lock that serialises
+        what this rank writes on it."""
+        lock = threading.Lock()
+        with self._cv:
+            self._conns[origin] = (conn, lock)
+            self._cv.notify_all()
+        return lock
+
+    def unregister(self, origin: Origin, conn: socket.socket) -> None:
+        with self._cv:
+            if self._conns.get(origin, (None,))[0] is conn:
+                del self._conns[origin]
+
+    def ready(self, origin: Origin, step: int, timeout_s: float,
+              aborted: threading.Event) -> None:
+        """Tell the sender of ``origin`` that this rank has reached sync step ``step``: wait
+        for its connection, then answer on it."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while origin not in self._conns:
+                if aborted.is_set():
+                    raise Abort
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TransportError(f"rank {origin[2]} did not connect for {origin[1]} "
+                                         f"step {step} (iteration {origin[0]}) within "
+                                         f"{timeout_s:.0f} s")
+                self._cv.wait(min(left, POLL_S))
+            conn, lock = self._conns[origin]
+        with lock:
+            conn.sendall(STEP_HEADER.pack(step | READY_FLAG, 0))
 
     def fail(self, message: str) -> None:
         with self._cv:
@@ -142,6 +191,10 @@ def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: fl
     with conn:
         try:
             conn.settimeout(io_timeout_s)
+            if conn.family != socket.AF_UNIX:
+                # this side answers sync steps with small headers: without NODELAY, Nagle's
+                # algorithm holds each behind the ack of the previous one (up to 40 ms)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             line = bytearray()
             while not line.endswith(b"\n"):
                 ch = conn.recv(1)
@@ -149,33 +202,48 @@ def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: fl
                     return
                 line += ch
             hello = json.loads(line)
-            it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
+            origin = (int(hello["it"]), str(hello["cid"]), int(hello["src"]))
             if sink is None:
                 assert not isinstance(inbox, Inbox)
                 sink = inbox(hello)
                 if sink is None:
                     return  # a connection nobody waits for (an abandoned epoch's)
-            view = memoryview(bytearray(1 << 18))
-            while True:
-                head = _recv_exact(conn, STEP_HEADER.size)
-                if not head:
-                    return  # EOF: the sender is done; closing tells it we read everything
-                if len(head) < STEP_HEADER.size:
-                    raise TransportError(f"truncated step header from rank {src} for {cid}")
-                step, length = STEP_HEADER.unpack(head)
-                left = length
-                while left:
-                    n = conn.recv_into(view, min(left, len(view)))
-                    if not n:
-                        raise TransportError(f"rank {src} closed {cid} step {step} with {left} "
-                                             f"of {length} bytes unsent")
-                    left -= n
-                    sink.post((it, cid, src, step), view[:n])
-                if length == 0:
-                    sink.post((it, cid, src, step), b"")
+            lock = sink.register(origin, conn)
+            try:
+                _drain(conn, sink, origin, bool(hello.get("keep")), lock)
+            finally:
+                sink.unregister(origin, conn)
         except (OSError, ValueError, KeyError, TransportError) as exc:
             if sink is not None:
                 sink.fail(f"incoming connection: {type(exc).__name__}: {exc}")
+
+
+def _drain(conn: socket.socket, inbox: Inbox, origin: Origin, keep: bool,
+           lock: threading.Lock) -> None:
+    """Read steps until EOF; keep their bytes if asked; answer the sync steps once read."""
+    it, cid, src = origin
+    view = memoryview(bytearray(1 << 18))
+    while True:
+        head = _recv_exact(conn, STEP_HEADER.size)
+        if not head:
+            return  # EOF: the sender is done; closing tells it we read everything
+        if len(head) < STEP_HEADER.size:
+            raise TransportError(f"truncated step header from rank {src} for {cid}")
+        flagged, length = STEP_HEADER.unpack(head)
+        step = flagged & ~SYNC_FLAG
+        left = length
+        while left:
+            n = conn.recv_into(view, min(left, len(view)))
+            if not n:
+                raise TransportError(f"rank {src} closed {cid} step {step} with {left} "
+                                     f"of {length} bytes unsent")
+            left -= n
+            inbox.post((it, cid, src, step), view[:n], keep)
+        if length == 0:
+            inbox.post((it, cid, src, step), b"")
+        if flagged & SYNC_FLAG:
+            with lock:
+                conn.sendall(STEP_HEADER.pack(step | SYNC_FLAG, 0))
 
 
 class Listener:
@@ -242,11 +310,14 @@ class Outgoing:
         sock.settimeout(timeout_s)
         self.sock = sock
         self.sent = 0
+        self._answers: set[tuple[int, int]] = set()  # (flag, step) answers read ahead
         sock.sendall(json.dumps(hello).encode() + b"\n")
 
-    def send_step(self, step: int, n: int, payload: memoryview | None = None) -> None:
-        """Send step ``step``: ``payload`` (``n`` bytes), or ``n`` bytes of filler."""
-        self.sock.sendall(STEP_HEADER.pack(step, n))
+    def send_step(self, step: int, n: int, payload: memoryview | bytes | None = None,
+                  sync: bool = False) -> None:
+        """Send step ``step``: ``payload`` (``n`` bytes), or ``n`` bytes of filler; a ``sync``
+        step's header asks the receiver to answer once it has read the payload."""
+        self.sock.sendall(STEP_HEADER.pack(step | (SYNC_FLAG if sync else 0), n))
         if payload is not None:
             if len(payload) != n:
                 raise TransportError(f"step {step}: payload of {len(payload)} bytes, "
@@ -260,6 +331,17 @@ class Outgoing:
                 self.sock.sendall(view[:k])
                 left -= k
         self.sent += n
+
+    def expect(self, flag: int, step: int) -> None:
+        """Wait for the receiver's ``flag`` header for ``step`` (``READY_FLAG``: it has reached
+        the step; ``SYNC_FLAG``: it has read the step's payload)."""
+        while (flag, step) not in self._answers:
+            head = _recv_exact(self.sock, STEP_HEADER.size)
+            if len(head) < STEP_HEADER.size:
+                raise TransportError(f"the receiver closed before it answered step {step}")
+            flagged, _ = STEP_HEADER.unpack(head)
+            self._answers.add((flagged & FLAGS, flagged & ~FLAGS))
+        self._answers.discard((flag, step))
 
     def finish(self) -> None:
         """Shut our side and wait for the receiver's EOF (it has read every byte)."""

@@ -62,6 +62,7 @@ from testbed.experiment.faults import (
     check_fault,
     spare_shortage,
 )
+from workloads.algorithms import min_ports
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import (
@@ -129,6 +130,12 @@ class RunSettings:
         if self.mode == "degree-aware":
             return max(2, self.ports_per_rank)
         return 1 if self.effective_semantics == RAIL_STATE else self.ports_per_rank
+
+    @property
+    def packet_switched(self) -> bool:
+        """Whether the data rails are packet switches (the baseline's electrical rails, and
+        rail-state's data rails): no circuit limits what a rank's ports carry."""
+        return self.mode == "baseline" or self.effective_semantics == RAIL_STATE
 
     @property
     def effective_semantics(self) -> str:
@@ -397,6 +404,41 @@ def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> N
         except FaultSpecError as exc:
             raise doc.error(exc.field, str(exc)) from exc
     kwargs["faults"] = tuple(faults)
+
+
+_PORT_REASONS = {"multihop": "it forwards over the group's ring",
+                 "stragglar": "its reduce-scatter runs on a ring of the others",
+                 "pairwise": "the exchange needs the group's full mesh",
+                 "ring": "a ring of three or more needs two circuits per rank"}
+
+
+def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
+    """Refuse an algorithm chosen in ``workload.algorithms`` whose circuits need more ports per
+    rank than K on an optical rail (packet-switched rails have no such budget), at its
+    position."""
+    if cfg.packet_switched or not cfg.workload.algorithms:
+        return
+    k = cfg.effective_ports_per_rank
+    network = {(t.kind, t.axis) for p in schedule.programs for t in p.ops
+               if t.is_collective and t.axis}
+    for kind, axis in sorted(network):
+        chosen = [(k_, a, name) for k_, a, name in cfg.workload.algorithms
+                  if k_ == kind and a in ("", axis)]
+        if not chosen or bool(schedule.group_scale_up(axis).all()):
+            continue
+        name = cfg.workload.algorithm_for(kind, axis)
+        group = schedule.group_ranks(f"{axis}0")
+        on_rail = max(sum(1 for r in group if schedule.rail_of(r) == rail)
+                      for rail in {schedule.rail_of(r) for r in group})
+        need = min_ports(kind, name, on_rail)
+        if need > k:
+            path = f"workload.algorithms.{kind}" + (
+                f".{axis}" if any(a == axis for _, a, _n in chosen) else "")
+            raise ExperimentError(
+                f"{name} needs {need} ports per rank for {axis} groups of {on_rail} ranks on a "
+                f"rail ({_PORT_REASONS.get(name, 'its rounds')}), but ocs.ports_per_rank is {k}; "
+                "raise ocs.ports_per_rank, choose another algorithm, or run mode: baseline",
+                path, _Doc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

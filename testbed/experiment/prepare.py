@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.job import JobError
+from controller.job import JobError, rail_job_ports
 from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig, RunSettings
+from testbed.experiment.config import ExperimentConfig, RunSettings, check_algorithm_ports
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
@@ -39,19 +39,18 @@ class Prepared:
     modeled_iteration_s: float  # on electrical rails (workloads.timing), calibrated if asked
 
 
-def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
-    """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = cfg.schedule()
+def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
+            schedule: Schedule | None = None, verify: bool = False) -> Prepared:
+    """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
+    :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
+
+    ``schedule`` replaces the experiment's (benchmarks of one collective:
+    :mod:`workloads.micro`; never calibrated); ``verify`` plans carry real data (tests).
+    """
+    if schedule is None:
+        cfg, schedule = _calibrated_schedule(cfg)
+    check_algorithm_ports(cfg, schedule)
     modeled = modeled_step_s(schedule, cfg.timing_model)
-    target = cfg.workload.calibrate_step_s
-    if target is not None and abs(modeled - target) > 1e-6 * target:  # not calibrated yet
-        try:
-            workload = calibrate(cfg.workload, cfg.timing_model)
-        except WorkloadConfigError as exc:
-            raise RunRefused(f"{cfg.source}: {exc}") from exc
-        cfg = dataclasses.replace(cfg, workload=workload)
-        schedule = cfg.schedule()
-        modeled = modeled_step_s(schedule, cfg.timing_model)
     world = schedule.world_size
     if check_capacity:
         problem = capacity_problem(world)
@@ -72,12 +71,32 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
     try:
         plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
-                          latency_s=cfg.latency_us * 1e-6)
+                          latency_s=cfg.latency_us * 1e-6,
+                          ports_per_rank=cfg.effective_ports_per_rank,
+                          electrical=cfg.packet_switched, verify=verify)
+        plan.job("check", rail_job_ports(range(world), schedule.cluster.gpus_per_server,
+                                         cfg.effective_ports_per_rank))
         if cfg.effective_semantics == RAIL_STATE:  # port-exact: every call asks (the default)
             plan = _rail_state_plan(cfg, plan)
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
     return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+
+
+def _calibrated_schedule(cfg: ExperimentConfig) -> tuple[ExperimentConfig, Schedule]:
+    """The experiment's schedule, its compute calibrated to ``workload.calibrate_step_s`` if
+    the experiment file did not already do it."""
+    schedule = cfg.schedule()
+    target = cfg.workload.calibrate_step_s
+    if target is not None and abs(modeled_step_s(schedule, cfg.timing_model) - target) \
+            > 1e-6 * target:
+        try:
+            workload = calibrate(cfg.workload, cfg.timing_model)
+        except WorkloadConfigError as exc:
+            raise RunRefused(f"{cfg.source}: {exc}") from exc
+        cfg = dataclasses.replace(cfg, workload=workload)
+        schedule = cfg.schedule()
+    return cfg, schedule
 
 
 def _rail_state_plan(cfg: ExperimentConfig, plan: ReplayPlan) -> ReplayPlan:

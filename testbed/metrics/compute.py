@@ -17,7 +17,9 @@ of the machine, for emulated runs; the virtual clock for simulated ones):
   the circuits are lit) and ends when its bytes have been delivered.
 * **throughput**: bytes a rank sent in a ring collective from the moment its last member was
   acknowledged to the rank's end of the call, against the configured link rate; only calls
-  whose ideal transfer takes at least ``min_transfer_s`` count.
+  whose ideal transfer takes at least ``min_transfer_s`` count. Calls run as several segments
+  (one Opus call each, :mod:`testbed.plan.replay`) are not rated: their span includes the
+  switching between segments.
 """
 
 from __future__ import annotations
@@ -131,8 +133,10 @@ def call_table(records: Sequence[Record], link_mbps: float, scale: float
             continue
         dur = float(r["t_end"]) - float(r["t_ack"])
         # the bytes can only flow once every member is in: rate over that span (ring
-        # collectives; a send/recv pair's two calls need not overlap, so they are not rated)
-        ring = str(r["kind"]) not in ("send", "recv")
+        # collectives; a send/recv pair's two calls need not overlap, so they are not rated,
+        # nor are calls whose segments wait for circuits in between)
+        segments = int(r.get("segments", 1))
+        ring = str(r["kind"]) not in ("send", "recv") and segments == 1
         data_s = float(r["t_end"]) - all_acked[(int(r.get("epoch", 0)), int(r["it"]),
                                                  str(r["cid"]))]
         sent = int(r["sent"])
@@ -151,6 +155,10 @@ def call_table(records: Sequence[Record], link_mbps: float, scale: float
             "achieved_mbps": sent * 8 / data_s / 1e6 if data_s > 0 and sent else 0.0,
             "configured_mbps": link_mbps,
             "real_gbps_equivalent": (sent * 8 / dur / 1e9 / scale) if dur > 0 and sent else 0.0,
+            "segments": segments,
+            "segment_wait_s": float(r.get("segment_wait_s",
+                                          float(r["t_ack"]) - float(r["t_intent"]))),
+            "verified": r.get("verified", ""),
             "epoch": int(r.get("epoch", 0)), "superseded": id(r) not in final,
         })
     return rows

@@ -14,9 +14,22 @@ iteration ``i`` is done, as the optimizer step ends an iteration):
 * a compute block ends after any op that a network call depends on, and starts at any op that
   depends on a network call, so merging never delays or advances a dependency.
 * a **call** is one collective: wrapped in the Opus shim, then its ``steps`` run in order; a step
-  sends its transfers and waits for its receptions (ring algorithms of :mod:`workloads.steps`).
+  sends its transfers and waits for its receptions (the algorithms of
+  :mod:`workloads.algorithms`); a ``sync`` step also waits until its own sends have arrived.
   Send/recv pairs become two-member comm groups ``p2p{a}-{b}``; within a run of send/recv ops
   with the same dependencies the sends come first, as ``batch_isend_irecv`` issues them.
+* a call of an algorithm whose steps need circuits of their own (``matchings``, ``stragglar``)
+  runs as **segments**: steps ``[first, first + count)`` under comm group
+  ``{group}.{segment}``, one Opus call each (intent, ack, steps, completion), so the OCS is
+  rewired between segments. Rounds are packed into one segment while their circuits fit the
+  rank's K ports (all at once on electrical rails, where no circuit limits them). A rank's
+  steps keep the collective's numbering (empty where it sits a round out) and it runs only the
+  segments it takes part in. Other calls are one implicit segment: the lane's group.
+* a straggler (``workload.stragglers``) gets a compute block of its delay before each of its
+  network all-reduces, which then wait for it.
+* ``verify`` plans (tests) carry the collectives' data: each transfer names the blocks it moves
+  and each call lists its blocks (scaled bytes, contributors, owners), so a replayer can send
+  real payloads and check what every rank ends with.
 * bytes are scaled by ``scale`` (emulated link rate / modelled rail rate) so transfer times stay
   real; every non-empty transfer keeps at least one byte. Switching delays are never scaled.
 """
@@ -28,8 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
+from workloads.algorithms import DEFAULT_ALGORITHM, SEGMENTED, Segment, pack_segments
 from workloads.schedule import MAIN_THREAD, Op, Schedule
-from workloads.steps import P2P_KINDS, RING_KINDS, chunk_sizes, ring_sends
+from workloads.steps import P2P_KINDS, RING_KINDS, StepPlan, Transfer, chunk_sizes, ring_sends
 from workloads.timing import TimingModel, collective_duration_s
 
 COMPUTE_LANE = "compute"
@@ -39,12 +53,58 @@ class PlanError(ValueError):
     """A schedule that the replay cannot carry; the message says why and what to change."""
 
 
+BlockOps = tuple[tuple[int, str], ...]  # (block id, "add" | "copy") carried by one transfer
+
+
 @dataclass(frozen=True)
 class Step:
-    """Transfers of one algorithm step: ``(peer, bytes)`` sent and received (scaled bytes)."""
+    """Transfers of one algorithm step: ``(peer, bytes)`` sent and received (scaled bytes).
+
+    ``sync``: the step ends when its sends have arrived too. ``send_blocks[i]`` /
+    ``recv_blocks[j]`` (verify plans only) are the blocks ``sends[i]`` / ``recvs[j]`` carry.
+    """
 
     sends: tuple[tuple[int, int], ...] = ()
     recvs: tuple[tuple[int, int], ...] = ()
+    sync: bool = False
+    send_blocks: tuple[BlockOps, ...] = ()
+    recv_blocks: tuple[BlockOps, ...] = ()
+
+    def to_json(self) -> list[Any]:
+        out: list[Any] = [[list(x) for x in self.sends], [list(x) for x in self.recvs]]
+        extra: dict[str, Any] = {}
+        if self.sync:
+            extra["sync"] = True
+        if self.send_blocks or self.recv_blocks:
+            extra.update(send_blocks=[[list(b) for b in x] for x in self.send_blocks],
+                         recv_blocks=[[list(b) for b in x] for x in self.recv_blocks])
+        return [*out, extra] if extra else out
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> Step:
+        extra = d[2] if len(d) > 2 else {}
+        return cls(tuple((int(p), int(n)) for p, n in d[0]),
+                   tuple((int(p), int(n)) for p, n in d[1]), bool(extra.get("sync", False)),
+                   _block_ops(extra.get("send_blocks", ())),
+                   _block_ops(extra.get("recv_blocks", ())))
+
+
+def _block_ops(d: Any) -> tuple[BlockOps, ...]:
+    return tuple(tuple((int(b), str(o)) for b, o in x) for x in d)
+
+
+@dataclass(frozen=True)
+class PlanSegment:
+    """Steps ``[first, first + count)`` of a call, served by comm group ``group`` (one Opus
+    call: intent, ack, the steps, completion)."""
+
+    group: str
+    first: int
+    count: int
+
+
+# (block id, scaled bytes, contributors, owners) of a verify plan's call
+PlanBlock = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -68,10 +128,17 @@ class PlanOp:
     # that plan index (in the next iteration when it is not after this one).
     gated: bool = True
     predict: int = -1
+    segments: tuple[PlanSegment, ...] = ()  # empty: one, the lane's group over every step
+    blocks: tuple[PlanBlock, ...] = ()  # verify plans: the call's data blocks
 
     @property
     def is_call(self) -> bool:
         return self.lane != COMPUTE_LANE
+
+    @property
+    def call_segments(self) -> tuple[PlanSegment, ...]:
+        """The segments the call runs, the implicit one included."""
+        return self.segments or (PlanSegment(self.lane, 0, len(self.steps)),)
 
     @property
     def expected_bytes(self) -> int:
@@ -85,27 +152,32 @@ class PlanOp:
             return out
         out.update(kind=self.kind, axis=self.axis, cid=self.collective_id,
                    size_bytes=self.size_bytes, wire_bytes=self.wire_bytes, tag=self.tag,
-                   steps=[[[list(x) for x in s.sends], [list(x) for x in s.recvs]]
-                          for s in self.steps])
+                   steps=[s.to_json() for s in self.steps])
         if self.thread != MAIN_THREAD:
             out["thread"] = self.thread
         if not self.gated:
             out["gated"] = False
         if self.predict >= 0:
             out["predict"] = self.predict
+        if self.segments:
+            out["segments"] = [[g.group, g.first, g.count] for g in self.segments]
+        if self.blocks:
+            out["blocks"] = [[b, n, list(c), list(o)] for b, n, c, o in self.blocks]
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PlanOp:
-        steps = tuple(Step(tuple((int(p), int(n)) for p, n in s), tuple((int(p), int(n))
-                                                                        for p, n in r))
-                      for s, r in d.get("steps", []))
         return cls(int(d["i"]), str(d["lane"]), tuple(int(x) for x in d["deps"]),
                    float(d.get("duration_s", 0.0)), str(d.get("kind", "")),
                    str(d.get("axis", "")), str(d.get("cid", "")), int(d.get("size_bytes", 0)),
-                   int(d.get("wire_bytes", 0)), steps, str(d.get("tag", "")),
-                   str(d.get("thread", MAIN_THREAD)), bool(d.get("gated", True)),
-                   int(d.get("predict", -1)))
+                   int(d.get("wire_bytes", 0)),
+                   tuple(Step.from_json(s) for s in d.get("steps", [])),
+                   str(d.get("tag", "")), thread=str(d.get("thread", MAIN_THREAD)),
+                   gated=bool(d.get("gated", True)), predict=int(d.get("predict", -1)),
+                   segments=tuple(PlanSegment(str(g), int(a), int(n))
+                                  for g, a, n in d.get("segments", [])),
+                   blocks=tuple((int(b), int(n), tuple(int(x) for x in c),
+                                 tuple(int(x) for x in o)) for b, n, c, o in d.get("blocks", [])))
 
 
 @dataclass
@@ -117,13 +189,15 @@ class ReplayPlan:
     scale: float
     lanes: dict[int, list[str]] = field(default_factory=dict)
     stages: dict[int, int] = field(default_factory=dict)  # rank -> pipeline stage (all ranks)
+    electrical: bool = False  # rails are packet switches: no K-port budget to respect
 
     def job(self, job_id: str, ports: dict[int, RankPorts]) -> JobSpec:
-        """The job for Opus, with the ranks' rail ports; refuses demands the ports can't carry."""
+        """The job for Opus, with the ranks' rail ports; refuses demands the ports can't carry
+        (on optical rails)."""
         stages = ({r: self.stages[r] for r in ports} if self.stages and set(ports) <= set(
             self.stages) else None)
         try:
-            return JobSpec(job_id, ports, self.groups, stages)
+            return JobSpec(job_id, ports, self.groups, stages, check_ports=not self.electrical)
         except JobError as exc:
             raise PlanError(f"{exc}. Use more ports per rank (ocs.ports_per_rank), or a "
                             "parallelism whose groups form rings on the rails") from exc
@@ -140,9 +214,17 @@ def pair_group_id(a: int, b: int) -> str:
 
 
 def build_plan(schedule: Schedule, *, scale: float, rail_gbps: float = 200.0,
-               latency_s: float = 5e-6, ranks: Iterable[int] | None = None) -> ReplayPlan:
-    """Lower ``schedule`` to per-rank plans (see the module docstring): every rank, or ``ranks``."""
-    return Planner(schedule, scale=scale, rail_gbps=rail_gbps, latency_s=latency_s).plan(ranks)
+               latency_s: float = 5e-6, ranks: Iterable[int] | None = None,
+               ports_per_rank: int = 1, electrical: bool = False,
+               verify: bool = False) -> ReplayPlan:
+    """Lower ``schedule`` to per-rank plans (see the module docstring): every rank, or ``ranks``.
+
+    ``ports_per_rank`` (K) and ``electrical`` decide how segmented algorithms pack their
+    rounds; ``verify`` adds the data blocks (tests).
+    """
+    return Planner(schedule, scale=scale, rail_gbps=rail_gbps, latency_s=latency_s,
+                   ports_per_rank=ports_per_rank, electrical=electrical,
+                   verify=verify).plan(ranks)
 
 
 @dataclass(frozen=True)
@@ -169,11 +251,20 @@ class Planner:
     """
 
     def __init__(self, schedule: Schedule, *, scale: float, rail_gbps: float = 200.0,
-                 latency_s: float = 5e-6) -> None:
+                 latency_s: float = 5e-6, ports_per_rank: int = 1, electrical: bool = False,
+                 verify: bool = False) -> None:
         if not 0 < scale <= 1:
             raise PlanError(f"byte scale must be in (0, 1], got {scale}")
         self.schedule = schedule
         self.scale = scale
+        self.ports_per_rank = ports_per_rank
+        self.electrical = electrical
+        self.verify = verify
+        self._late = schedule.config.straggler_delay_s
+        self._algorithms: dict[tuple[str, str], str] = {}  # (kind, group) -> algorithm
+        self._lowered: dict[str, tuple[dict[int, tuple[tuple[Step, ...],
+                                                       tuple[PlanSegment, ...]]],
+                                       tuple[PlanBlock, ...]]] = {}
         self.model = TimingModel(rail_gbps=rail_gbps, latency_s=latency_s)
         self._groups: dict[str, CommGroup] = {}
         self._mesh_groups: set[str] = set()
@@ -191,7 +282,7 @@ class Planner:
             programs[rank] = self.lower(rank)
             lanes[rank] = list(dict.fromkeys(op.lane for op in programs[rank]))
         stages = {r: self.schedule.stage_of(r) for r in range(self.schedule.world_size)}
-        return ReplayPlan(programs, self.groups(), self.scale, lanes, stages)
+        return ReplayPlan(programs, self.groups(), self.scale, lanes, stages, self.electrical)
 
     def groups(self) -> dict[str, CommGroup]:
         """Comm groups of the calls lowered and lanes named so far.
@@ -217,17 +308,27 @@ class Planner:
                 self._groups[gid] = CommGroup(gid, op.axis, (a, b), "pairs", ((a, b),))
             return gid
         gid = op.group_id
+        algorithm = self.algorithm(op)
+        if algorithm in SEGMENTED:
+            return gid  # its segments are groups of their own
         if gid not in self._groups:
             self._groups[gid] = CommGroup(gid, op.axis, self.schedule.group_ranks(gid), "ring")
-        if op.kind == "all_to_all":
+        if op.kind == "all_to_all" and algorithm != "multihop":
             self._mesh_groups.add(gid)
         return gid
+
+    def algorithm(self, op: Op) -> str:
+        """The algorithm network op ``op`` runs."""
+        key = (op.kind, op.group_id)
+        if key not in self._algorithms:
+            self._algorithms[key] = self.schedule.algorithm_of(op)
+        return self._algorithms[key]
 
     def lower(self, rank: int) -> list[PlanOp]:
         """``rank``'s plan."""
         s = self.schedule
         program = int(s.program_of[rank])
-        key = (program, self._shape(rank, program))
+        key = (program, (*self._shape(rank, program), rank in self._late))
         template = self._templates.get(key)
         if template is None:
             template = self._templates[key] = self._lower_ops(rank, _batch_order(s.ops_of(rank)))
@@ -239,17 +340,22 @@ class Planner:
     def call(self, rank: int, op: Op, index: int, deps: tuple[int, ...]) -> PlanOp:
         """Network op ``op`` of ``rank`` as the call at ``index`` of its plan."""
         lane = self.lane_of(rank, op)
-        if op.kind in P2P_KINDS:
+        segments: tuple[PlanSegment, ...] = ()
+        blocks: tuple[PlanBlock, ...] = ()
+        if self.verify or self.algorithm(op) != DEFAULT_ALGORITHM[op.kind]:
+            steps, segments, blocks = self._lowered_steps(lane, op)
+        elif op.kind in P2P_KINDS:
             n = scaled_bytes(op.size_bytes, self.scale)
-            steps: tuple[Step, ...] = (Step(sends=((op.peer, n),)) if op.kind == "send"
-                                       else Step(recvs=((op.peer, n),)),)
+            steps = (Step(sends=((op.peer, n),)) if op.kind == "send"
+                     else Step(recvs=((op.peer, n),)),)
         elif op.kind in RING_KINDS:
             steps = self._ring_steps(lane, op)
         else:
             steps = self._mesh_steps(lane, op)
         return PlanOp(index, lane, deps, kind=op.kind, axis=op.axis,
                       collective_id=op.collective_id, size_bytes=op.size_bytes,
-                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag, thread=op.thread)
+                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag, thread=op.thread,
+                      segments=segments, blocks=blocks)
 
     def _shape(self, rank: int, program: int) -> tuple[int, ...]:
         """What sets the lowering of ``rank`` beyond its program: per collective axis, -1 when
@@ -306,6 +412,10 @@ class Planner:
                 continue
             close_block()
             deps = tuple(dict.fromkeys(where[d] for d in op.deps))
+            if op.kind == "all_reduce" and rank in self._late:  # the straggler is late
+                plan.append(PlanOp(len(plan), COMPUTE_LANE, deps, self._late[rank],
+                                   tag=f"straggle.{op.tag}"))
+                deps = (len(plan) - 1,)
             plan.append(self.call(rank, op, len(plan), deps))
             where[op.index] = len(plan) - 1
         close_block()
@@ -355,6 +465,59 @@ class Planner:
                 r: tuple(Step(tuple(sends[r][k]), tuple(recvs[r][k])) for k in range(n_steps))
                 for r in plan.ranks}
         return per_rank[op.rank]
+
+    def _lowered_steps(self, lane: str, op: Op) -> tuple[
+            tuple[Step, ...], tuple[PlanSegment, ...], tuple[PlanBlock, ...]]:
+        """``op``'s rank's steps and segments from the whole collective's lowering (its
+        algorithm, :mod:`workloads.algorithms`), and its blocks in verify plans."""
+        entry = self._lowered.get(op.collective_id)
+        if entry is None:
+            plan = self.schedule.step_plan(op.collective_id, with_blocks=self.verify)
+            sizes = {b.block_id: scaled_bytes(b.size_bytes, self.scale) for b in plan.blocks}
+            per: dict[int, list[list[Any]]] = {r: [[[], [], [], []] for _ in plan.steps]
+                                              for r in plan.ranks}
+            for k, step in enumerate(plan.steps):
+                for t in step:
+                    self._same_rail(lane, t.src, t.dst)
+                    n = self._scaled(t, sizes)
+                    per[t.src][k][0].append((t.dst, n))
+                    per[t.src][k][2].append(t.blocks)
+                    per[t.dst][k][1].append((t.src, n))
+                    per[t.dst][k][3].append(t.blocks)
+            packed = self._segments(lane, op, plan)
+            verify = self.verify
+            entry = self._lowered[op.collective_id] = (
+                {r: (tuple(Step(tuple(a), tuple(b), plan.is_sync(k),
+                                tuple(c) if verify else (), tuple(d) if verify else ())
+                           for k, (a, b, c, d) in enumerate(steps)),
+                     tuple(PlanSegment(f"{lane}.{g.name}" if g.name else lane, g.first, g.count)
+                           for g in packed if r in g.ranks))
+                 for r, steps in per.items()},
+                tuple((b.block_id, sizes[b.block_id], b.contributors, b.owners)
+                      for b in plan.blocks))
+        steps, segments = entry[0][op.rank]
+        return steps, segments, entry[1]
+
+    def _scaled(self, t: Transfer, block_sizes: dict[int, int]) -> int:
+        """Scaled bytes of a transfer (of its blocks' scaled bytes when they are known)."""
+        if t.blocks and block_sizes:
+            return sum(block_sizes[b] for b, _ in t.blocks)
+        return scaled_bytes(t.size_bytes, self.scale)
+
+    def _segments(self, lane: str, op: Op, plan: StepPlan) -> tuple[Segment, ...]:
+        """The plan's units packed into segments for K ports (one on electrical rails), each
+        registered as a comm group; none when the lane's group serves the whole call."""
+        units = plan.units
+        if not units or (len(units) == 1 and units[0].pairs is None):
+            return ()
+        segments = pack_segments(units, None if self.electrical else self.ports_per_rank)
+        for g in segments:
+            gid = f"{lane}.{g.name}"
+            group = CommGroup(gid, op.axis, g.ranks, "pairs", g.pairs)
+            if self._groups.setdefault(gid, group) != group:
+                raise PlanError(f"group {gid}: two collectives of {lane} need different "
+                                "circuits under one segment name")
+        return segments
 
     def _same_rail(self, gid: str, a: int, b: int) -> None:
         rail_of = self.schedule.rail_of

@@ -147,7 +147,8 @@ def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    if allw:  # a run of one collective per iteration has no windows: nothing to label
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -207,6 +208,86 @@ def sweep_plot(rows: Sequence[Row], path: Path, title: str,
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+ALGORITHM_COLORS = {"matchings": "tab:blue", "multihop": "tab:orange", "electrical": "black",
+                    "ring": "black", "stragglar": "tab:red"}
+BACKEND_STYLE = {"sim-ideal": ("-", None), "sim-emulator": (":", None), "emu": ("", "o")}
+
+
+def alltoall_plot(points: Sequence[Row], path: Path,
+                  crossovers_ms: Mapping[int, float] | None = None) -> None:
+    """Time per all-to-all against the switching delay, one line per algorithm and backend;
+    one panel per cluster size, the IDEAL sim's crossover marked (``bench alltoall``)."""
+    sizes = sorted({int(p["ranks"]) for p in points})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 4.0), squeeze=False)
+    for ax, n in zip(axes[0], sizes, strict=True):
+        for (backend, algorithm), pts in sorted(_series(points, n).items()):
+            ls, marker = BACKEND_STYLE.get(backend, ("--", None))
+            color = ALGORITHM_COLORS.get(algorithm, "tab:gray")
+            label = f"{algorithm} ({backend})"
+            if algorithm == "electrical":
+                ax.axhline(pts[0][1] * 1e3, color=color, ls=ls or "--", label=label)
+                continue
+            ax.plot([x for x, _ in pts], [y * 1e3 for _, y in pts], ls=ls, marker=marker,
+                    color=color, label=label)
+        if crossovers_ms and n in crossovers_ms:
+            ax.axvline(crossovers_ms[n], color="0.5", ls="-.", lw=0.8,
+                       label=f"crossover {crossovers_ms[n]:.3g} ms (sim-ideal)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("OCS switching delay (ms)")
+        ax.set_ylabel("time per all-to-all (ms)")
+        ax.set_title(f"{n} ranks on one rail" + (" (beyond Table 3 radix)" if n > 64 else ""))
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _series(points: Sequence[Row], n: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    out: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for p in points:
+        if int(p["ranks"]) == n:
+            out[(str(p["backend"]), str(p["algorithm"]))].append(
+                (_f(p["switching_delay_ms"]), _f(p["time_per_a2a_s"])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def stragglar_plot(points: Sequence[Row], path: Path) -> None:
+    """Time after the straggler arrives against the switching delay (electrical rails at the
+    left), one line per algorithm and backend: the ring, and StragglAR with the shortest and the
+    longest straggler delay (``opus-testbed bench stragglar``)."""
+    fabrics = sorted({(p["switching_delay_ms"] is not None, _f(p["switching_delay_ms"] or 0),
+                       str(p["fabric"])) for p in points})
+    x_of = {f[2]: i for i, f in enumerate(fabrics)}
+    delays = sorted({_f(p["straggler_delay_ms"]) for p in points})
+    shown = {("ring", delays[-1]), ("stragglar", delays[0]), ("stragglar", delays[-1])}
+    fig, ax = plt.subplots(figsize=(8.5, 4.4))
+    lines: dict[tuple[str, str, float], list[tuple[int, float]]] = defaultdict(list)
+    for p in points:
+        key = (str(p["algorithm"]), _f(p["straggler_delay_ms"]))
+        if key in shown:
+            lines[(str(p["backend"]), *key)].append(
+                (x_of[str(p["fabric"])], _f(p["after_arrival_s"])))
+    for (backend, algorithm, late), pts in sorted(lines.items()):
+        ls, marker = BACKEND_STYLE.get(backend, ("--", None))
+        label = (f"{algorithm} ({backend})" if algorithm == "ring"
+                 else f"{algorithm}, straggler {late:g} ms late ({backend})")
+        ax.plot([x for x, _ in sorted(pts)], [y * 1e3 for _, y in sorted(pts)], ls=ls,
+                marker=marker or ".", color=ALGORITHM_COLORS.get(algorithm, "tab:gray"),
+                alpha=1.0 if algorithm == "ring" or late == delays[-1] else 0.45, label=label)
+    ax.set_xticks(range(len(fabrics)), [f[2] for f in fabrics])
+    ax.set_yscale("log")
+    ax.set_xlabel("rail (switching delay)")
+    ax.set_ylabel("all-reduce time after the straggler arrives (ms)")
+    ax.set_title("StragglAR vs Ring, one persistent straggler")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -101,7 +101,9 @@ def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
     simulated = ([s * per_stage for s in range(cfg.workload.parallel.pp)] if mirror
                  else controlled)
     planner = Planner(schedule, scale=cfg.link_mbps * 1e6 / (cfg.rail_gbps * 1e9),
-                      rail_gbps=cfg.rail_gbps, latency_s=cfg.latency_us * 1e-6)
+                      rail_gbps=cfg.rail_gbps, latency_s=cfg.latency_us * 1e-6,
+                      ports_per_rank=cfg.effective_ports_per_rank,
+                      electrical=cfg.packet_switched)
     plan = planner.plan(simulated)
     mirrors: dict[int, list[Mirror]] = {}
     if mirror:
@@ -109,7 +111,8 @@ def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
         mirrors = _mirrors(schedule, planner, plan, [r for r in controlled if r not in chain])
     ports = rail_job_ports(controlled, cfg.workload.cluster.gpus_per_server,
                            cfg.effective_ports_per_rank)
-    return BenchPlan(plan, mirrors, JobSpec("train", ports, planner.groups()), controlled)
+    return BenchPlan(plan, mirrors, JobSpec("train", ports, planner.groups(),
+                                            check_ports=not cfg.packet_switched), controlled)
 
 
 def _mirrors(schedule: Schedule, planner: Planner, plan: ReplayPlan, mirrored: Iterable[int]

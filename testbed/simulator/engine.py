@@ -104,25 +104,31 @@ class _Flow:
 
 
 class _Call:
-    __slots__ = ("conns", "finishing", "it", "k", "lane", "last", "op", "rank", "received",
-                 "reconfigured", "sent", "seq", "t_ack", "t_intent", "undelivered", "waiting")
+    __slots__ = ("conns", "end_k", "finishing", "first_seq", "group", "it", "k", "lane", "last",
+                 "op", "rank", "received", "reconfigured", "seg", "seg_intent", "segments",
+                 "sent", "seq", "sync_open", "t_ack", "t_intent", "undelivered", "wait_s",
+                 "waiting")
 
-    def __init__(self, rank: _Rank, lane: _Lane, op: PlanOp, it: int, seq: int,
-                 t_intent: float) -> None:
+    def __init__(self, rank: _Rank, lane: _Lane, op: PlanOp, it: int, t_intent: float) -> None:
         self.rank = rank
         self.lane = lane
         self.op = op
         self.it = it
-        self.seq = seq
-        self.t_intent = t_intent
+        self.segments = op.call_segments
+        self.seg = -1  # the segment in progress (one Opus call each)
+        self.group = op.lane  # its comm group
+        self.seq = self.first_seq = 0  # its sequence number; the first segment's
+        self.seg_intent = self.t_intent = t_intent
         self.t_ack = 0.0
+        self.wait_s = 0.0  # intent to ack, summed over the segments
         self.last = 0.0  # when the current step's sends were issued / receptions arrived
-        self.k = 0
+        self.k = self.end_k = 0
         self.sent = 0
         self.received = 0
         self.reconfigured = False
         self.undelivered = 0
         self.waiting = 0
+        self.sync_open = 0  # sends of the current (sync) step not yet arrived
         self.finishing = False
         self.conns: dict[int, _Conn] = {}
 
@@ -217,6 +223,9 @@ class PlanSimulation:
         self.gpus = gpus_per_server
         self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
+        if self.mirrors and any(op.segments or any(s.sync for s in op.steps)
+                                for ops in programs.values() for op in ops):
+            raise ValueError("mirrored ranks cannot stand for calls with segments or sync steps")
         self.rep_of = {m.rank: r for r, ms in self.mirrors.items() for m in ms}
         self._mirror_of = {m.rank: m for ms in self.mirrors.values() for m in ms}
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
@@ -237,6 +246,10 @@ class PlanSimulation:
         self._lone_s: dict[int, float] = {}
         self._finished = 0
         self._open: dict[_Call, None] = {}  # calls in progress, for deadlock reports
+        # sync steps: (it, cid, receiver, step) whose receptions are posted, and the flows that
+        # wait for that before they start (a rendezvous, as NCCL's sends wait for the receive)
+        self._posted: set[tuple[int, str, int, int]] = set()
+        self._held: dict[tuple[int, str, int, int], list[tuple[float, _Flow]]] = {}
         self._absorb(self.core.register_job(job, 0.0))
 
     # ----------------------------------------------------------------- plumbing
@@ -275,7 +288,7 @@ class PlanSimulation:
             raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
         if self._finished < len(self.ranks):
-            calls = [f"rank {c.rank.rank} {c.op.lane}#{c.seq} ({c.op.tag}, iteration {c.it}): "
+            calls = [f"rank {c.rank.rank} {c.group}#{c.seq} ({c.op.tag}, iteration {c.it}): "
                      + (f"step {c.k}, {c.waiting} receptions and {c.undelivered} sends open"
                         if c.t_ack else "not acknowledged") for c in list(self._open)[:6]]
             raise SimulationError(
@@ -400,13 +413,24 @@ class PlanSimulation:
     # -------------------------------------------------------------------- calls
 
     def _call_start(self, lane: _Lane, op: PlanOp) -> None:
-        st = lane.rank
-        group = op.lane
-        seq = st.seq.get(group, 0)
-        st.seq[group] = seq + 1
-        st.profile.observe(CallSignature(group, op.kind, op.size_bytes, op.axis))
-        call = _Call(st, lane, op, lane.it, seq, self.now)
+        call = _Call(lane.rank, lane, op, lane.it, self.now)
         self._open[call] = None
+        self._segment_start(call)
+
+    def _segment_start(self, call: _Call) -> None:
+        """Ask for the circuits of the call's next segment (the whole call for most)."""
+        st, op = call.rank, call.op
+        call.seg += 1
+        seg = call.segments[call.seg]
+        call.group = seg.group
+        call.seq = st.seq.get(seg.group, 0)
+        st.seq[seg.group] = call.seq + 1
+        if call.seg == 0:
+            call.first_seq = call.seq
+        call.seg_intent = self.now
+        call.k, call.end_k = seg.first, seg.first + seg.count
+        call.conns = {}
+        st.profile.observe(CallSignature(seg.group, op.kind, op.size_bytes, op.axis))
         if not op.gated:  # a rail-state call that does not ask: it runs at once
             self._at(self.now, self._acked, call, False)
             return
@@ -417,12 +441,14 @@ class PlanSimulation:
         for m in self.mirrors.get(rank, ()):  # first: the representative is the last to ask
             self._absorb(self.core.intent(Intent(jid, m.rank, m.lanes[op.lane], call.seq,
                                                  op.kind, op.size_bytes, op.axis), self.now))
-        self._absorb(self.core.intent(Intent(jid, rank, op.lane, call.seq, op.kind,
+        self._absorb(self.core.intent(Intent(jid, rank, call.group, call.seq, op.kind,
                                              op.size_bytes, op.axis), self.now, ref=call))
 
     def _acked(self, call: _Call, reconfigured: bool) -> None:
-        call.t_ack = self.now
-        call.reconfigured = reconfigured
+        if call.seg == 0:
+            call.t_ack = self.now
+        call.wait_s += self.now - call.seg_intent
+        call.reconfigured = call.reconfigured or reconfigured
         self._step(call)
 
     def _step(self, call: _Call) -> None:
@@ -433,14 +459,20 @@ class PlanSimulation:
         st = call.rank
         while True:
             now = self.now
-            if call.k >= len(steps):
+            if call.k >= call.end_k:
                 if call.undelivered:
                     call.finishing = True
                 else:
-                    self._at(now + (net.finish_s if call.conns else 0.0), self._call_end, call)
+                    self._at(now + (net.finish_s if call.conns else 0.0), self._segment_end,
+                             call)
                 return
             step = steps[call.k]
             t = now
+            if step.sync and step.recvs:  # rendezvous: the rank's receptions are posted
+                key = (call.it, op.collective_id, st.rank, call.k)
+                self._posted.add(key)
+                for t_held, held in self._held.pop(key, ()):
+                    self._enqueue_at(max(t_held, now), held)
             for peer, n in step.sends:
                 conn = call.conns.get(peer)
                 if conn is None:
@@ -449,11 +481,13 @@ class PlanSimulation:
                 call.sent += n
                 call.undelivered += 1
                 flow = _Flow(call, peer, call.k, n, conn)
-                if t > now:
-                    self._at(t, self._enqueue, flow)
+                key = (call.it, op.collective_id, peer, call.k)
+                if step.sync and key not in self._posted:
+                    self._held.setdefault(key, []).append((t, flow))
                 else:
-                    self._enqueue(flow)
+                    self._enqueue_at(t, flow)
             call.last = t
+            call.sync_open = len(step.sends) if step.sync else 0
             if step.recvs:
                 call.waiting = len(step.recvs)
                 for peer, n in step.recvs:
@@ -471,6 +505,9 @@ class PlanSimulation:
                             call.last = got[1]
                 if call.waiting:
                     return
+            if call.sync_open:
+                return
+            if step.recvs or (step.sync and step.sends):
                 t = call.last + net.step_s
             call.k += 1
             if t > now:
@@ -481,9 +518,14 @@ class PlanSimulation:
         """One reception of the call's current step is complete (now)."""
         call.received += n
         call.waiting -= 1
+        self._step_progress(call)
+
+    def _step_progress(self, call: _Call) -> None:
+        """Something of the current step arrived (now); the step ends when its receptions and
+        (sync steps) its sends have all arrived."""
         if self.now > call.last:
             call.last = self.now
-        if not call.waiting:
+        if not call.waiting and not call.sync_open:
             call.k += 1
             self._at(call.last + self.net.step_s, self._step, call)
 
@@ -506,6 +548,12 @@ class PlanSimulation:
                 call.last = got[1]
         else:
             rep.mirror_wait.setdefault(key, []).append((call, n, need))
+
+    def _enqueue_at(self, t_s: float, flow: _Flow) -> None:
+        if t_s > self.now:
+            self._at(t_s, self._enqueue, flow)
+        else:
+            self._enqueue(flow)
 
     def _enqueue(self, flow: _Flow) -> None:
         conn = flow.conn
@@ -600,38 +648,52 @@ class PlanSimulation:
                         keep.append((c, n, need))
                 st.mirror_wait[key2] = keep
         call.undelivered -= 1
+        if call.sync_open and flow.k == call.k:  # a sync step ends when its sends arrived
+            call.sync_open -= 1
+            self._step_progress(call)
         if call.finishing and not call.undelivered:
-            self._at(self.now + self.net.finish_s, self._call_end, call)
+            call.finishing = False
+            self._at(self.now + self.net.finish_s, self._segment_end, call)
 
-    def _call_end(self, call: _Call) -> None:
+    def _segment_end(self, call: _Call) -> None:
+        """The segment's bytes are delivered: report it done; ask for the next or end."""
         st, op = call.rank, call.op
         now = self.now
         nxt = st.profile.predict_next()
         intent = None
-        if (nxt is not None and nxt.group_id != op.lane and self.config.provisioning
+        if (nxt is not None and nxt.group_id != call.group and self.config.provisioning
                 and not self.rail_state):
             intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
                             nxt.kind, nxt.size_bytes, nxt.axis)
         if op.gated:
-            self._at(now + self._control_s(), self._complete, call, intent)
+            self._at(now + self._control_s(), self._complete, call, call.group, call.seq, intent)
+        if call.seg + 1 < len(call.segments):
+            self._segment_start(call)
+            return
         if op.predict >= 0:
             self._at(now + self._control_s(), self._predict, st, op, call.it)
+        self._call_end(call)
+
+    def _call_end(self, call: _Call) -> None:
+        st, op = call.rank, call.op
         del self._open[call]
+        extra = ({"segments": len(call.segments), "segment_wait_s": call.wait_s}
+                 if op.segments else {})
         self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
-                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.seq,
+                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.first_seq,
                    reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
-                   t_end=now, sent=call.sent, received=call.received,
+                   t_end=self.now, sent=call.sent, received=call.received,
                    expected=op.expected_bytes, size_bytes=op.size_bytes,
-                   wire_bytes=op.wire_bytes)
+                   wire_bytes=op.wire_bytes, **extra)
         self._op_done(call.lane, op)
 
-    def _complete(self, call: _Call, nxt: Intent | None) -> None:
-        op, rank = call.op, call.rank.rank
-        self.invariants.completed(op.lane, call.seq)
-        self._absorb(self.core.complete(self.job.job_id, rank, op.lane, call.seq, self.now,
+    def _complete(self, call: _Call, group: str, seq: int, nxt: Intent | None) -> None:
+        rank = call.rank.rank
+        self.invariants.completed(group, seq)
+        self._absorb(self.core.complete(self.job.job_id, rank, group, seq, self.now,
                                         ref=call, next_intent=nxt))
         if rank in self.mirrors:
-            self._rep_next[(rank, op.lane, call.seq)] = nxt
+            self._rep_next[(rank, group, seq)] = nxt
 
     def _predict(self, st: _Rank, op: PlanOp, it: int) -> None:
         """The rank names the gated call its plan provisions after ``op`` (rail-state)."""

@@ -1,4 +1,5 @@
-"""The call transport on loopback: payload and counting inboxes, EOF handshake, timeouts."""
+"""The call transport on loopback: payload and counting inboxes, EOF handshake, timeouts, the
+sync steps' rendezvous, payloads kept per connection."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from collections.abc import Iterator
 import pytest
 
 from emulator.network import free_tcp_port
-from testbed.emulated.transport import Inbox, Listener, Outgoing, TransportError
+from testbed.emulated.transport import (
+    READY_FLAG,
+    SYNC_FLAG,
+    Inbox,
+    Listener,
+    Outgoing,
+    TransportError,
+)
 
 NEVER = threading.Event()  # an abort flag that is never set
 
@@ -56,3 +64,40 @@ def test_a_payload_of_the_wrong_size_is_refused() -> None:
         with pytest.raises(TransportError, match="payload of 3 bytes, announced 4"):
             out.send_step(0, 4, memoryview(b"abc"))
         out.sock.close()
+
+
+def test_a_sync_step_is_sent_after_the_receiver_is_ready_and_ends_once_read() -> None:
+    inbox = Inbox()
+    with _listening(inbox) as port:
+        out = Outgoing(("127.0.0.1", port), {"it": 1, "cid": "ar", "src": 3}, 5)
+        answered = threading.Event()
+
+        def sender() -> None:
+            out.expect(READY_FLAG, 2)
+            out.send_step(2, 1000, sync=True)
+            out.expect(SYNC_FLAG, 2)
+            answered.set()
+
+        thread = threading.Thread(target=sender, daemon=True)
+        thread.start()
+        with pytest.raises(TransportError, match="received 0 of 1000 bytes"):
+            inbox.wait((1, "ar", 3, 2), 1000, 0.3, NEVER)  # nothing before the receiver is ready
+        inbox.ready((1, "ar", 3), 2, 5, NEVER)
+        assert inbox.wait((1, "ar", 3, 2), 1000, 5, NEVER) == 1000
+        assert answered.wait(5)  # the receiver answered once it had read the payload
+        thread.join(5)
+        out.finish()
+        assert not inbox.errors
+
+
+def test_a_counting_inbox_keeps_the_bytes_of_connections_that_ask() -> None:
+    inbox = Inbox()
+    with _listening(inbox) as port:
+        kept = Outgoing(("127.0.0.1", port), {"it": 0, "cid": "a2a", "src": 1, "keep": True}, 5)
+        kept.send_step(0, 5, b"hello")
+        kept.finish()
+        counted = Outgoing(("127.0.0.1", port), {"it": 0, "cid": "a2a", "src": 2}, 5)
+        counted.send_step(0, 5)
+        counted.finish()
+        assert inbox.take((0, "a2a", 1, 0), 5, 5, NEVER) == b"hello"
+        assert inbox.take((0, "a2a", 2, 0), 5, 5, NEVER) == b""  # counted, not kept
