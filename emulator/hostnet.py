@@ -1,6 +1,7 @@
-"""Host side of the emulation: interface set-up and routes that follow the circuits.
+"""Host side of the emulation: interface set-up, link shaping and routes that follow the circuits.
 
-Pure functions build the shell commands; :class:`HostRouter` runs them in the ranks' Mininet
+Pure functions build the shell commands (the rank's end of each rail link and the bridge's end
+are shaped as :mod:`emulator.shaping` says); :class:`HostRouter` runs them in the ranks' Mininet
 shells. The scheme (see :mod:`emulator.naming`): a rank's address is a /32 on each of its rail
 interfaces; a peer is reached by a /32 route through the local port whose circuit leads to it,
 with a permanent neighbour entry for the peer port's MAC (no ARP on the rails, IPv6 off, so a
@@ -18,6 +19,7 @@ from typing import Any
 
 from controller.ocs import Reconfiguration
 from emulator import naming
+from emulator.shaping import shaping_commands
 from emulator.topo import RailSpec, RankPort
 
 #: Bytes a TCP socket may leave queued below it (TCP small queues), as milliseconds of the
@@ -56,7 +58,18 @@ def interface_setup_commands(spec: RailSpec, prefix: str, rank: int) -> list[str
     for p in spec.rank_ports(rank):
         intf = naming.rail_intf(prefix, rank, p.port_index)
         cmds.append(f"ip addr replace {addr}/32 dev {intf}")
+        if spec.link_mbps is not None:
+            cmds += shaping_commands(intf, spec.link_mbps, spec.shaping)
     return cmds
+
+
+def bridge_shaping_commands(spec: RailSpec, prefix: str) -> list[str]:
+    """``tc`` commands (root namespace) that shape the bridge's end of every rail link."""
+    if spec.link_mbps is None:
+        return []
+    return [cmd for rank in range(spec.num_ranks) for p in spec.rank_ports(rank)
+            for cmd in shaping_commands(naming.bridge_port_intf(prefix, p.rail, p.port),
+                                        spec.link_mbps, spec.shaping)]
 
 
 def route_commands(prefix: str, local: RankPort, peer: RankPort) -> list[str]:

@@ -28,7 +28,12 @@ from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
 from emulator import naming, runstate
-from emulator.hostnet import HostRouter, interface_setup_commands, shell_runner
+from emulator.hostnet import (
+    HostRouter,
+    bridge_shaping_commands,
+    interface_setup_commands,
+    shell_runner,
+)
 from emulator.topo import RailSpec, build_topo
 
 LOG = logging.getLogger("opus.emulator")
@@ -75,6 +80,17 @@ def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.
             detail = f" (last error: {last_exc})" if last_exc else ""
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
         time.sleep(interval_s)
+
+
+def _run_tc_batch(commands: Sequence[str], path: Path) -> None:
+    """Run ``tc`` commands (root namespace) as one ``tc -batch``; raise naming the failure."""
+    if not commands:
+        return
+    path.write_text("".join(c.removeprefix("tc ") + "\n" for c in commands))
+    res = subprocess.run(["tc", "-batch", str(path)], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        raise EmulationError(f"link shaping failed ({path}): {res.stderr.strip()[-500:]}")
 
 
 @dataclass
@@ -237,6 +253,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         root_intf = f"{naming.root_node(prefix)}-eth0"
         subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
                        check=False)
+        _run_tc_batch(bridge_shaping_commands(spec, prefix), config_path.parent / "shaping.tc")
 
         hosts = {r: net.get(naming.host_name(prefix, r)) for r in range(spec.num_ranks)}
         run = shell_runner(hosts, config_path.parent)
