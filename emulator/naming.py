@@ -12,7 +12,7 @@ frontend intf      ``ot1a2g<rank>-eth0`` control traffic only (controller, shims
 rail intf          ``ot1a2g<rank>-eth<1+k>``  NIC port ``k`` (0..K-1) of the rank on its rail
 rail bridge        ``ot1a2r<rail>``      OVS bridge acting as the rail's OCS
 rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1``
-frontend bridge    ``ot1a2fe``           OVS bridge in standalone (learning switch) mode
+frontend bridge    ``ot1a2fe``           Linux bridge (control traffic only, kept out of OVS)
 root-side intf     ``ot1a2root-eth0``    links the root namespace to the frontend bridge
 =================  ====================  ===================================================
 

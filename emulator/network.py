@@ -93,6 +93,33 @@ def _run_tc_batch(commands: Sequence[str], path: Path) -> None:
         raise EmulationError(f"link shaping failed ({path}): {res.stderr.strip()[-500:]}")
 
 
+def kernel_bridge_class() -> Any:
+    """A Mininet switch class for the frontend: a Linux bridge, not Open vSwitch.
+
+    The frontend carries control traffic only (shims' intents, acks and heartbeats: with 32
+    ranks about as many packets as all rails together) and models nothing, so it stays out of
+    the userspace datapath, whose one thread polls every port of every userspace bridge on each
+    wake-up. Mininet is imported here, so pure users never load it.
+    """
+    from mininet.node import Switch
+
+    class KernelBridge(Switch):
+        """A Linux bridge without STP: ports forward as soon as they join."""
+
+        def start(self, _controllers: Any) -> None:
+            self.cmd(f"ip link add {self.name} type bridge stp_state 0 && "
+                     f"ip link set {self.name} up")
+            for intf in self.intfList():
+                if self.name in intf.name:
+                    self.cmd(f"ip link set {intf.name} master {self.name}")
+
+        def stop(self, deleteIntfs: bool = True) -> None:
+            self.cmd(f"ip link del {self.name}")
+            super().stop(deleteIntfs)
+
+    return KernelBridge
+
+
 @dataclass
 class EmulatedRails:
     """Handle on a running emulated network (valid inside the ``with`` block)."""
@@ -178,7 +205,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     from mininet.link import TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
-    from mininet.node import OVSBridge, OVSSwitch
+    from mininet.node import OVSSwitch
 
     setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
     ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
@@ -235,7 +262,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
                               datapath=dp, inband=False, batch=True)
         topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
-                          frontend_switch=partial(OVSBridge, datapath=dp, batch=True))
+                          frontend_switch=kernel_bridge_class())
         net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         net.build()
