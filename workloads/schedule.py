@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -130,6 +130,7 @@ class Schedule:
     groups: dict[str, GroupSet]
     programs: list[Program]
     program_of: np.ndarray  # (world_size,) program index of every rank
+    origin: dict[str, Any] | None = None  # provenance of a captured/imported schedule
     _index: dict[str, RankIndex] = field(default_factory=dict, repr=False)
     _scale_up: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 

@@ -31,7 +31,8 @@ def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
     rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu")}
-    return WorkloadConfig(model=ModelSpec(**d["model"]), cluster=Cluster(**d["cluster"]),
+    model = None if d["model"] is None else ModelSpec(**d["model"])
+    return WorkloadConfig(model=model, cluster=Cluster(**d["cluster"]),
                           parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
                           **rest)
 
@@ -58,14 +59,16 @@ def program_from_dict(d: dict[str, Any]) -> Program:
 
 
 def to_dict(s: Schedule) -> dict[str, Any]:
-    return {
-        "format": FORMAT,
-        "version": VERSION,
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    if s.origin is not None:
+        out["origin"] = s.origin
+    out.update({
         "config": config_to_dict(s.config),
         "groups": {axis: s.groups[axis].ranks.tolist() for axis in AXES},
         "programs": [program_to_dict(p) for p in s.programs],
         "program_of_rank": s.program_of.tolist(),
-    }
+    })
+    return out
 
 
 def from_dict(d: dict[str, Any]) -> Schedule:
@@ -80,7 +83,7 @@ def from_dict(d: dict[str, Any]) -> Schedule:
     if program_of.shape != (cfg.cluster.world_size,):
         raise WorkloadConfigError("needs one entry per rank", "program_of_rank")
     _check_programs(programs)
-    return Schedule(cfg, groups, programs, program_of)
+    return Schedule(cfg, groups, programs, program_of, origin=d.get("origin"))
 
 
 def _check_programs(programs: list[Program]) -> None:
@@ -98,5 +101,20 @@ def dump(s: Schedule, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> Schedule:
-    with open(path) as fh:
-        return from_dict(json.load(fh))
+    """The schedule in the file at ``path``; :class:`WorkloadConfigError` names the file."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise WorkloadConfigError(f"cannot read it: {exc.strerror}", "", str(path)) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(
+            exc, json.JSONDecodeError) else str(path)
+        raise WorkloadConfigError(f"not JSON: {exc}", "", where) from exc
+    try:
+        return from_dict(data)
+    except WorkloadConfigError as exc:
+        raise WorkloadConfigError(exc.reason, exc.field, str(path)) from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WorkloadConfigError(f"not a valid schedule ({type(exc).__name__}: {exc})", "",
+                                  str(path)) from exc

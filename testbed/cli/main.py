@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from testbed.cli.traces import compare_parser, is_compare
+
 EPILOG = """\
 examples:
   opus-testbed check                 # prerequisites, with a fix for each failure
@@ -24,6 +26,8 @@ examples:
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
+  opus-testbed workload compare A.yaml B.json   # two schedules side by side
+  opus-testbed import kineto rank*.json.gz --out imported/   # profiler traces -> workload
   opus-testbed clean                 # remove leftovers of crashed runs (ours only)
 """
 
@@ -157,9 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_clean)
 
     from testbed.cli.experiments import register as register_experiments
+    from testbed.cli.traces import register as register_traces
     from testbed.cost.cli import register as register_cost
 
     register_experiments(sub)
+    register_traces(sub)
     register_cost(sub)
     _add_ocs(sub)
 
@@ -205,8 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         b.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_bench)
 
+    from testbed.cli.traces import COMPARE_HELP
+
     p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
-                       description="Generate one training iteration's per-rank schedule.")
+                       description="Generate one training iteration's per-rank schedule "
+                       "(or replay a schedule file: workload: {schedule: FILE}).",
+                       epilog=f"see also: {COMPARE_HELP}")
     from workloads.cli import add_arguments
 
     add_arguments(p)
@@ -239,8 +249,11 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if is_compare(words):  # `workload compare A B`, not `workload CONFIG`
+        args = compare_parser().parse_args(words[2:])
+    else:
+        args = build_parser().parse_args(words)
     # SIGTERM (e.g. from `timeout` or CI) unwinds like Ctrl-C, so every teardown path runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     from testbed.errors import RankFailed, RunError, RunRefused

@@ -40,7 +40,16 @@ from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
+from workloads.loader import (
+    WorkloadSource,
+    _Doc,
+    _load_file,
+    _mapping,
+    _typed,
+    _validated,
+    parse_workload_source,
+)
+from workloads.schedule import Schedule
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
@@ -73,6 +82,12 @@ class ExperimentConfig:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
+    schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
+
+    def schedule(self) -> Schedule:
+        """The schedule to run: loaded from ``schedule_file``, else generated."""
+        path = Path(self.schedule_file) if self.schedule_file else None
+        return WorkloadSource(self.workload, path).schedule()
 
     @property
     def switching_delay_ms(self) -> float:
@@ -127,16 +142,18 @@ class ExperimentConfig:
                 "ports_per_rank": self.effective_ports_per_rank, "driver": self.driver,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed}
+                "warmup": self.warmup, "seed": self.seed, "schedule_file": self.schedule_file}
 
 
 def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
-    workload = parse_workload(text, source, base_dir)
+    workload = parse_workload_source(text, source, base_dir)
     doc = _Doc(text, source)
     top = _mapping(doc, doc.root, "", None)
-    kwargs: dict[str, Any] = {"workload": workload, "source": source, "text": text}
+    kwargs: dict[str, Any] = {"workload": workload.config, "source": source, "text": text}
+    if workload.schedule_file is not None:
+        kwargs["schedule_file"] = str(workload.schedule_file)
     if "name" in top:
         kwargs["name"] = _typed(doc, top["name"], "name", str)
     else:

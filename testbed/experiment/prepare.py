@@ -1,8 +1,9 @@
 """Everything a run needs before anything starts: schedule, replay plan, link rate, byte scale.
 
 Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
-(:mod:`workloads`), refuses what this machine cannot host (emulation only), picks the emulated
-link rate and lowers the schedule to per-rank replay plans (:mod:`testbed.plan.replay`).
+(:mod:`workloads`) or loads it (``workload: {schedule: FILE}``), refuses what this machine
+cannot host (emulation only), picks the emulated link rate and lowers the schedule to per-rank
+replay plans (:mod:`testbed.plan.replay`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from testbed.errors import RunRefused
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
-from workloads import generate_schedule
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
@@ -34,7 +34,7 @@ class Prepared:
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = generate_schedule(cfg.workload)
+    schedule = cfg.schedule()
     world = schedule.world_size
     if check_capacity:
         problem = capacity_problem(world)
