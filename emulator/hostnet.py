@@ -25,9 +25,11 @@ from emulator.topo import RailSpec, RankPort
 #: Bytes a TCP socket may leave queued below it (TCP small queues), as milliseconds of the
 #: shaped link rate, and the floor in bytes (three full frames). The kernel default (4 MiB
 #: here) lets one socket fill the link's HTB queue with a second or more of data at a few
-#: Mbit/s; a rank's ACKs for the peer's data then wait behind it. ``opus-testbed bench tcp``
-#: (2 MB flows at 8 Mbit/s, 6 MB at 25): both ways at once, flow time over ideal, median 1.03
-#: and 1.04 with this cap against 1.14 and 1.19 with the kernel's; one way 1.00 either way.
+#: Mbit/s. With one FIFO per link a rank's ACKs for the peer's data waited behind it:
+#: ``opus-testbed bench tcp`` (2 MB flows at 8 Mbit/s, 6 MB at 25), both ways at once, flow
+#: time over ideal, median 1.03 and 1.04 with this cap against 1.14 and 1.19 with the
+#: kernel's. Now that ACKs go first (:mod:`emulator.shaping`) the cap matters less: 250 KB
+#: flows at 8 Mbit/s, both ways, median 1.04 against 1.05-1.06 (two runs).
 TCP_QUEUE_MS = 4.0
 TCP_QUEUE_MIN_BYTES = 3 * 1514
 
