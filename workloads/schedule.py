@@ -21,6 +21,10 @@ Op semantics (shared by the replayer, the simulator and the controller's tests):
   of :mod:`workloads.steps`); their duration is for the network to decide.
 * ``scale_up`` is True when all members share a server: the traffic stays on NVLink and
   needs no rail circuit, so replayers and the controller skip the network.
+* ``thread`` is the host thread that issues the op in PyTorch: ``main`` (the training loop,
+  forward, pipeline sends/receives, the step-end gradient reduction) or ``autograd`` (FSDP's
+  pre-backward all-gathers, issued from the backward pass). It changes no timing; it tells
+  which calls a framework hooked on the main thread sees (the artifact's request points).
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ from workloads.layout import (
     scale_up_mask,
 )
 from workloads.steps import P2P_KINDS, StepPlan, lower, wire_bytes
+from workloads.threads import MAIN_THREAD
 
 if TYPE_CHECKING:
     from workloads.phases import Phase
-
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,10 @@ class TemplateOp:
 
     ``tag`` names the op uniquely within its program and identically on every member of a
     collective. ``split`` is, for all-to-all, the bytes sent to each group position.
-    ``peer_stage`` is the pipeline stage of the other end of a send/recv.
+    ``peer_stage`` is the pipeline stage of the other end of a send/recv. ``thread`` is the
+    host thread that issues the op: ``main``, or ``autograd`` for what the backward pass issues
+    from autograd's own thread (FSDP's backward all-gathers); the rail-state request points
+    (:mod:`testbed.plan.requestpoints`) follow the main thread's issue order only.
     """
 
     kind: str
@@ -68,6 +75,7 @@ class TemplateOp:
     size_bytes: int = 0
     peer_stage: int = -1
     split: tuple[int, ...] = ()
+    thread: str = MAIN_THREAD
 
     @property
     def is_collective(self) -> bool:
@@ -111,6 +119,7 @@ class Op:
     wire_bytes: int = 0
     peer: int = -1
     scale_up: bool = False
+    thread: str = MAIN_THREAD
 
     @property
     def is_collective(self) -> bool:
@@ -200,7 +209,8 @@ class Schedule:
 
     def _bind(self, rank: int, index: int, t: TemplateOp) -> Op:
         if t.kind == "compute":
-            return Op(rank, index, t.kind, t.tag, t.deps, duration_s=t.duration_s)
+            return Op(rank, index, t.kind, t.tag, t.deps, duration_s=t.duration_s,
+                      thread=t.thread)
         ri = self.rank_index(t.axis)
         g = int(ri.group[rank])
         gid = f"{t.axis}{g}"
@@ -210,13 +220,13 @@ class Schedule:
             wire = wire_bytes(t.kind, 2, 0, t.size_bytes)
             return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
                       collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes,
-                      wire_bytes=wire, peer=peer, scale_up=same)
+                      wire_bytes=wire, peer=peer, scale_up=same, thread=t.thread)
         n = self.groups[t.axis].size
         pos = int(ri.position[rank])
         return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
                   collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes,
                   wire_bytes=wire_bytes(t.kind, n, pos, t.size_bytes, t.split),
-                  scale_up=bool(self.group_scale_up(t.axis)[g]))
+                  scale_up=bool(self.group_scale_up(t.axis)[g]), thread=t.thread)
 
     # --- collectives -------------------------------------------------------------------
     def collective_members(self, collective_id: str) -> list[Op]:

@@ -19,14 +19,24 @@ from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
 from workloads.models import ModelSpec
 from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.threads import MAIN_THREAD, THREADS
 
 FORMAT = "opus-testbed/workload-schedule"
 VERSION = 1
 OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
+#: Optional columns, written only when some op differs from the default.
+OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
+#: Config fields written only when not at their defaults, so older schedules serialise as before.
+OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
+                          "calibrate_step_s": None, "compute_scale": 1.0}
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
-    return asdict(cfg)
+    d = asdict(cfg)
+    for key, default in OPTIONAL_CONFIG_FIELDS.items():
+        if d[key] == default:
+            del d[key]
+    return d
 
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
@@ -38,9 +48,11 @@ def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
 
 
 def program_to_dict(p: Program) -> dict[str, Any]:
-    cols: dict[str, list[Any]] = {c: [] for c in OP_COLUMNS}
+    names = OP_COLUMNS + tuple(c for c, default in OPTIONAL_COLUMNS.items()
+                               if any(getattr(op, c) != default for op in p.ops))
+    cols: dict[str, list[Any]] = {c: [] for c in names}
     for op in p.ops:
-        for c in OP_COLUMNS:
+        for c in names:
             v = getattr(op, c)
             cols[c].append(list(v) if isinstance(v, tuple) else v)
     return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
@@ -49,11 +61,16 @@ def program_to_dict(p: Program) -> dict[str, Any]:
 def program_from_dict(d: dict[str, Any]) -> Program:
     cols = d["ops"]
     n = len(cols["kind"])
+    threads = cols.get("thread", [MAIN_THREAD] * n)
+    bad = sorted({t for t in threads if t not in THREADS})
+    if bad:
+        raise WorkloadConfigError(f"unknown threads {bad}; known: {', '.join(THREADS)}",
+                                  "programs.ops.thread")
     ops = tuple(
         TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
                    duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
                    size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
-                   split=tuple(cols["split"][i]))
+                   split=tuple(cols["split"][i]), thread=str(threads[i]))
         for i in range(n))
     return Program(int(d["stage"]), int(d["ep_index"]), ops)
 

@@ -7,10 +7,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from testbed.errors import Say, say_stderr
-from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
+from controller.railstate import SEMANTICS
+from testbed.errors import RunRefused, Say, say_stderr
+from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 
@@ -29,6 +31,9 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     if with_mode:
         p.add_argument("--mode", choices=MODES, help="override the config's mode")
         p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+        p.add_argument("--semantics", choices=SEMANTICS,
+                       help="override ocs.semantics: port-exact (one-to-one circuits, the "
+                       "default) or rail-state (the public Opus artifact's bitmask model)")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.add_argument("--link-mbps", type=float,
@@ -46,20 +51,33 @@ def _delay(text: str) -> float | str:
         return text
 
 
-def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> ExperimentConfig:
+Settings = TypeVar("Settings", bound=RunSettings)
+
+
+def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     changes: dict[str, Any] = {}
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
     if getattr(args, "delay", None) is not None:
         changes["switching_delay"] = _delay(args.delay)
+    if getattr(args, "semantics", None):
+        changes["semantics"] = args.semantics
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     return cfg.replace(**changes) if changes else cfg
 
 
-def run_one(cfg: ExperimentConfig, out: Path, backend: str,
+def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
             say: Say) -> dict[str, Any]:
+    if isinstance(cfg, TorchExperiment):
+        if backend == "sim":
+            raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
+                             "its run writes replay.yaml (the captured schedule), which "
+                             "`run --backend sim` replays")
+        from testbed.torchjob.runner import run_torch
+
+        return run_torch(cfg, out, say)
     from testbed.experiment.prepare import prepare
 
     prep = prepare(cfg, check_capacity=backend == "emu")
@@ -86,7 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.results import store
     from testbed.results.summary import summary_text
 
-    cfg = apply_overrides(load_experiment(args.config), args)
+    cfg: ExperimentConfig | TorchExperiment = apply_overrides(
+        load_torch_experiment(args.config) if is_torch_experiment(args.config)
+        else load_experiment(args.config), args)
     out = Path(args.out) if args.out else default_out_dir(cfg)
     say = make_say()
     baseline = None
@@ -106,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.experiment.sweep import run_sweep
+    from testbed.experiment.sweep import SweepError, run_sweep
 
     cfg = apply_overrides(load_experiment(args.config), args)
     try:
@@ -118,21 +138,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"error: unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+    semantics = ([s.strip() for s in args.semantics_list.split(",") if s.strip()]
+                 if args.semantics_list is not None else None)
     out = Path(args.out) if args.out else Path("results") / (
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
-                     engine=args.engine)
+    try:
+        rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
+                         engine=args.engine, semantics=semantics)
+    except SweepError as exc:  # a bad option: nothing was run
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
-        print(f"{'mode':<14}{'delay_ms':>9}{'iteration_s':>13}{'overhead_%':>12}  fidelity")
+        print(f"{'mode':<14}{'semantics':<12}{'delay_ms':>9}{'iteration_s':>13}"
+              f"{'overhead_%':>12}  fidelity")
         for r in rows:
             it = r.get("iteration_time_s")
             ov = r.get("overhead_pct")
-            print(f"{r['mode']:<14}{float(r['delay_ms']):>9g}"
+            print(f"{r['mode']:<14}{r['semantics']:<12}{float(r['delay_ms']):>9g}"
                   f"{'' if it in (None, '') else format(float(it), '.3f'):>13}"
                   f"{'' if ov in (None, '') else format(float(ov), '+.2f'):>12}  "
                   f"{r.get('fidelity', '')}")
+        meta = json.loads((out / "sweep.json").read_text())
+        for fam in meta["families"]:
+            slope = fam["slope_s_per_s"]
+            ov100 = fam["overhead_100ms_pct"]
+            print(f"{fam['mode']}, {fam['semantics']}: slope "
+                  f"{'n/a' if slope is None else format(slope, '.2f')} s/s (>= 250 ms), "
+                  f"overhead at 100 ms {'n/a' if ov100 is None else format(ov100, '+.1f')} %")
         print(f"results: {out}")
     return 0
 
@@ -187,9 +221,11 @@ def register(sub: Any) -> None:
         "run", help="run one experiment end to end (emulated: root)",
         description="Replay training iterations of CONFIG as real traffic through Opus-"
         "controlled emulated rails (or the simulation backend), then write the results "
-        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). Exit status: 0 ok "
-        "(or simulated: --backend sim runs are not judged), 2 bad input (nothing started), "
-        "1 the run failed, 3 fidelity degraded.")
+        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). A PyTorch script's "
+        "experiment (workload: {torch: ...}) trains the script itself, on loopback and then on "
+        "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
+        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
+        "started), 1 the run failed, 3 fidelity degraded.")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")
@@ -201,13 +237,19 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "sweep", help="iteration time vs switching delay per mode (paper Fig. 8)",
-        description="Run CONFIG for every mode and delay (the baseline once), write sweep.csv "
-        "(mode, delay_ms, iteration_time_s, overhead_pct), sweep.json, one run directory per "
+        description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
+        "sweep.csv (mode, semantics, delay_ms, iteration_time_s, overhead_pct), sweep.json "
+        "(with each family's slope of step time against delay over the points >= 250 ms and "
+        "its overhead at 100 ms, and the public Opus artifact's figures), one run directory per "
         "point and iteration_vs_delay.png.")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default="0,1,10,25,50,100", help="switching delays in ms")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
+    p.add_argument("--semantics", dest="semantics_list",
+                   help="comma-separated controller semantics among "
+                   f"{', '.join(SEMANTICS)} (default: the config's ocs.semantics); each runs "
+                   "every mode and delay")
     p.add_argument("--out", help="sweep directory (default results/NAME-sweep-TIME)")
     p.add_argument("--workers", type=int, default=2,
                    help="parallel points with --backend sim (emulated points run one by one)")

@@ -77,9 +77,14 @@ def _print_bench(result: dict[str, Any], as_json: bool) -> None:
 
 def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
     from emulator.bench import run_fidelity_bench
+    from testbed.metrics.darktime import dark_tolerance_ms
 
-    return run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
-                              interval_us=args.interval_us)
+    result = run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
+                                interval_us=args.interval_us)
+    for row in result["results"]:  # the rule every emulated run's dark periods are judged by
+        row["tolerance_ms"] = dark_tolerance_ms(row["delay_ms"])
+        row["app_within_tolerance"] = row["app_error_ms"]["p99"] <= row["tolerance_ms"]
+    return result
 
 
 def _bench_control(args: argparse.Namespace) -> dict[str, Any]:
@@ -105,10 +110,24 @@ def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
 def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.crossval import run_crossval
+    from controller.railstate import SEMANTICS
+    from testbed.experiment.crossval import run_crossval, run_crossval_points
 
-    return run_crossval(args.config, work_dir=Path(args.keep) if args.keep else None,
-                        sim_seeds=args.seeds)
+    keep = Path(args.keep) if args.keep else None
+    if args.semantics is None and args.delays is None:
+        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds)
+    from testbed.experiment.config import load_experiment
+
+    cfg = load_experiment(args.config)
+    semantics = ([s.strip() for s in args.semantics.split(",") if s.strip()]
+                 if args.semantics is not None else [cfg.semantics])
+    bad = [s for s in semantics if s not in SEMANTICS]
+    if bad or not semantics:
+        raise SystemExit(f"opus-testbed: error: unknown semantics {bad}; choose from "
+                         f"{', '.join(SEMANTICS)}")
+    delays = _floats(args.delays) if args.delays is not None else [cfg.switching_delay_ms]
+    return run_crossval_points(args.config, semantics, delays, work_dir=keep,
+                               sim_seeds=args.seeds)
 
 
 def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
     b.add_argument("--seeds", type=int, default=5,
                    help="simulation seeds; their measured iterations are pooled")
+    b.add_argument("--semantics", help="comma-separated controller semantics (port-exact, "
+                   "rail-state); with --delays, every point is compared (agreement per point)")
+    b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
+                   "config's)")
     b.set_defaults(bench_fn=_bench_crossval)
     b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
     b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")

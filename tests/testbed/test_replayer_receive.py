@@ -1,4 +1,4 @@
-"""The rank process's receiving side: steps counted into the inbox, woken per chunk."""
+"""The transport's receiving side: steps counted into the inbox, woken per chunk."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from testbed.emulated.replayer import RECV_WAKE_BYTES, STEP_HEADER, Inbox, _serve_connection
+from testbed.emulated.transport import RECV_WAKE_BYTES, STEP_HEADER, Inbox, serve_connection
 
 STEP_SIZES = [1, RECV_WAKE_BYTES - 1, RECV_WAKE_BYTES, RECV_WAKE_BYTES + 1, 200_000]
 
@@ -25,7 +25,7 @@ def test_every_step_arrives_whole_over_tcp_with_the_wake_threshold() -> None:
         sender = socket.create_connection(server.getsockname())
         conn, _ = server.accept()
     inbox = Inbox()
-    reader = threading.Thread(target=_serve_connection, args=(conn, inbox, 10.0))
+    reader = threading.Thread(target=serve_connection, args=(conn, inbox, 10.0))
     reader.start()
     with sender:
         sender.sendall(_stream(STEP_SIZES))
@@ -73,7 +73,7 @@ class ScriptedConn:
 def test_receiver_wakes_per_chunk_and_at_the_last_byte_of_a_step(size: int) -> None:
     conn = ScriptedConn(_stream([size]))
     inbox = Inbox()
-    _serve_connection(conn, inbox, 10.0)  # type: ignore[arg-type]
+    serve_connection(conn, inbox, 10.0)  # type: ignore[arg-type]
     # a whole header, then at most a chunk or what is left of the step, then the next header
     expected, left = [STEP_HEADER.size], size
     while left:
