@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -20,11 +21,19 @@ def _stream(sizes: list[int]) -> bytes:
     return out
 
 
-def test_every_step_arrives_whole_over_tcp_with_the_wake_threshold() -> None:
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
     with socket.create_server(("127.0.0.1", 0)) as server:
         sender = socket.create_connection(server.getsockname())
         conn, _ = server.accept()
-    inbox = Inbox()
+    return sender, conn
+
+
+@pytest.mark.parametrize("pair", [_tcp_pair, socket.socketpair], ids=["tcp", "unix"])
+def test_every_step_arrives_whole_with_the_wake_threshold(
+        pair: Callable[[], tuple[socket.socket, socket.socket]]) -> None:
+    """Over TCP (rails) and Unix sockets (a server's scale-up exchanges in torch jobs)."""
+    sender, conn = pair()
+    inbox = Inbox(keep_payload=True)
     reader = threading.Thread(target=serve_connection, args=(conn, inbox, 10.0))
     reader.start()
     with sender:
@@ -32,7 +41,7 @@ def test_every_step_arrives_whole_over_tcp_with_the_wake_threshold() -> None:
         sender.shutdown(socket.SHUT_WR)
         aborted = threading.Event()
         for step, n in enumerate(STEP_SIZES):
-            assert inbox.wait((3, "dp0", 5, step), n, 10.0, aborted) == n
+            assert inbox.take((3, "dp0", 5, step), n, 10.0, aborted) == bytes(n)
         assert sender.recv(1) == b""  # the receiver closed at our EOF: it read everything
     reader.join(10.0)
     assert not reader.is_alive() and not inbox.errors
