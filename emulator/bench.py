@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import statistics
 import subprocess
 import sys
@@ -159,18 +160,46 @@ PAYLOAD_PER_FRAME = 1448 / 1514
 TCP_CASES = ("one_way", "two_way", "two_way_late")
 
 
+#: From the moment both sides of an exchange listen to the first connect.
+EXCHANGE_START_S = 0.05
+#: How long a side may take to start listening (Python start-up on a loaded machine).
+EXCHANGE_READY_TIMEOUT_S = 60.0
+
+
+def start_exchange(net: Any, port: int,
+                   sides: Sequence[tuple[int, int, int, bool, float]]) -> list[Any]:
+    """Start one :mod:`emulator.tcp_exchange` process per side ``(rank, peer, send_bytes,
+    receive, delay_s)``; once every side listens, each sends ``delay_s`` after a common start.
+
+    The start is set only when all of them listen (a process's start-up takes seconds on a
+    loaded machine), so no side connects to a peer that is not listening yet.
+    """
+    procs = []
+    for rank, peer, send_bytes, receive, _delay in sides:
+        args = [sys.executable, "-m", "emulator.tcp_exchange", net.rank_address(rank),
+                net.rank_address(peer), str(port), str(send_bytes), "1" if receive else "0"]
+        procs.append(net.popen(rank, args, text=True, stdin=subprocess.PIPE))
+    for proc in procs:
+        ready, _, _ = select.select([proc.stdout], [], [], EXCHANGE_READY_TIMEOUT_S)
+        line = proc.stdout.readline() if ready else "(nothing within the timeout)"
+        if line.strip() != "listening":
+            proc.kill()
+            raise RuntimeError(f"tcp exchange did not start: {line!r} "
+                               f"{proc.communicate(timeout=10)[1].strip()}")
+    start = time.time() + EXCHANGE_START_S
+    for proc, (*_side, delay_s) in zip(procs, sides, strict=True):
+        proc.stdin.write(f"{start + delay_s:.6f}\n")
+        proc.stdin.flush()
+    return procs
+
+
 def _exchange(net: Any, port: int, nbytes: int, late_s: float, case: str) -> list[float]:
     """Times (s) of the measured flows of one exchange: both ways, or rank 0's alone."""
     both = case != "one_way"
-    start = time.time() + 0.5  # both processes up and listening well before
-    procs = []
-    for rank, peer in ((0, 1), (1, 0)):
-        sends = nbytes if rank == 0 or both else 0
-        delay = late_s if (rank == 1 and case == "two_way_late") else 0.0
-        args = [sys.executable, "-m", "emulator.tcp_exchange", net.rank_address(rank),
-                net.rank_address(peer), str(port), str(sends),
-                "1" if (rank == 1 or both) else "0", f"{start + delay:.6f}"]
-        procs.append(net.popen(rank, args, text=True))
+    procs = start_exchange(net, port, [
+        (rank, peer, nbytes if rank == 0 or both else 0, rank == 1 or both,
+         late_s if (rank == 1 and case == "two_way_late") else 0.0)
+        for rank, peer in ((0, 1), (1, 0))])
     times = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)

@@ -3,12 +3,12 @@ ahead of data on both ends (root). Figures are the bench's."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
-import sys
 
 from emulator import naming
-from emulator.bench import TCP_CASES, TCP_SETUPS, run_tcp_bench
+from emulator.bench import TCP_CASES, TCP_SETUPS, run_tcp_bench, start_exchange
 from emulator.hostnet import tcp_queue_limit_bytes
 from emulator.network import emulated_rails
 from emulator.runstate import load_records
@@ -16,8 +16,13 @@ from emulator.shaping import ACK_CLASS, DATA_CLASS
 from emulator.topo import RailSpec
 
 
+def _our_runs() -> set[str]:
+    """Prefixes of the networks this process recorded (other helpers' runs come and go)."""
+    return {r.prefix for r in load_records() if r.owner_pid == os.getpid()}
+
+
 def test_tcp_bench_measures_every_case_in_every_setup() -> None:
-    before = {r.prefix for r in load_records()}
+    before = _our_runs()
     result = run_tcp_bench(link_mbps=8.0, nbytes=100_000, trials=1, late_s=0.02,
                            progress=lambda _m: None)
     assert [(r["shaping"], r["tcp_queue"]) for r in result["results"]] == list(TCP_SETUPS)
@@ -30,7 +35,7 @@ def test_tcp_bench_measures_every_case_in_every_setup() -> None:
         for case in TCP_CASES:  # every flow delivered its bytes: no time is far below ideal
             assert row[case]["median"] > 0.8, (row["shaping"], row["tcp_queue"], case, row[case])
             assert 0 <= row[case]["slow_flows"] <= row[case]["flows"]
-    assert {r.prefix for r in load_records()} <= before  # every network torn down
+    assert _our_runs() <= before  # every network torn down
 
 
 def _sent(tc_output: str, classid: str) -> tuple[int, int]:
@@ -43,12 +48,8 @@ def _sent(tc_output: str, classid: str) -> tuple[int, int]:
 def test_acks_and_data_take_their_own_class_on_both_ends_of_a_link() -> None:
     spec = RailSpec(servers=2, gpus_per_server=1, link_mbps=8.0, mode="electrical")
     with emulated_rails(spec) as net:
-        receiver = net.popen(1, [sys.executable, "-m", "emulator.tcp_exchange",
-                                 net.rank_address(1), net.rank_address(0), "7001", "0", "1",
-                                 "0"], text=True)
-        sender = net.popen(0, [sys.executable, "-m", "emulator.tcp_exchange",
-                               net.rank_address(0), net.rank_address(1), "7001", "60000", "0",
-                               "0"], text=True)
+        sender, receiver = start_exchange(net, 7001, [(0, 1, 60000, False, 0.0),
+                                                      (1, 0, 0, True, 0.0)])
         out, err = sender.communicate(timeout=60)
         assert sender.returncode == 0 and float(out), err
         receiver.communicate(timeout=60)
