@@ -272,7 +272,13 @@ class Shim:
             self._sock.send(encode(self._base(msg)), zmq.NOBLOCK)
 
     def _heartbeat(self) -> None:
-        """Background thread with its own socket: keep the session alive, watch the controller."""
+        """Background thread with its own socket: keep the session alive, watch the controller.
+
+        It wakes once per heartbeat interval (or at :meth:`close`) and then reads the pongs
+        that wait in its socket, so :attr:`_last_pong` lags by at most one interval, far below
+        ``controller_silence_s``. (It used to poll every 0.1 s: with 32 ranks of three shims,
+        ~1000 wake-ups a second that did nothing.)
+        """
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no backlog of stale heartbeats while disconnected
@@ -284,11 +290,11 @@ class Shim:
                     if old is not None:
                         sock.send(encode({"type": "bye", "shim": old}), zmq.NOBLOCK)
                     sock.send(encode(self._base({"type": "heartbeat"})), zmq.NOBLOCK)
-                t_next = time.monotonic() + self.heartbeat_interval_s
-                while (left := t_next - time.monotonic()) > 0 and not self._closed.is_set():
-                    if sock.poll(int(min(left, 0.1) * 1000) + 1):
-                        sock.recv()
-                        self._last_pong = time.monotonic()
+                if self._closed.wait(self.heartbeat_interval_s):
+                    break
+                while sock.poll(0):
+                    sock.recv()
+                    self._last_pong = time.monotonic()
         finally:
             # a shim that never made a request has only this socket's session: end it too
             with contextlib.suppress(zmq.ZMQError):

@@ -10,14 +10,21 @@
   app from request receipt to the confirming barrier: ``(t_light - t_request) - delay``.
 * ``tcp``: how close TCP between two ranks comes to the shaped link rate: one way, both ways
   at once (a two-rank ring step) and both ways with the second flow starting late (into a busy
-  reverse direction). Each figure is a flow's time over the ideal (its bytes in full frames at
-  the link rate), with the project's TCP queue cap (:func:`emulator.hostnet.
-  tcp_queue_limit_bytes`) and, for comparison in the same run, with the kernel's default.
+  reverse direction), each on a fresh connection as the replayer opens one per call. Each
+  figure is a flow's time over the ideal (its bytes in full frames at the link rate). Three
+  set-ups run side by side, their trials interleaved so that the machine's load hits them
+  alike: the emulator's (links shaped with ACKs first, :mod:`emulator.shaping`, and the
+  project's TCP queue cap, :func:`emulator.hostnet.tcp_queue_limit_bytes`), one FIFO per link
+  (Mininet's ``TCLink`` shaping, the emulator before ACKs went first) and the kernel's default
+  queue cap. ``slow_flows`` counts flows over :data:`SLOW_FLOW_RATIO` x ideal: the slow mode
+  of the bimodal rates a FIFO gives two-way exchanges.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import select
 import statistics
 import subprocess
 import sys
@@ -153,18 +160,46 @@ PAYLOAD_PER_FRAME = 1448 / 1514
 TCP_CASES = ("one_way", "two_way", "two_way_late")
 
 
+#: From the moment both sides of an exchange listen to the first connect.
+EXCHANGE_START_S = 0.05
+#: How long a side may take to start listening (Python start-up on a loaded machine).
+EXCHANGE_READY_TIMEOUT_S = 60.0
+
+
+def start_exchange(net: Any, port: int,
+                   sides: Sequence[tuple[int, int, int, bool, float]]) -> list[Any]:
+    """Start one :mod:`emulator.tcp_exchange` process per side ``(rank, peer, send_bytes,
+    receive, delay_s)``; once every side listens, each sends ``delay_s`` after a common start.
+
+    The start is set only when all of them listen (a process's start-up takes seconds on a
+    loaded machine), so no side connects to a peer that is not listening yet.
+    """
+    procs = []
+    for rank, peer, send_bytes, receive, _delay in sides:
+        args = [sys.executable, "-m", "emulator.tcp_exchange", net.rank_address(rank),
+                net.rank_address(peer), str(port), str(send_bytes), "1" if receive else "0"]
+        procs.append(net.popen(rank, args, text=True, stdin=subprocess.PIPE))
+    for proc in procs:
+        ready, _, _ = select.select([proc.stdout], [], [], EXCHANGE_READY_TIMEOUT_S)
+        line = proc.stdout.readline() if ready else "(nothing within the timeout)"
+        if line.strip() != "listening":
+            proc.kill()
+            raise RuntimeError(f"tcp exchange did not start: {line!r} "
+                               f"{proc.communicate(timeout=10)[1].strip()}")
+    start = time.time() + EXCHANGE_START_S
+    for proc, (*_side, delay_s) in zip(procs, sides, strict=True):
+        proc.stdin.write(f"{start + delay_s:.6f}\n")
+        proc.stdin.flush()
+    return procs
+
+
 def _exchange(net: Any, port: int, nbytes: int, late_s: float, case: str) -> list[float]:
     """Times (s) of the measured flows of one exchange: both ways, or rank 0's alone."""
     both = case != "one_way"
-    start = time.time() + 0.5  # both processes up and listening well before
-    procs = []
-    for rank, peer in ((0, 1), (1, 0)):
-        sends = nbytes if rank == 0 or both else 0
-        delay = late_s if (rank == 1 and case == "two_way_late") else 0.0
-        args = [sys.executable, "-m", "emulator.tcp_exchange", net.rank_address(rank),
-                net.rank_address(peer), str(port), str(sends),
-                "1" if (rank == 1 or both) else "0", f"{start + delay:.6f}"]
-        procs.append(net.popen(rank, args, text=True))
+    procs = start_exchange(net, port, [
+        (rank, peer, nbytes if rank == 0 or both else 0, rank == 1 or both,
+         late_s if (rank == 1 and case == "two_way_late") else 0.0)
+        for rank, peer in ((0, 1), (1, 0))])
     times = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -176,32 +211,52 @@ def _exchange(net: Any, port: int, nbytes: int, late_s: float, case: str) -> lis
     return times
 
 
+#: A flow slower than this many times its ideal is in the slow mode (the fast mode of a FIFO
+#: two-way exchange sits at 1.0-1.1, the slow one at 1.2-1.6).
+SLOW_FLOW_RATIO = 1.15
+#: (shaping, TCP queue cap) of each set-up ``bench tcp`` compares; the first is the emulator's.
+TCP_SETUPS = (("ack-priority", "project"), ("fifo", "project"), ("ack-priority", "kernel"))
+
+
 def run_tcp_bench(link_mbps: float = 8.0, nbytes: int = 250_000, trials: int = 6,
                   late_s: float = 0.05, progress: Progress = _stderr) -> dict[str, Any]:
-    """Flow time over ideal on a two-rank rail, per case and TCP queue cap (see above)."""
+    """Flow time over ideal on a two-rank rail, per case and set-up (see above)."""
     ideal_s = nbytes * 8 / (link_mbps * 1e6) / PAYLOAD_PER_FRAME
     kernel_default = int(subprocess.run(
         ["sysctl", "-n", "net.ipv4.tcp_limit_output_bytes"], capture_output=True, text=True,
         check=True).stdout)
-    results: list[dict[str, Any]] = []
-    spec = RailSpec(servers=2, gpus_per_server=1, link_mbps=link_mbps, mode="electrical")
-    for queue, limit in (("project", tcp_queue_limit_bytes(link_mbps)),
-                         ("kernel", kernel_default)):
-        with emulated_rails(spec) as net:
+    limits = {"project": tcp_queue_limit_bytes(link_mbps), "kernel": kernel_default}
+    ratios: dict[tuple[int, str], list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        nets = []
+        for shaping, queue in TCP_SETUPS:
+            spec = RailSpec(servers=2, gpus_per_server=1, link_mbps=link_mbps,
+                            mode="electrical", shaping=shaping)
+            net = stack.enter_context(emulated_rails(spec))
             for rank in (0, 1):
-                net.cmd(rank, f"sysctl -qw net.ipv4.tcp_limit_output_bytes={limit}")
-            port = 7100
-            row: dict[str, Any] = {"tcp_queue": queue, "tcp_limit_output_bytes": limit}
-            for case in TCP_CASES:
-                ratios = []
-                for _ in range(trials):
+                net.cmd(rank, f"sysctl -qw net.ipv4.tcp_limit_output_bytes={limits[queue]}")
+            nets.append(net)
+        port = 7100
+        for trial in range(trials):
+            for i, net in enumerate(nets):
+                for case in TCP_CASES:
                     port += 1
-                    ratios += [t / ideal_s for t in _exchange(net, port, nbytes, late_s, case)]
-                row[case] = {"median": round(statistics.median(ratios), 3),
-                             "max": round(max(ratios), 3), "flows": len(ratios)}
-                progress(f"tcp: {queue} queue cap, {case}: flow time / ideal, median "
-                         f"{row[case]['median']}")
-            results.append(row)
+                    ratios.setdefault((i, case), []).extend(
+                        t / ideal_s for t in _exchange(net, port, nbytes, late_s, case))
+            progress(f"tcp: trial {trial + 1}/{trials} done")
+    results: list[dict[str, Any]] = []
+    for i, (shaping, queue) in enumerate(TCP_SETUPS):
+        row: dict[str, Any] = {"shaping": shaping, "tcp_queue": queue,
+                               "tcp_limit_output_bytes": limits[queue]}
+        for case in TCP_CASES:
+            got = ratios[(i, case)]
+            row[case] = {"median": round(statistics.median(got), 3),
+                         "max": round(max(got), 3), "flows": len(got),
+                         "slow_flows": sum(1 for r in got if r > SLOW_FLOW_RATIO)}
+        progress(f"tcp: {shaping} shaping, {queue} queue cap: flow time / ideal, median "
+                 + ", ".join(f"{c} {row[c]['median']} (slow {row[c]['slow_flows']}/"
+                             f"{row[c]['flows']})" for c in TCP_CASES))
+        results.append(row)
     return {"benchmark": "tcp", "link_mbps": link_mbps, "bytes": nbytes,
             "ideal_s": round(ideal_s, 4), "late_s": late_s, "trials": trials,
-            "results": results}
+            "slow_flow_ratio": SLOW_FLOW_RATIO, "results": results}

@@ -1,6 +1,7 @@
-"""Host side of the emulation: interface set-up and routes that follow the circuits.
+"""Host side of the emulation: interface set-up, link shaping and routes that follow the circuits.
 
-Pure functions build the shell commands; :class:`HostRouter` runs them in the ranks' Mininet
+Pure functions build the shell commands (the rank's end of each rail link and the bridge's end
+are shaped as :mod:`emulator.shaping` says); :class:`HostRouter` runs them in the ranks' Mininet
 shells. The scheme (see :mod:`emulator.naming`): a rank's address is a /32 on each of its rail
 interfaces; a peer is reached by a /32 route through the local port whose circuit leads to it,
 with a permanent neighbour entry for the peer port's MAC (no ARP on the rails, IPv6 off, so a
@@ -18,14 +19,17 @@ from typing import Any
 
 from controller.ocs import Reconfiguration
 from emulator import naming
+from emulator.shaping import shaping_commands
 from emulator.topo import RailSpec, RankPort
 
 #: Bytes a TCP socket may leave queued below it (TCP small queues), as milliseconds of the
 #: shaped link rate, and the floor in bytes (three full frames). The kernel default (4 MiB
 #: here) lets one socket fill the link's HTB queue with a second or more of data at a few
-#: Mbit/s; a rank's ACKs for the peer's data then wait behind it. ``opus-testbed bench tcp``
-#: (2 MB flows at 8 Mbit/s, 6 MB at 25): both ways at once, flow time over ideal, median 1.03
-#: and 1.04 with this cap against 1.14 and 1.19 with the kernel's; one way 1.00 either way.
+#: Mbit/s. With one FIFO per link a rank's ACKs for the peer's data waited behind it:
+#: ``opus-testbed bench tcp`` (2 MB flows at 8 Mbit/s, 6 MB at 25), both ways at once, flow
+#: time over ideal, median 1.03 and 1.04 with this cap against 1.14 and 1.19 with the
+#: kernel's. Now that ACKs go first (:mod:`emulator.shaping`) the cap matters less: 250 KB
+#: flows at 8 Mbit/s, both ways, median 1.04 against 1.05-1.06 (two runs).
 TCP_QUEUE_MS = 4.0
 TCP_QUEUE_MIN_BYTES = 3 * 1514
 
@@ -58,6 +62,9 @@ def interface_setup_commands(spec: RailSpec, prefix: str, host: int) -> list[str
         # Userspace OVS forwards frames with partial checksums as they are: TCP would stall.
         cmds.append(f"ethtool -K {intf} tx off >/dev/null 2>&1")
         cmds.append(f"sysctl -qw net.ipv4.conf.{intf}.rp_filter=0")
+    if spec.link_mbps is not None:  # a spare's links are shaped before it takes over a rank
+        for intf in intfs[1:]:
+            cmds += shaping_commands(intf, spec.link_mbps, spec.shaping)
     if spare:
         return cmds
     addr = naming.rank_address(host)
@@ -65,6 +72,16 @@ def interface_setup_commands(spec: RailSpec, prefix: str, host: int) -> list[str
         intf = naming.rail_intf(prefix, host, p.port_index)
         cmds.append(f"ip addr replace {addr}/32 dev {intf}")
     return cmds
+
+
+def bridge_shaping_commands(spec: RailSpec, prefix: str) -> list[str]:
+    """``tc`` commands (root namespace) that shape the bridge's end of every rail link (the
+    ranks' and the spares')."""
+    if spec.link_mbps is None:
+        return []
+    return [cmd for host in range(spec.num_hosts) for p in spec.host_ports(host)
+            for cmd in shaping_commands(naming.bridge_port_intf(prefix, p.rail, p.port),
+                                        spec.link_mbps, spec.shaping)]
 
 
 def identity_commands(spec: RailSpec, prefix: str, host: int, rank: int) -> list[str]:

@@ -16,7 +16,7 @@ rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1
 shadow bridge      ``ot1a2s<id>``        rail-state only: the OCS of one (rail, bit), rail id
                                          ``id`` (:func:`controller.railstate.shadow_rail_id`)
 shadow port        ``ot1a2s<id>-eth<p>``  its internal ports ``p`` = 1, 2, 3
-frontend bridge    ``ot1a2fe``           OVS bridge in standalone (learning switch) mode
+frontend bridge    ``ot1a2fe``           Linux bridge (control traffic only, kept out of OVS)
 root-side intf     ``ot1a2root-eth0``    links the root namespace to the frontend bridge
 =================  ====================  ===================================================
 

@@ -30,7 +30,12 @@ from typing import Any
 from controller.drivers.emulated import EmulatedOcsDriver
 from controller.railstate import SHADOW_PORTS
 from emulator import naming, runstate
-from emulator.hostnet import HostRouter, interface_setup_commands, shell_runner
+from emulator.hostnet import (
+    HostRouter,
+    bridge_shaping_commands,
+    interface_setup_commands,
+    shell_runner,
+)
 from emulator.topo import RailSpec, build_topo
 
 LOG = logging.getLogger("opus.emulator")
@@ -77,6 +82,44 @@ def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.
             detail = f" (last error: {last_exc})" if last_exc else ""
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
         time.sleep(interval_s)
+
+
+def _run_tc_batch(commands: Sequence[str], path: Path) -> None:
+    """Run ``tc`` commands (root namespace) as one ``tc -batch``; raise naming the failure."""
+    if not commands:
+        return
+    path.write_text("".join(c.removeprefix("tc ") + "\n" for c in commands))
+    res = subprocess.run(["tc", "-batch", str(path)], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        raise EmulationError(f"link shaping failed ({path}): {res.stderr.strip()[-500:]}")
+
+
+def kernel_bridge_class() -> Any:
+    """A Mininet switch class for the frontend: a Linux bridge, not Open vSwitch.
+
+    The frontend carries control traffic only (shims' intents, acks and heartbeats: with 32
+    ranks about as many packets as all rails together) and models nothing, so it stays out of
+    the userspace datapath, whose one thread polls every port of every userspace bridge on each
+    wake-up. Mininet is imported here, so pure users never load it.
+    """
+    from mininet.node import Switch
+
+    class KernelBridge(Switch):
+        """A Linux bridge without STP: ports forward as soon as they join."""
+
+        def start(self, _controllers: Any) -> None:
+            self.cmd(f"ip link add {self.name} type bridge stp_state 0 && "
+                     f"ip link set {self.name} up")
+            for intf in self.intfList():
+                if self.name in intf.name:
+                    self.cmd(f"ip link set {intf.name} master {self.name}")
+
+        def stop(self, deleteIntfs: bool = True) -> None:
+            self.cmd(f"ip link del {self.name}")
+            super().stop(deleteIntfs)
+
+    return KernelBridge
 
 
 @dataclass
@@ -203,7 +246,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     from mininet.link import TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
-    from mininet.node import OVSBridge, OVSSwitch
+    from mininet.node import OVSSwitch
 
     setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
     ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
@@ -261,7 +304,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
                               datapath=dp, inband=False, batch=True)
         topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
-                          frontend_switch=partial(OVSBridge, datapath=dp, batch=True))
+                          frontend_switch=kernel_bridge_class())
         net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         net.build()
@@ -282,6 +325,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         root_intf = f"{naming.root_node(prefix)}-eth0"
         subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
                        check=False)
+        _run_tc_batch(bridge_shaping_commands(spec, prefix), config_path.parent / "shaping.tc")
 
         hosts = {h: net.get(spec.host_name(prefix, h)) for h in range(spec.num_hosts)}
         run = shell_runner(hosts, config_path.parent)

@@ -1,11 +1,13 @@
 """One side of a TCP exchange between two ranks, for ``opus-testbed bench tcp``.
 
-Run inside a rank's namespace: with ``RECEIVE`` 1, listen on ``ADDR:PORT`` and drain what the
-peer sends; at the wall-clock instant ``START`` connect to ``PEER:PORT`` and send
-``SEND_BYTES``, then shut down and wait for the peer's EOF (it has read every byte). Prints the
-seconds from connect to that EOF, or nothing when ``SEND_BYTES`` is 0.
+Run inside a rank's namespace: listen on ``ADDR:PORT`` (with ``RECEIVE`` 1, drain what the
+peer sends) and print ``listening``; then read a wall-clock instant from stdin (the caller sends
+it once both sides listen, :func:`emulator.bench.start_exchange`), and at that instant connect
+to ``PEER:PORT`` and send ``SEND_BYTES``, then shut down and wait for the peer's EOF (it has
+read every byte). Prints the seconds from connect to that EOF, or nothing when ``SEND_BYTES``
+is 0.
 
-    python -m emulator.tcp_exchange ADDR PEER PORT SEND_BYTES RECEIVE START
+    python -m emulator.tcp_exchange ADDR PEER PORT SEND_BYTES RECEIVE
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def _drain(listener: socket.socket) -> None:
 
 def main(argv: list[str]) -> int:
     addr, peer, port = argv[0], argv[1], int(argv[2])
-    send_bytes, receive, start = int(argv[3]), argv[4] == "1", float(argv[5])
+    send_bytes, receive = int(argv[3]), argv[4] == "1"
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((addr, port))
@@ -37,6 +39,8 @@ def main(argv: list[str]) -> int:
     drain = threading.Thread(target=_drain, args=(listener,))
     if receive:
         drain.start()
+    print("listening", flush=True)
+    start = float(sys.stdin.readline())
     if send_bytes:
         threading.Event().wait(max(0.0, start - time.time()))  # both sides start on the clock
         sock = socket.create_connection((peer, port), timeout=60)

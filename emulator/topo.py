@@ -19,9 +19,11 @@ from controller.job import SpareSlot, rank_rail_ports, spare_slots
 from controller.ocs import RailDescription, resolve_switching_delay_ms
 from controller.railstate import SHADOW_PORTS
 from emulator import naming
+from emulator.shaping import SHAPINGS
 
-#: Hard limit of the emulator's link rate: Mininet's TCLink shapes with HTB in Mbit/s and
-#: ignores rates above 1000.
+#: Hard limit of the emulator's link rate: the links are shaped with HTB
+#: (:mod:`emulator.shaping`), whose parameters (as Mininet's TCLink, which ignores rates above
+#: 1000 Mbit/s) are meant for rates up to 1 Gbit/s.
 EMULATOR_MAX_LINK_MBPS = 1000.0
 MODES = ("ocs", "electrical")
 #: hosts (ranks and spares) one network can hold: frontend addresses 198.18.<slot>.1..249
@@ -47,6 +49,7 @@ class RailSpec:
     rails: int | None = None  # default: one rail per local GPU index
     ports_per_rank: int = 1  # NIC port split: 1, 2 or 4
     link_mbps: float | None = 100.0  # per-port rate (None: unshaped)
+    shaping: str = "ack-priority"  # how links are shaped: see emulator.shaping.SHAPINGS
     mode: str = "ocs"  # "ocs" or "electrical"
     switching_delay: float | str = 0.0  # ms, or a Table 3 technology name
     per_rail_delay: dict[int, float | str] = field(default_factory=dict)
@@ -69,6 +72,8 @@ class RailSpec:
             problems.append(f"link_mbps must be in (0, {EMULATOR_MAX_LINK_MBPS:g}] (Mininet's HTB "
                             "limit), "
                             f"got {self.link_mbps}")
+        if self.shaping not in SHAPINGS:
+            problems.append(f"shaping must be one of {SHAPINGS}, got {self.shaping!r}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.shadow_rails < 0 or (self.num_rails > 0 and self.shadow_rails % self.num_rails):
@@ -194,7 +199,9 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
     """A Mininet ``Topo`` for ``spec``; Mininet is imported lazily so pure users never load it.
 
     ``rail_switch``/``frontend_switch`` are the Mininet switch classes (the network picks the
-    datapath); ``slot`` picks the frontend subnet.
+    datapath); ``slot`` picks the frontend subnet. Links come unshaped: the network shapes both
+    ends of each rail link (:func:`emulator.hostnet.interface_setup_commands`,
+    :func:`emulator.hostnet.bridge_shaping_commands`).
     """
     from mininet.topo import Topo
 
@@ -205,9 +212,6 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
         """One host per rank, one bridge per rail, one frontend bridge and the root link."""
 
         def build(self, **_params: Any) -> None:
-            link_opts: dict[str, Any] = {}
-            if spec.link_mbps is not None:
-                link_opts["bw"] = spec.link_mbps
             fe = self.addSwitch(naming.frontend_bridge(prefix), dpid=naming.frontend_dpid(prefix),
                                 **fe_opts)
             root = self.addHost(naming.root_node(prefix), inNamespace=False,
@@ -229,7 +233,7 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
                     self.addLink(host, bridge, port2=rp.port,
                                  intfName1=naming.rail_intf(prefix, rank, rp.port_index),
                                  intfName2=naming.bridge_port_intf(prefix, rp.rail, rp.port),
-                                 addr1=naming.rail_mac(rank, rp.port_index), **link_opts)
+                                 addr1=naming.rail_mac(rank, rp.port_index))
             for spare in spec.spares:
                 j = spare.index
                 host = self.addHost(naming.spare_name(prefix, j), ip=(
@@ -240,6 +244,6 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
                     self.addLink(host, naming.rail_bridge(prefix, spare.rail), port2=port,
                                  intfName1=naming.spare_rail_intf(prefix, j, k),
                                  intfName2=naming.bridge_port_intf(prefix, spare.rail, port),
-                                 addr1=naming.spare_rail_mac(j, k), **link_opts)
+                                 addr1=naming.spare_rail_mac(j, k))
 
     return PhotonicRailTopo()

@@ -84,7 +84,8 @@ import numpy as np
 from workloads.config import WorkloadConfig
 from workloads.layout import build_groups, index_groups
 from workloads.models import embedding_params, head_params, layer_params
-from workloads.schedule import AUTOGRAD_THREAD, MAIN_THREAD, Program, Schedule, TemplateOp
+from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.threads import AUTOGRAD_THREAD, MAIN_THREAD
 
 GRAD_NORM_BYTES = 4
 #: TorchTitan's loss logging with ``log_freq = 1``: mean loss (fp32), max loss (fp32), tokens

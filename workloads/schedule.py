@@ -52,14 +52,10 @@ from workloads.layout import (
     scale_up_mask,
 )
 from workloads.steps import P2P_KINDS, StepPlan, lower, wire_bytes
+from workloads.threads import MAIN_THREAD
 
 if TYPE_CHECKING:
     from workloads.phases import Phase
-
-#: Host threads that issue ops (:attr:`TemplateOp.thread`).
-MAIN_THREAD = "main"
-AUTOGRAD_THREAD = "autograd"
-THREADS = (MAIN_THREAD, AUTOGRAD_THREAD)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
 from workloads.models import ModelSpec
-from workloads.schedule import MAIN_THREAD, THREADS, Program, Schedule, TemplateOp
+from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.threads import MAIN_THREAD, THREADS
 
 FORMAT = "opus-testbed/workload-schedule"
 VERSION = 1

@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=30, help="reconfigurations per point")
     b.set_defaults(bench_fn=_bench_control)
     b = bench.add_parser("tcp", help="TCP between two ranks vs the link rate: one way, both "
-                         "ways, a late second flow (root)")
+                         "ways, a late second flow; the emulator's shaping against a FIFO per "
+                         "link and the kernel's TCP queue cap (root)")
     b.add_argument("--link-mbps", type=float, default=8.0, help="shaped link rate")
     b.add_argument("--bytes", type=int, default=250_000, help="bytes per flow")
     b.add_argument("--trials", type=int, default=6, help="exchanges per case")

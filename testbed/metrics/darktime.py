@@ -58,9 +58,14 @@ def unfinished_switches(ocs_events: Sequence[Record]) -> int:
 
 def controller_switches(controller_events: Sequence[Record]) -> int:
     """Switches the controller saw end: ``reconfig_end`` records that change a circuit (a
-    request with nothing to change never reaches the switch)."""
-    return sum(1 for e in controller_events if e.get("event") == "reconfig_end"
-               and (e.get("added") or e.get("removed")))
+    request with nothing to change never reaches the switch). Decisions the controller applied
+    together (:mod:`controller.batching`) end in one switch of their rail, which the app logs
+    once: their records share the rail and ``t_dark_s`` and count once."""
+    switched: set[object] = set()
+    for k, e in enumerate(controller_events):
+        if e.get("event") == "reconfig_end" and (e.get("added") or e.get("removed")):
+            switched.add((e.get("rail"), e["t_dark_s"]) if "t_dark_s" in e else k)
+    return len(switched)
 
 
 @dataclass(frozen=True)

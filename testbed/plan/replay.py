@@ -38,13 +38,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
 from workloads.algorithms import DEFAULT_ALGORITHM, SEGMENTED, Segment, pack_segments
-from workloads.schedule import MAIN_THREAD, Op, Schedule
 from workloads.steps import P2P_KINDS, RING_KINDS, StepPlan, Transfer, chunk_sizes, ring_sends
-from workloads.timing import TimingModel, collective_duration_s
+from workloads.threads import MAIN_THREAD
+
+if TYPE_CHECKING:  # the planner's inputs; a rank process reading its plan never loads them
+    from workloads.schedule import Op, Schedule
 
 COMPUTE_LANE = "compute"
 
@@ -253,6 +255,8 @@ class Planner:
     def __init__(self, schedule: Schedule, *, scale: float, rail_gbps: float = 200.0,
                  latency_s: float = 5e-6, ports_per_rank: int = 1, electrical: bool = False,
                  verify: bool = False) -> None:
+        from workloads.timing import TimingModel  # numpy: the planner's, not the replayer's
+
         if not 0 < scale <= 1:
             raise PlanError(f"byte scale must be in (0, 1], got {scale}")
         self.schedule = schedule
@@ -378,6 +382,8 @@ class Planner:
         return tuple(out)
 
     def _lower_ops(self, rank: int, ops: Sequence[Op]) -> list[PlanOp]:
+        from workloads.timing import collective_duration_s
+
         is_net = {op.index: op.is_collective and not op.scale_up for op in ops}
         feeds_net = {d for op in ops if is_net[op.index] for d in op.deps if not is_net[d]}
         plan: list[PlanOp] = []

@@ -28,8 +28,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from testbed.plan.replay import PlanError, PlanOp, ReplayPlan
-from workloads.schedule import MAIN_THREAD
 from workloads.steps import P2P_KINDS
+from workloads.threads import MAIN_THREAD
 
 POINTS = ("every", "phase")
 

@@ -362,6 +362,20 @@ def test_decisions_made_while_a_rail_switches_go_out_as_one_request(tmp_path: Pa
         svc.stop()
 
 
+def test_heartbeat_reads_pongs_each_interval_and_close_does_not_wait_for_the_next() -> None:
+    job = JobSpec.rail_optimized("j", 2, 1, 1, [CommGroup("g", "dp", (0, 1))])
+    with ControllerService(SimOcsDriver(job.ports_by_rail, 0.0)) as svc:
+        svc.register_job(job)
+        shim = Shim(svc.endpoint, "j", 0, heartbeat_interval_s=0.1)
+        t0 = shim._last_pong
+        wait_for(lambda: shim._last_pong > t0 + 0.3, what="pongs read over several intervals")
+        shim.close()
+        slow = Shim(svc.endpoint, "j", 1, heartbeat_interval_s=60.0)
+        t_close = time.monotonic()
+        slow.close()  # the heartbeat thread sleeps on the close event, not out its interval
+        assert time.monotonic() - t_close < 5.0
+
+
 def test_rail_state_ungated_calls_stay_silent_and_predictions_provision(
         tmp_path: Path) -> None:
     """Rail-state over the protocol: an ungated call takes its number without a message; the

@@ -11,6 +11,7 @@ from controller.ocs import Reconfiguration
 from emulator import naming
 from emulator.hostnet import (
     HostRouter,
+    bridge_shaping_commands,
     interface_setup_commands,
     route_commands,
     static_routes,
@@ -92,6 +93,35 @@ def test_setup_limits_tcp_queue_to_milliseconds_of_link_rate(link_mbps: float,
 def test_setup_keeps_tcp_queue_default_on_unshaped_links() -> None:
     cmds = interface_setup_commands(RailSpec(1, 2, link_mbps=None), P, 0)
     assert not any("tcp_limit_output_bytes" in c for c in cmds)
+
+
+def _shaped(cmds: list[str]) -> list[str]:
+    """Interfaces given a root qdisc by ``cmds``, in order."""
+    return [c.split()[4] for c in cmds if c.startswith("tc qdisc add dev")]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_setup_shapes_each_rail_port_and_not_the_frontend(k: int) -> None:
+    spec = RailSpec(2, 2, ports_per_rank=k, link_mbps=8.0)
+    cmds = interface_setup_commands(spec, P, 3)
+    assert _shaped(cmds) == [naming.rail_intf(P, 3, i) for i in range(k)]
+    assert f"tc class add dev {naming.rail_intf(P, 3, 0)} parent 5: classid 5:1 htb " \
+           "rate 8000.000kbit burst 15k" in cmds
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_bridge_end_of_every_rail_link_is_shaped_once(k: int) -> None:
+    spec = RailSpec(3, 2, ports_per_rank=k, link_mbps=8.0, shaping="fifo")
+    shaped = _shaped(bridge_shaping_commands(spec, P))
+    expected = [naming.bridge_port_intf(P, p.rail, p.port)
+                for r in range(spec.num_ranks) for p in spec.rank_ports(r)]
+    assert sorted(shaped) == sorted(expected) and len(set(shaped)) == 3 * 2 * k
+
+
+def test_unshaped_links_get_no_qdisc() -> None:
+    spec = RailSpec(1, 2, link_mbps=None)
+    assert not _shaped(interface_setup_commands(spec, P, 0))
+    assert bridge_shaping_commands(spec, P) == []
 
 
 # --- route commands --------------------------------------------------------------------------

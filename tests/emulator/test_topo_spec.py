@@ -24,6 +24,7 @@ from emulator.topo import RailSpec, RankPort
         ({"link_mbps": 0.0}, "link_mbps"),
         ({"link_mbps": -5.0}, "link_mbps"),
         ({"mode": "packet"}, "mode"),
+        ({"shaping": "netem"}, "shaping"),
         ({"switching_delay": "warp-drive"}, "switching_delay"),
         ({"switching_delay": -1.0}, "switching_delay"),
         ({"per_rail_delay": {1: "warp-drive"}}, "per_rail_delay[1]"),

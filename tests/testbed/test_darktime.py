@@ -140,6 +140,16 @@ def test_missing_and_unfinished_switches_blame_the_run_even_on_a_busy_machine() 
     assert not_compared.missing() is None
 
 
+def test_decisions_applied_in_one_switch_count_as_the_one_switch_the_app_logged() -> None:
+    events = switches(100.0, [0.5, 0.7])  # the app: two switches of rail 0, at 100 s and 101 s
+    batched = [{"event": "reconfig_end", "rail": 0, "added": [[1, 2]], "removed": [],
+                "t_dark_s": t_dark} for t_dark in (100.0, 100.0, 100.0, 101.0)]
+    check = check_dark_periods(events, 100.0, batched)
+    assert (check.controller_switches, check.missing()) == (2, None)
+    other_rail = [*batched, {**batched[0], "rail": 1}]  # same instant, another rail's switch
+    assert check_dark_periods(events, 100.0, other_rail).controller_switches == 3
+
+
 def test_no_switches_is_nothing_to_check() -> None:
     check = check_dark_periods([], 100.0, ends(0))
     assert (check.count, check.p50_ms, check.p99_ms, check.max_ms) == (0, None, None, None)
