@@ -99,6 +99,18 @@ RUNGS: tuple[Rung, ...] = (
 RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 
+def rung_config(cfg: ExperimentConfig, rung: Rung) -> ExperimentConfig:
+    """``rung`` applied to ``cfg``, its compute calibrated again when the experiment
+    calibrates (the variant's step differs, so does its ``compute_scale``)."""
+    from workloads.calibrate import calibrate
+
+    variant = rung.apply(cfg)
+    if variant.workload.calibrate_step_s is None or variant.workload == cfg.workload:
+        return variant
+    return _workload(variant, compute_scale=calibrate(variant.workload,
+                                                      variant.timing_model).compute_scale)
+
+
 def select_rungs(names: Sequence[str] | None) -> list[Rung]:
     """The rungs named (all by default), in :data:`RUNGS` order, always with ``as-written``
     first (every difference is taken against it); unknown names raise :class:`SweepError`."""
@@ -131,7 +143,8 @@ def rung_result(rung: Rung, cfg: ExperimentConfig, rows: Sequence[dict[str, Any]
             "activation_checkpointing": w.activation_checkpointing,
             "reshard_after_forward": w.parallel.reshard_after_forward,
             "micro_batch_size": w.micro_batch_size, "num_microbatches": w.num_microbatches,
-            "calibrate_step_s": w.calibrate_step_s, "baseline_s": baseline_s,
+            "calibrate_step_s": w.calibrate_step_s, "compute_scale": w.compute_scale,
+            "baseline_s": baseline_s,
             "modes": _families_by_mode(rows)}
 
 
@@ -177,7 +190,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
     from testbed.results.reference import artifact_reference
 
     rungs = select_rungs(rung_names)
-    configs = [r.apply(cfg) for r in rungs]  # refused variants stop before anything runs
+    configs = [rung_config(cfg, r) for r in rungs]  # refused variants stop before any run
     for variant in configs:
         sweep_points(modes, delays_ms, [variant.semantics])
     if out.exists() and any(out.iterdir()):

@@ -16,6 +16,7 @@ from testbed.experiment.ladder import (
     LadderError,
     rebase_rows,
     run_ladder,
+    rung_config,
     select_rungs,
     with_deltas,
 )
@@ -52,6 +53,16 @@ def test_each_rung_changes_one_setting_of_the_artifact_example() -> None:
         "micro-batches-8x1": {"micro_batch_size": 1, "num_microbatches": 8},
         "uncalibrated": {"calibrate_step_s": None}}
     assert RUNGS[6].apply(cfg).workload.compute_scale == 1.0  # uncalibrated: FLOPs as they are
+
+
+def test_a_calibrated_variant_gets_its_own_compute_scale() -> None:
+    cfg = load_experiment(ARTIFACT)
+    rungs = {r.name: r for r in RUNGS}
+    assert rung_config(cfg, rungs["port-exact"]).workload == cfg.workload
+    no_ac = rung_config(cfg, rungs["no-activation-checkpointing"]).workload
+    # without the recomputed forward there is less compute to stretch to the same 10.18 s
+    assert no_ac.compute_scale > cfg.workload.compute_scale
+    assert rung_config(cfg, rungs["uncalibrated"]).workload.compute_scale == 1.0
 
 
 def test_rungs_are_selected_by_name_with_the_reference_first() -> None:
