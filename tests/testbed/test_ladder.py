@@ -9,17 +9,8 @@ from pathlib import Path
 import pytest
 
 from testbed.cli.main import main
+from testbed.experiment import ladder as lad
 from testbed.experiment.config import ExperimentConfig, load_experiment
-from testbed.experiment.ladder import (
-    NO_CONTROLLER,
-    RUNGS,
-    LadderError,
-    rebase_rows,
-    run_ladder,
-    rung_config,
-    select_rungs,
-    with_deltas,
-)
 from testbed.plan.replay import PlanOp
 from testbed.plan.requestpoints import gated_calls
 
@@ -41,35 +32,35 @@ def test_each_rung_changes_one_setting_of_the_artifact_example() -> None:
     cfg = load_experiment(ARTIFACT)
     before = _settings(cfg)
     changed = {}
-    for rung in RUNGS:
+    for rung in lad.RUNGS:
         after = _settings(rung.apply(cfg))
         changed[rung.name] = {k: after[k] for k in after if after[k] != before[k]}
     assert changed == {
-        "as-written": {}, NO_CONTROLLER: {},
+        "as-written": {}, lad.NO_CONTROLLER: {},
         "port-exact": {"semantics": "port-exact"},
         "every-call-asks": {"request_points": "every"},
         "no-activation-checkpointing": {"activation_checkpointing": "none"},
         "reshard-default": {"reshard_after_forward": None},
         "micro-batches-8x1": {"micro_batch_size": 1, "num_microbatches": 8},
         "uncalibrated": {"calibrate_step_s": None}}
-    assert RUNGS[6].apply(cfg).workload.compute_scale == 1.0  # uncalibrated: FLOPs as they are
+    assert lad.RUNGS[6].apply(cfg).workload.compute_scale == 1.0  # FLOPs as they are
 
 
 def test_a_calibrated_variant_gets_its_own_compute_scale() -> None:
     cfg = load_experiment(ARTIFACT)
-    rungs = {r.name: r for r in RUNGS}
-    assert rung_config(cfg, rungs["port-exact"]).workload == cfg.workload
-    no_ac = rung_config(cfg, rungs["no-activation-checkpointing"]).workload
+    rungs = {r.name: r for r in lad.RUNGS}
+    assert lad.rung_config(cfg, rungs["port-exact"]).workload == cfg.workload
+    no_ac = lad.rung_config(cfg, rungs["no-activation-checkpointing"]).workload
     # without the recomputed forward there is less compute to stretch to the same 10.18 s
     assert no_ac.compute_scale > cfg.workload.compute_scale
-    assert rung_config(cfg, rungs["uncalibrated"]).workload.compute_scale == 1.0
+    assert lad.rung_config(cfg, rungs["uncalibrated"]).workload.compute_scale == 1.0
 
 
 def test_rungs_are_selected_by_name_with_the_reference_first() -> None:
-    assert [r.name for r in select_rungs(["uncalibrated", "port-exact"])] == [
+    assert [r.name for r in lad.select_rungs(["uncalibrated", "port-exact"])] == [
         "as-written", "port-exact", "uncalibrated"]
-    with pytest.raises(LadderError, match=r"unknown rungs \['semantic'\]"):
-        select_rungs(["semantic"])
+    with pytest.raises(lad.LadderError, match=r"unknown rungs \['semantic'\]"):
+        lad.select_rungs(["semantic"])
 
 
 def test_a_none_request_point_plan_never_asks() -> None:
@@ -81,8 +72,8 @@ def test_a_none_request_point_plan_never_asks() -> None:
 def test_overheads_are_rebased_and_deltas_taken_against_the_first_rung() -> None:
     rows = [{"mode": "baseline", "iteration_time_s": 10.0},
             {"mode": "on-demand", "iteration_time_s": 11.0}, {"mode": "x", "iteration_time_s": ""}]
-    assert [r["overhead_pct"] for r in rebase_rows(rows, 8.0)] == [25.0, 37.5, None]
-    rungs = with_deltas([
+    assert [r["overhead_pct"] for r in lad.rebase_rows(rows, 8.0)] == [25.0, 37.5, None]
+    rungs = lad.with_deltas([
         {"modes": {"on-demand": {"slope_s_per_s": 5.0, "overhead_100ms_pct": 7.0}}},
         {"modes": {"on-demand": {"slope_s_per_s": 8.0, "overhead_100ms_pct": 4.0},
                    "provisioning": {"slope_s_per_s": 1.0, "overhead_100ms_pct": 1.0}}}])
@@ -94,12 +85,12 @@ def test_overheads_are_rebased_and_deltas_taken_against_the_first_rung() -> None
 
 def test_ladder_runs_rungs_and_a_baseline_without_controller(tmp_path: Path) -> None:
     cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state", iterations=1)
-    ladder = run_ladder(cfg, tmp_path / "l", [100, 250, 500], ["on-demand"], 2,
-                        [NO_CONTROLLER], lambda _m: None)
+    ladder = lad.run_ladder(cfg, tmp_path / "l", [100, 250, 500], ["on-demand"], 2,
+                            [lad.NO_CONTROLLER], lambda _m: None)
     assert json.loads((tmp_path / "l" / "ladder.json").read_text()) == json.loads(
         json.dumps(ladder))
     written, no_ctl = ladder["rungs"]
-    assert [r["rung"] for r in ladder["rungs"]] == ["as-written", NO_CONTROLLER]
+    assert [r["rung"] for r in ladder["rungs"]] == ["as-written", lad.NO_CONTROLLER]
     assert written["semantics"] == "rail-state"
     assert (tmp_path / "l" / "as-written" / "sweep.json").is_file()
     # no call pays a controller round trip: a shorter baseline, the same OCS points
