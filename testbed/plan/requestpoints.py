@@ -14,7 +14,10 @@ Here that is a property of the plan, computed per rank (``points``):
   protected circuits);
 * ``phase``: the artifact's points above. The main-thread calls are taken in plan order,
   cyclically (the first data-parallel call of an iteration follows the last pipeline call of
-  the one before); a plan without pipeline calls asks at its first call only.
+  the one before); a plan without pipeline calls asks at its first call only;
+* ``none``: no call asks: a run without a controller, as the artifact's baseline ran (used by
+  :mod:`testbed.experiment.ladder` for the electrical baseline only; an experiment file cannot
+  ask for it, since OCS modes need their calls to ask).
 
 :func:`with_request_points` sets :attr:`~testbed.plan.replay.PlanOp.gated` and, with
 provisioning, :attr:`~testbed.plan.replay.PlanOp.predict`: the plan index of the gated call
@@ -31,7 +34,7 @@ from testbed.plan.replay import PlanError, PlanOp, ReplayPlan
 from workloads.steps import P2P_KINDS
 from workloads.threads import MAIN_THREAD
 
-POINTS = ("every", "phase")
+POINTS = ("every", "phase", "none")
 
 
 def _visible(ops: Sequence[PlanOp], points: str) -> list[PlanOp]:
@@ -43,8 +46,8 @@ def gated_calls(ops: Sequence[PlanOp], points: str) -> dict[int, bool]:
     """Plan index -> whether the call asks the controller (see the module docstring)."""
     if points not in POINTS:
         raise PlanError(f"request points must be one of {', '.join(POINTS)}, got {points!r}")
-    if points == "every":
-        return {op.index: True for op in ops if op.is_call}
+    if points in ("every", "none"):
+        return {op.index: points == "every" for op in ops if op.is_call}
     gated = {op.index: False for op in ops if op.is_call}
     visible = _visible(ops, points)
     has_pp = any(op.axis == "pp" for op in visible)

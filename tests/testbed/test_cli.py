@@ -20,7 +20,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("command", ["check", "clean", "demo", "bench", "workload", "run",
-                                     "sweep", "report", "cost", "ocs"])
+                                     "sweep", "ladder", "report", "cost", "ocs"])
 def test_every_command_has_help(command: str) -> None:
     res = run_cli(command, "--help")
     assert res.returncode == 0 and "usage: opus-testbed" in res.stdout, res.stderr
@@ -164,3 +164,24 @@ def test_run_refuses_a_cluster_too_big_for_this_machine(tmp_path: Path) -> None:
 def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> None:
     res = run_cli("report", str(tmp_path))
     assert res.returncode != 0 and "neither a run directory" in res.stderr
+
+
+def test_demo_shows_degree_aware_and_the_paper_model_with_its_rail_state_figures() -> None:
+    from testbed.cli.experiments import DEMO_RUNS, demo_lines
+
+    times = dict(zip([label for label, _, _ in DEMO_RUNS], [2.0, 3.0, 2.5, 2.1, 2.4, 2.2],
+                     strict=True))
+    runs = {label: {"iteration_time_s": t, "reconfigurations_per_iteration": 4.0,
+                    "exposed_reconfig_s": 0.5, "fidelity": "ok"} for label, t in times.items()}
+    artifact = {"baseline": {"iteration_time_s": 10.0},
+                "rail-state on-demand": {"iteration_time_s": 10.7},
+                "rail-state provisioning": {"iteration_time_s": 10.2}}
+    lines = demo_lines("== demo ==", runs, artifact, 100.0)
+    rows = {line.split("  ")[0].strip(): line for line in lines[2:8]}
+    assert list(rows) == list(times)
+    assert "+5.0 %" in rows["degree-aware K=2"] and "+50.0 %" in rows["on-demand"]
+    assert "+10.0 %" in rows["rail-state provisioning"]
+    text = " ".join(lines[8:])
+    assert "+6.5 % on demand, +3.5 % with provisioning" in text
+    assert "assumes its authors' rail-state model" in text and "not a one-to-one OCS" in text
+    assert "gives +7.0 % / +2.0 % at 100 ms" in text and "this demo's step is 2.00 s" in text

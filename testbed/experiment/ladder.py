@@ -1,0 +1,221 @@
+"""``opus-testbed ladder``: what each model difference does to the overhead, one at a time.
+
+The public Opus artifact's figures (:mod:`testbed.results.reference`) and this testbed's differ
+in several modelling choices at once. To say how much of the gap each choice explains, the
+ladder starts from one experiment (normally ``examples/llama3-8b-artifact.yaml``) and changes
+**one thing at a time** back to this testbed's other choice, running each variant as a
+simulated sweep (:func:`testbed.experiment.sweep.run_sweep`): the baseline, then every mode at
+every delay. Each rung reports its baseline step, and per mode the overhead at 100 ms and the
+slope of step time against delay over the points >= 250 ms
+(:func:`testbed.metrics.fit.fit_families`), and its difference from the first rung (the
+experiment as written).
+
+Rungs (:data:`RUNGS`), each against the experiment as written:
+
+* ``as-written``: nothing changed;
+* ``port-exact``: the one-to-one OCS (``ocs.semantics: port-exact``; every call asks, as
+  port-exact requires);
+* ``every-call-asks``: the semantics kept, but every call asks the controller
+  (``ocs.request_points: every``) instead of the artifact's request points;
+* ``no-activation-checkpointing``: ``workload.activation_checkpointing: none``;
+* ``reshard-default``: ``parallelism.reshard_after_forward: default`` (under PP: keep the
+  gathered parameters, one all-gather per unit and step);
+* ``micro-batches-8x1``: the same samples per step in micro-batches of 1 (8 micro-batches,
+  as ``examples/llama3-8b.yaml``), still calibrated if the experiment is;
+* ``uncalibrated``: no ``calibrate_step_s`` (compute from FLOPs at the GPU's MFU);
+* ``no-controller-baseline``: the same OCS points, but the overhead is taken against a
+  baseline in which no call talks to the controller (the artifact's baseline had no
+  controller; this testbed's baseline pays one controller round trip per call). There is no
+  experiment-file key for it: the ladder runs the baseline's plan with every call's request
+  point cleared (``request_points`` ``none`` of :func:`testbed.plan.requestpoints.gated_calls`),
+  on the sim backend only.
+
+The differences are not additive (switching two things at once is not the sum of switching
+each); the ladder measures each on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.railstate import PORT_EXACT
+from testbed.errors import Say, say_stderr
+from testbed.experiment.config import ExperimentConfig
+from testbed.metrics.fit import fit_families
+from workloads.config import WorkloadConfig
+
+NO_CONTROLLER = "no-controller-baseline"
+
+
+class LadderError(ValueError):
+    """A ladder that cannot start (unknown rung, output in the way); nothing was run."""
+
+
+def _workload(cfg: ExperimentConfig, **changes: Any) -> ExperimentConfig:
+    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **changes))
+
+
+def _parallel(w: WorkloadConfig, **changes: Any) -> WorkloadConfig:
+    return dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, **changes))
+
+
+def _micro_batches_of_one(cfg: ExperimentConfig) -> ExperimentConfig:
+    w = cfg.workload
+    return _workload(cfg, micro_batch_size=1,
+                     num_microbatches=w.micro_batch_size * w.num_microbatches)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One variant: its name, what it changes, and the change (config -> config)."""
+
+    name: str
+    change: str
+    apply: Callable[[ExperimentConfig], ExperimentConfig]
+
+
+RUNGS: tuple[Rung, ...] = (
+    Rung("as-written", "nothing (the experiment file as written)", lambda c: c),
+    Rung("port-exact", "ocs.semantics: port-exact (one-to-one circuits, every call asks)",
+         lambda c: c.replace(semantics=PORT_EXACT, request_points="auto")),
+    Rung("every-call-asks", "ocs.request_points: every (same semantics)",
+         lambda c: c.replace(request_points="every")),
+    Rung("no-activation-checkpointing", "workload.activation_checkpointing: none",
+         lambda c: _workload(c, activation_checkpointing="none")),
+    Rung("reshard-default", "parallelism.reshard_after_forward: default (kept under PP)",
+         lambda c: dataclasses.replace(
+             c, workload=_parallel(c.workload, reshard_after_forward=None))),
+    Rung("micro-batches-8x1", "micro-batches of 1 sample (same samples per step)",
+         _micro_batches_of_one),
+    Rung("uncalibrated", "no workload.calibrate_step_s (compute from FLOPs at the MFU)",
+         lambda c: _workload(c, calibrate_step_s=None, compute_scale=1.0)),
+    Rung(NO_CONTROLLER, "overhead against a baseline where no call asks the controller",
+         lambda c: c),
+)
+RUNG_NAMES = tuple(r.name for r in RUNGS)
+
+
+def rung_config(cfg: ExperimentConfig, rung: Rung) -> ExperimentConfig:
+    """``rung`` applied to ``cfg``, its compute calibrated again when the experiment
+    calibrates (the variant's step differs, so does its ``compute_scale``)."""
+    from workloads.calibrate import calibrate
+
+    variant = rung.apply(cfg)
+    if variant.workload.calibrate_step_s is None or variant.workload == cfg.workload:
+        return variant
+    return _workload(variant, compute_scale=calibrate(variant.workload,
+                                                      variant.timing_model).compute_scale)
+
+
+def select_rungs(names: Sequence[str] | None) -> list[Rung]:
+    """The rungs named (all by default), in :data:`RUNGS` order, always with ``as-written``
+    first (every difference is taken against it); unknown names raise :class:`SweepError`."""
+    if names is None:
+        return list(RUNGS)
+    bad = [n for n in names if n not in RUNG_NAMES]
+    if bad or not names:
+        raise LadderError(f"unknown rungs {bad}; choose from {', '.join(RUNG_NAMES)}")
+    return [r for r in RUNGS if r.name == "as-written" or r.name in names]
+
+
+def _families_by_mode(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f["mode"]: {"slope_s_per_s": f["slope_s_per_s"],
+                        "overhead_100ms_pct": f["overhead_100ms_pct"]}
+            for f in fit_families(rows)}
+
+
+def rebase_rows(rows: Sequence[dict[str, Any]], baseline_s: float) -> list[dict[str, Any]]:
+    """``rows`` of a sweep with their overheads taken against ``baseline_s`` instead."""
+    return [{**r, "overhead_pct": None if r.get("iteration_time_s") in (None, "")
+             else 100.0 * (float(r["iteration_time_s"]) / baseline_s - 1.0)} for r in rows]
+
+
+def rung_result(rung: Rung, cfg: ExperimentConfig, rows: Sequence[dict[str, Any]],
+                baseline_s: float | None) -> dict[str, Any]:
+    """One rung's entry: its settings, baseline step and per mode slope and 100 ms overhead."""
+    w = cfg.workload
+    return {"rung": rung.name, "change": rung.change, "semantics": cfg.semantics,
+            "request_points": cfg.request_points,
+            "activation_checkpointing": w.activation_checkpointing,
+            "reshard_after_forward": w.parallel.reshard_after_forward,
+            "micro_batch_size": w.micro_batch_size, "num_microbatches": w.num_microbatches,
+            "calibrate_step_s": w.calibrate_step_s, "compute_scale": w.compute_scale,
+            "baseline_s": baseline_s,
+            "modes": _families_by_mode(rows)}
+
+
+def with_deltas(rungs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rung with ``delta``: per mode, its slope and 100 ms overhead minus the first
+    rung's (None where either is missing)."""
+    first = rungs[0]["modes"] if rungs else {}
+    out = []
+    for r in rungs:
+        delta = {}
+        for mode, fam in r["modes"].items():
+            ref = first.get(mode, {})
+            delta[mode] = {k: None if fam.get(k) is None or ref.get(k) is None
+                           else fam[k] - ref[k]
+                           for k in ("slope_s_per_s", "overhead_100ms_pct")}
+        out.append({**r, "delta": delta})
+    return out
+
+
+def _no_controller_baseline_s(cfg: ExperimentConfig, out: Path) -> float | None:
+    """Iteration time of the baseline with no call asking the controller (sim backend)."""
+    from testbed.experiment.prepare import prepare
+    from testbed.plan.requestpoints import with_request_points
+    from testbed.simulator.run import run_simulated
+
+    prep = prepare(cfg.replace(mode="baseline"), check_capacity=False)
+    prep = dataclasses.replace(prep, plan=with_request_points(prep.plan, "none",
+                                                              predict=False))
+    summary = run_simulated(prep, out, lambda _m: None)
+    t = summary.get("iteration_time_s")
+    return None if t is None else float(t)
+
+
+def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: list[str],
+               workers: int = 2, rung_names: Sequence[str] | None = None,
+               say: Say = say_stderr) -> dict[str, Any]:
+    """Run every rung as a simulated sweep under ``out/<rung>/``; write and return
+    ``ladder.json`` (rungs with their deltas from ``as-written``, the artifact's figures).
+    A bad mode or delay raises :class:`testbed.experiment.sweep.SweepError` before anything
+    runs."""
+    from testbed.experiment.sweep import run_sweep, sweep_points
+    from testbed.results import store
+    from testbed.results.reference import artifact_reference
+
+    rungs = select_rungs(rung_names)
+    configs = [rung_config(cfg, r) for r in rungs]  # refused variants stop before any run
+    for variant in configs:
+        sweep_points(modes, delays_ms, [variant.semantics])
+    if out.exists() and any(out.iterdir()):
+        raise LadderError(f"{out} exists and is not empty; choose another --out (nothing was "
+                         "changed)")
+    results: list[dict[str, Any]] = []
+    written: list[dict[str, Any]] = []
+    for rung, variant in zip(rungs, configs, strict=True):
+        say(f"rung {rung.name}: {rung.change}")
+        if rung.name == NO_CONTROLLER:
+            base = _no_controller_baseline_s(cfg, out / rung.name)
+            rows = rebase_rows(written, base) if base else []
+        else:
+            rows = run_sweep(variant, delays_ms, modes, out / rung.name, "sim", workers,
+                             lambda _m: None, semantics=[variant.semantics])
+            base = next((r["iteration_time_s"] for r in rows if r["mode"] == "baseline"),
+                        None)
+            if rung.name == "as-written":
+                written = rows
+        results.append(rung_result(rung, variant, rows, base))
+        say(f"  baseline {base} s; " + "; ".join(
+            f"{m}: {f['overhead_100ms_pct']} % at 100 ms, slope {f['slope_s_per_s']} s/s"
+            for m, f in results[-1]["modes"].items()))
+    ladder = {"name": cfg.name, "source": cfg.source, "backend": "sim",
+              "delays_ms": delays_ms, "modes": modes, "rungs": with_deltas(results),
+              "reference": artifact_reference()}
+    store.write_json(out / "ladder.json", ladder)
+    return ladder
