@@ -259,7 +259,8 @@ class OpusCore:
         self._inflight: dict[int, tuple[Decision, _Instance]] = {}
         self._queue: list[_Instance] = []
         self._deferred: dict[_Instance, None] = {}  # lit-on-arrival asks waiting for FCFS
-        self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
+        # (job, rank) -> the calls it asked for speculatively, in the order it asked
+        self._spec_of: dict[tuple[str, int], dict[_Instance, None]] = {}
         self._last_used_s: dict[Circuit, float] = {}
         self._served_axis: dict[Circuit, str] = {}  # the parallelism a circuit last carried
         # (rail, job, rank) -> the group that used the rank's circuits on that rail last
@@ -792,7 +793,7 @@ class OpusCore:
         for rank in inst.spec:
             s = self._spec_of.get((grp.job_id, rank))
             if s is not None:
-                s.discard(inst)
+                s.pop(inst, None)
 
     # ---------------------------------------------------------- speculation
 
@@ -818,7 +819,7 @@ class OpusCore:
         if nxt.rank in inst.real or inst.state is _State.ACTIVE:
             return
         inst.spec.add(nxt.rank)
-        self._spec_of.setdefault((nxt.job_id, nxt.rank), set()).add(inst)
+        self._spec_of.setdefault((nxt.job_id, nxt.rank), {})[inst] = None
         out.events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
                            "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes})
@@ -831,10 +832,9 @@ class OpusCore:
         if not insts:
             return
         for inst in list(insts):
+            insts.pop(inst, None)
             if inst.group is grp and inst.seq == seq:
-                insts.discard(inst)
                 continue
-            insts.discard(inst)
             inst.spec.discard(rank)
             self.counters["mispredictions"] += 1
             out.events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
