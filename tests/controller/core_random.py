@@ -37,6 +37,7 @@ class WorldShape:
     electrical_rail: bool = True
     steps: int = 2500
     ask_weight: float = 0.36  # share of steps that are intents (then completions, lights, ...)
+    fail_rate: float = 0.08  # share of decisions the driver fails
 
 
 @dataclass
@@ -128,7 +129,7 @@ def drive(make_core: Any, seed: int, mode: str, shape: WorldShape | None = None)
         elif x < shape.ask_weight + 0.3:
             _complete(world, core, mode == "provisioning")
         elif x < 0.96:
-            _light(world, core)
+            _light(world, core, shape.fail_rate)
         elif x < 0.97:
             _lose_or_rejoin(world, core)
         elif x < 0.971:
@@ -136,7 +137,7 @@ def drive(make_core: Any, seed: int, mode: str, shape: WorldShape | None = None)
         else:
             _bad_input(world, core)
     while world.inflight:  # the driver finishes what it started
-        _light(world, core)
+        _light(world, core, shape.fail_rate)
     return core
 
 
@@ -208,12 +209,12 @@ def _complete(world: _World, core: OpusCore, provisioning: bool) -> None:
                                ref=("done", call.rank), next_intent=nxt))
 
 
-def _light(world: _World, core: OpusCore) -> None:
+def _light(world: _World, core: OpusCore, fail_rate: float) -> None:
     rng = world.rng
     if not world.inflight:
         return
     d = world.inflight.pop(rng.randrange(len(world.inflight)))
-    if rng.random() < 0.08:
+    if rng.random() < fail_rate:
         _take(world, core.reconfig_failed(d.decision_id, "random failure", world.now))
         return
     t = world.now
