@@ -43,6 +43,13 @@ Rules (the paper's §4, made precise; where a rule goes beyond the paper it says
   it counts as a speculative ask, so the switch starts as soon as the last member finished its
   previous call. Speculative circuits are not protected, so a wrong prediction only costs an
   on-demand switch later; a rank's real intent for another group cancels its speculative ask.
+
+Semantics. All of the above is ``port-exact`` (the default): circuits are port matchings under
+the one-to-one rule, as on a real OCS. ``rail-state`` (``CoreConfig.semantics``) is the model of
+Opus's public artifact instead: a bitmask per rail, one bit per pipeline stage, switched per bit
+(:mod:`controller.railstate` states its rules). The same core serves both: instances, gathering,
+acks and completions are shared; serving, switching and provisioning of a rail-state job take the
+``_rs_*`` methods at the end of :class:`OpusCore`, and the port-exact code never runs for it.
 """
 
 from __future__ import annotations
@@ -57,6 +64,19 @@ from typing import Any
 
 from controller.job import Edge, JobError, JobSpec
 from controller.ocs import ApplyResult, Circuit, CrossconnectState, RailDescription, Reconfiguration
+from controller.railstate import (
+    PORT_EXACT,
+    RAIL_STATE,
+    SEMANTICS,
+    SHADOW_PORTS,
+    Bit,
+    BitOp,
+    RailStateModel,
+    bit_op_of,
+    flip_reconf,
+    job_shape,
+    shadow_rail_id,
+)
 
 Event = dict[str, object]
 
@@ -67,15 +87,27 @@ _circuit_order = operator.attrgetter("rail", "port_a", "port_b")
 
 @dataclass(frozen=True)
 class CoreConfig:
-    """Scheduling modes: provisioning (paper §4.1) and degree-aware assignment (ours)."""
+    """Scheduling modes: provisioning (paper §4.1) and degree-aware assignment (ours), and the
+    controller semantics: ``port-exact`` (one-to-one port matchings) or ``rail-state`` (the
+    public artifact's bitmask per rail, :mod:`controller.railstate`)."""
 
     provisioning: bool = False
     degree_aware: bool = False
+    semantics: str = PORT_EXACT
+
+    def __post_init__(self) -> None:
+        if self.semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {', '.join(SEMANTICS)}, got "
+                             f"{self.semantics!r}")
+        if self.degree_aware and self.semantics == RAIL_STATE:
+            raise ValueError("degree-aware assignment keeps port matchings; rail-state has "
+                             "none (use port-exact semantics)")
 
     @classmethod
-    def for_mode(cls, mode: str) -> CoreConfig:
+    def for_mode(cls, mode: str, semantics: str = PORT_EXACT) -> CoreConfig:
         """The configuration of an experiment mode (``on-demand``: neither option)."""
-        return cls(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware")
+        return cls(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware",
+                   semantics=semantics)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -296,6 +328,20 @@ class _WaitLine:
         return None
 
 
+@dataclass(eq=False, slots=True)
+class _RailStateJob:
+    """A rail-state job: its bit model, its groups' bit operations, its calls that switch."""
+
+    job_id: str
+    model: RailStateModel
+    ops: dict[str, dict[int, BitOp]]  # group -> rail -> what serving its call does
+    shadow: dict[Bit, int]  # (data rail, bit) -> the shadow rail that switches it
+    calls: dict[int, _Instance] = field(default_factory=dict)  # request id -> its call
+    inflight: dict[int, tuple[int, tuple[Reconfiguration, ...]]] = field(
+        default_factory=dict)  # decision id -> (request id, its flips)
+    next_request: int = 1
+
+
 class OpusCore:
     """The pure Opus scheduler for one set of rails (one OCS driver).
 
@@ -357,6 +403,10 @@ class OpusCore:
             "avoided_reconfigurations": 0, "speculative_decisions": 0, "mispredictions": 0,
             "rejects": 0,
         }
+        self._rs: _RailStateJob | None = None  # the rail-state job (one per core)
+        if self.config.semantics == RAIL_STATE:
+            self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
+                                  "rail_state_early_bits": 0, "late_predictions": 0})
         initial: dict[int, set[Circuit]] = {}
         for c in circuits:
             initial.setdefault(c.rail, set()).add(c)
@@ -370,6 +420,7 @@ class OpusCore:
         out = Output()
         try:
             self._check_job(job)
+            rs = self._rs_new_job(job) if self.config.semantics == RAIL_STATE else None
         except JobError as exc:
             return self._reject(out, now, ref, "bad_job", str(exc), job=job.job_id)
         groups = {}
@@ -384,6 +435,8 @@ class OpusCore:
         self._rekey_pairs()
         out.events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
                            "ranks": len(job.ranks), "groups": len(job.groups)})
+        if rs is not None:
+            self._rs = rs
         return out
 
     def _check_job(self, job: JobSpec) -> None:
@@ -414,6 +467,8 @@ class OpusCore:
         job = self._jobs.pop(job_id, None)
         if job is None:
             return self._reject(out, now, None, "unknown_job", f"no job {job_id!r}")
+        if self._rs is not None and self._rs.job_id == job_id:
+            self._rs = None  # its switches in flight end as unknown decisions
         for grp in job.groups.values():
             grp.alive = False
             for inst in grp.instances.values():
@@ -469,6 +524,9 @@ class OpusCore:
         if inst is not None and rank in inst.real:
             return self._reject(out, now, ref, "duplicate",
                                 f"rank {rank} already asked for group {grp.group_id} call {seq}")
+        if self._rs is not None:
+            self._rs_intent(self._rs, grp, inst, intent, now, ref, out)
+            return out
         if self._spec_of:
             self._cancel_speculation(job.spec.job_id, rank, grp, seq, now, out)
         if inst is None:
@@ -510,7 +568,7 @@ class OpusCore:
                            "group": group_id, "seq": seq})
         if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
-        if next_intent is not None and self.config.provisioning:
+        if next_intent is not None and self.config.provisioning and self._rs is None:
             self._speculate(next_intent, now, out, ref)
         if self._queue:
             self._pump(now, out)
@@ -570,33 +628,21 @@ class OpusCore:
     def reconfig_done(self, decision_id: int, results: Sequence[ApplyResult],
                       now: float) -> Output:
         """The driver lit the circuits of a decision: ack its waiting ranks, serve the queue."""
+        if self._rs is not None and decision_id in self._rs.inflight:
+            return self._rs_done(self._rs, decision_id, results, now)
         out = Output()
         entry = self._inflight.pop(decision_id, None)
         if entry is None:
             return out
         _decision, inst = entry
         self._undark(decision_id)
-        for res in results:
-            out.events.append({"event": "reconfig_end", "t_s": now, "decision": decision_id,
-                               "rail": res.rail,
-                               "added": [c.to_json() for c in sorted(res.added,
-                                                                     key=_circuit_order)],
-                               "removed": [c.to_json() for c in sorted(res.removed,
-                                                                       key=_circuit_order)],
-                               "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
-                               "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
+        self._end_events(decision_id, results, now, out)
         if not inst.group.alive:
             self._orphaned(decision_id, inst, "done", now, out)
         elif inst.group.instances.get(inst.seq) is inst:
             inst.state = _State.GATHER
-            grp = inst.group
-            lost = self._jobs[grp.job_id].lost
-            if lost and not lost.isdisjoint(grp.members):  # a member was lost while switching
-                for _rank, ref in inst.real.items():
-                    self._reject(out, now, ref, "peer_lost",
-                                 f"rank {min(lost & grp.members)} of group {grp.group_id} "
-                                 "disconnected")
-                self._drop(inst)
+            if self._lost_while_switching(inst, now, out):
+                pass  # the survivors were told
             elif len(inst.real) >= len(inst.group.members):
                 lit = self._lit(inst.group)
                 if lit is not None:
@@ -612,6 +658,19 @@ class OpusCore:
         self._pump(now, out)
         return out
 
+    def _lost_while_switching(self, inst: _Instance, now: float, out: Output) -> bool:
+        """A member of the call was lost while its circuits switched: fail the others' asks
+        and drop the call (True), or nothing (False)."""
+        grp = inst.group
+        lost = self._jobs[grp.job_id].lost
+        if not lost or lost.isdisjoint(grp.members):
+            return False
+        for _rank, ref in inst.real.items():
+            self._reject(out, now, ref, "peer_lost",
+                         f"rank {min(lost & grp.members)} of group {grp.group_id} disconnected")
+        self._drop(inst)
+        return True
+
     def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
         """The driver refused or failed: undo the plan, tell the waiting ranks, go on.
 
@@ -625,6 +684,8 @@ class OpusCore:
         the driver is in the log, not silent; the ports stay with whichever decision holds
         them now. The waiting ranks are rejected as for any failed decision.
         """
+        if self._rs is not None and decision_id in self._rs.inflight:
+            return self._rs_failed(self._rs, decision_id, error, now)
         out = Output()
         entry = self._inflight.pop(decision_id, None)
         if entry is None:
@@ -665,6 +726,19 @@ class OpusCore:
                                                          key=_circuit_order)],
             "not_dropped": [c.to_json() for c in sorted(rc.add - present, key=_circuit_order)],
             "error": error})
+
+    @staticmethod
+    def _end_events(decision_id: int, results: Sequence[ApplyResult], now: float,
+                    out: Output) -> None:
+        for res in results:
+            out.events.append({"event": "reconfig_end", "t_s": now, "decision": decision_id,
+                               "rail": res.rail,
+                               "added": [c.to_json() for c in sorted(res.added,
+                                                                     key=_circuit_order)],
+                               "removed": [c.to_json() for c in sorted(res.removed,
+                                                                       key=_circuit_order)],
+                               "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
+                               "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
 
     @staticmethod
     def _orphaned(decision_id: int, inst: _Instance, outcome: str, now: float,
@@ -925,7 +999,10 @@ class OpusCore:
                            "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes})
         if inst.state is _State.GATHER:
-            self._advance(inst, now, out)
+            if self._rs is not None:
+                self._rs_gathered(self._rs, inst, now, out)
+            else:
+                self._advance(inst, now, out)
 
     def _cancel_speculation(self, job_id: str, rank: int, grp: _Group, seq: int, now: float,
                             out: Output) -> None:
@@ -1308,6 +1385,176 @@ class OpusCore:
                 add.append(Circuit(rail, pa, pb))
             plan.append(Reconfiguration(rail, add=frozenset(add), remove=frozenset(remove)))
         return plan
+
+    # ------------------------------------------------------------ rail-state
+
+    def predict(self, intent: Intent, now: float) -> Output:
+        """A rank names its next call ahead of time (provisioning under rail-state, from the
+        plan): a speculative ask. Ignored, with an event, when provisioning is off; a prediction
+        of a call the rank asked for or finished already is counted and dropped."""
+        out = Output()
+        if not self.config.provisioning:
+            out.events.append({"event": "prediction_ignored", "t_s": now,
+                               "reason": "provisioning is off", **intent.to_json()})
+            return out
+        job = self._jobs.get(intent.job_id)
+        grp = job.groups.get(intent.group_id) if job is not None else None
+        if self._rs is not None and job is not None and grp is not None:
+            inst = grp.instances.get(intent.seq)
+            if (intent.seq <= job.done_seq.get((intent.rank, intent.group_id), -1)
+                    or (inst is not None and intent.rank in inst.real)):
+                self.counters["late_predictions"] += 1
+                return out
+        self._speculate(intent, now, out, None)
+        return out
+
+    def _rs_new_job(self, job: JobSpec) -> _RailStateJob:
+        """The bit model of a job, or :class:`JobError` naming what the model cannot hold."""
+        if self._jobs:
+            raise JobError(f"job {job.job_id}: rail-state keeps one bit state per rail, so one "
+                           f"job per controller (job {next(iter(self._jobs))} is registered)")
+        n_rails, n_bits = job_shape(job)
+        assert job.stages is not None  # job_shape checked
+        shadow: dict[Bit, int] = {}
+        for rail in range(n_rails):
+            for bit in range(n_bits):
+                sid = shadow_rail_id(rail, bit, n_rails, n_bits)
+                desc = self.rails.get(sid)
+                if desc is None or desc.mode != "ocs" or tuple(desc.ports) != SHADOW_PORTS:
+                    raise JobError(f"job {job.job_id}: rail-state switches bit {bit} of rail "
+                                   f"{rail} on shadow rail {sid} (an OCS with ports "
+                                   f"{list(SHADOW_PORTS)}), which the OCS does not have")
+                shadow[(rail, bit)] = sid
+        data_ocs = sorted({rp.rail for rp in job.ranks.values()} & self.optical)
+        if data_ocs:
+            raise JobError(f"job {job.job_id}: rail-state carries the data on packet-switched "
+                           f"(electrical) rails and switches only shadow rails, but rails "
+                           f"{data_ocs} of its ranks are OCS rails")
+        ops: dict[str, dict[int, BitOp]] = {}
+        for gid, grp in job.groups.items():
+            rails = list(job.demand[gid])
+            if rails:
+                op = bit_op_of(grp, job.stages)
+                ops[gid] = dict.fromkeys(rails, op)
+        return _RailStateJob(job.job_id, RailStateModel(range(n_rails)), ops, shadow)
+
+    def _rs_intent(self, rs: _RailStateJob, grp: _Group, inst: _Instance | None,
+                   intent: Intent, now: float, ref: object, out: Output) -> None:
+        if inst is None:
+            inst = self._new_instance(grp, intent.seq, now)
+        inst.kind, inst.size_bytes, inst.axis = intent.kind, intent.size_bytes, intent.axis
+        inst.spec.discard(intent.rank)
+        inst.real[intent.rank] = ref
+        if inst.state is _State.ACTIVE:  # served and lit: acked at once (also if provisioned)
+            self._ack(inst, out, now, False)
+        elif inst.state is _State.GATHER:
+            self._rs_gathered(rs, inst, now, out)
+
+    def _rs_gathered(self, rs: _RailStateJob, inst: _Instance, now: float, out: Output) -> None:
+        """Serve the call once every member asked (really or speculatively)."""
+        if inst.asked < inst.group.n_members:
+            return
+        grp = inst.group
+        rid = rs.next_request
+        rs.next_request += 1
+        served = rs.model.serve(rid, rs.ops.get(grp.group_id, {}))
+        self.counters["stale_reflips"] += served.stale_bits
+        self.counters["rail_state_early_bits"] += served.early_bits
+        out.events.append({
+            "event": "rail_state_served", "t_s": now, "job": grp.job_id, "group": grp.group_id,
+            "seq": inst.seq, "speculative": not inst.real,
+            "requested": {str(r): m for r, m in served.requested.items()},
+            "completed": {str(r): m for r, m in served.completed.items()},
+            "bits": sorted([r, b] for r, b in served.request.bits) if served.request else [],
+            "stale_bits": served.stale_bits, "early_bits": served.early_bits})
+        if served.request is None:
+            inst.state = _State.ACTIVE
+            self.counters["acked_at_once"] += 1
+            self._ack(inst, out, now, False)
+            return
+        inst.state = _State.SWITCHING
+        rs.calls[rid] = inst
+        for started in served.start:
+            self._rs_start(rs, started, now, out)
+
+    def _rs_start(self, rs: _RailStateJob, rid: int, now: float, out: Output) -> None:
+        """Switch a request's bits, each on its shadow rail, as one decision."""
+        inst = rs.calls[rid]
+        req = rs.model.request(rid)
+        reconfs = []
+        for bit in sorted(req.bits):
+            sid = rs.shadow[bit]
+            rc = flip_reconf(sid, self.state.circuits(sid))
+            self._commit(rc)
+            reconfs.append(rc)
+        spec = not inst.real
+        did = self._rs_decide(rs, inst.group.group_id, inst.seq, tuple(reconfs), spec, now, out,
+                              {"bits": sorted([r, b] for r, b in req.bits),
+                               "target": {str(r): m for r, m in req.target.items()},
+                               "waited_s": now - inst.t_first_s})
+        rs.inflight[did] = (rid, tuple(reconfs))
+        inst.decision_id = did
+        self.counters["decisions"] += 1
+        self.counters["reconfigurations"] += len(reconfs)
+        self.counters["bit_flips"] += len(reconfs)
+        if spec:
+            self.counters["speculative_decisions"] += 1
+
+    def _rs_decide(self, rs: _RailStateJob, group_id: str, seq: int,
+                   reconfs: tuple[Reconfiguration, ...], speculative: bool, now: float,
+                   out: Output, fields: dict[str, object]) -> int:
+        did = self._next_decision
+        self._next_decision += 1
+        out.decisions.append(Decision(did, rs.job_id, group_id, seq, reconfs, speculative))
+        out.events.append({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
+                           "group": group_id, "seq": seq, "speculative": speculative,
+                           "rails": [rc.rail for rc in reconfs], "semantics": RAIL_STATE,
+                           **fields})
+        for rc in reconfs:
+            out.events.append({"event": "reconfig_start", "t_s": now, "decision": did,
+                               "rail": rc.rail, "ports": sorted(rc.touched_ports),
+                               "add": [c.to_json() for c in sorted(rc.add)],
+                               "remove": [c.to_json() for c in sorted(rc.remove)]})
+        return did
+
+    def _rs_done(self, rs: _RailStateJob, decision_id: int, results: Sequence[ApplyResult],
+                 now: float) -> Output:
+        """A request's bits lit: ack its call's real askers, start the requests behind it."""
+        out = Output()
+        rid, _reconfs = rs.inflight.pop(decision_id)
+        self._end_events(decision_id, results, now, out)
+        inst = rs.calls.pop(rid)
+        started = rs.model.finished(rid)
+        grp = inst.group
+        if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now, out):
+            inst.state = _State.ACTIVE
+            if inst.real:
+                self._ack(inst, out, now, True)
+            else:
+                out.events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                                   "group": grp.group_id, "seq": inst.seq})
+        for rid_next in started:
+            self._rs_start(rs, rid_next, now, out)
+        return out
+
+    def _rs_failed(self, rs: _RailStateJob, decision_id: int, error: str, now: float
+                   ) -> Output:
+        """A rail-state decision failed: undo its flips, fail its call, free its bits."""
+        out = Output()
+        rid, reconfs = rs.inflight.pop(decision_id)
+        out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
+                           "error": error})
+        for rc in reconfs:
+            self._undo(decision_id, rc, now, out)
+        inst = rs.calls.pop(rid)
+        started = rs.model.finished(rid, lit=False)
+        for _rank, ref in inst.real.items():
+            self._reject(out, now, ref, "reconfig_failed",
+                         f"switching for group {inst.group.group_id} failed: {error}")
+        self._drop(inst)
+        for rid_next in started:
+            self._rs_start(rs, rid_next, now, out)
+        return out
 
     # ---------------------------------------------------------------- views
 

@@ -152,6 +152,8 @@ class JobSpec:
     job_id: str
     ranks: Mapping[int, RankPorts]
     groups: Mapping[str, CommGroup]
+    #: rank -> pipeline stage, when known (``ocs.semantics: rail-state`` needs it)
+    stages: Mapping[int, int] | None = field(default=None, compare=False)
     demand: Mapping[str, Mapping[int, frozenset[Edge]]] = field(init=False, repr=False,
                                                                 compare=False)
 
@@ -193,6 +195,8 @@ class JobSpec:
                         )
             demand[gid] = d
         object.__setattr__(self, "demand", demand)
+        if self.stages is not None and set(self.stages) != set(self.ranks):
+            raise JobError(f"job {self.job_id}: stages must name every rank and no other")
 
     @property
     def ports_by_rail(self) -> dict[int, set[int]]:
@@ -211,16 +215,19 @@ class JobSpec:
         groups: Iterable[CommGroup],
         n_rails: int | None = None,
         first_rank: int = 0,
+        stages: Mapping[int, int] | None = None,
     ) -> JobSpec:
         """Build a job with the standard rail mapping (see the module docstring)."""
         ranks = rail_job_ports(range(first_rank, first_rank + n_ranks), gpus_per_server,
                                ports_per_rank, n_rails)
-        return cls(job_id, ranks, {grp.group_id: grp for grp in groups})
+        return cls(job_id, ranks, {grp.group_id: grp for grp in groups}, stages)
 
     def to_json(self) -> dict[str, object]:
+        stages = self.stages
         return {
             "id": self.job_id,
             "ranks": [{"rank": rp.rank, "rail": rp.rail, "ports": list(rp.ports)}
+                      | ({"stage": stages[rp.rank]} if stages is not None else {})
                       for rp in sorted(self.ranks.values(), key=lambda x: x.rank)],
             "groups": [g.to_json() for g in self.groups.values()],
         }
@@ -239,6 +246,7 @@ class JobSpec:
         if not isinstance(ranks_raw, list) or not isinstance(groups_raw, list):
             raise JobError("job 'ranks' and 'groups' must be lists")
         ranks: dict[int, RankPorts] = {}
+        stages: dict[int, int] = {}
         for item in ranks_raw:
             if not isinstance(item, Mapping):
                 raise JobError("each rank must be an object with rank, rail, ports")
@@ -251,6 +259,12 @@ class JobSpec:
             if r in ranks:
                 raise JobError(f"job {job_id}: rank {r} listed twice")
             ranks[r] = RankPorts(r, rail, tuple(ports))
+            if "stage" in item:
+                stage = item["stage"]
+                if not isinstance(stage, int) or isinstance(stage, bool) or stage < 0:
+                    raise JobError(f"rank entry {dict(item)!r}: 'stage' must be an integer "
+                                   ">= 0")
+                stages[r] = stage
         groups: dict[str, CommGroup] = {}
         for item in groups_raw:
             if not isinstance(item, Mapping):
@@ -259,4 +273,4 @@ class JobSpec:
             if grp.group_id in groups:
                 raise JobError(f"job {job_id}: group {grp.group_id} listed twice")
             groups[grp.group_id] = grp
-        return cls(job_id, ranks, groups)
+        return cls(job_id, ranks, groups, stages or None)

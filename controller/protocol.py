@@ -13,6 +13,8 @@ hello          job, rank, shim, req                                        welco
 intent         job, rank, shim, req, group, seq, kind, size_bytes, axis    ack / error
 complete       job, rank, shim, group, seq, next (null or {group, seq,     none (error if bad)
                kind, size_bytes, axis}: the predicted next call)
+predict        job, rank, shim, group, seq, kind, size_bytes, axis: a      none (error if bad)
+               call named ahead of time (rail-state provisioning)
 heartbeat      job, rank, shim                                             heartbeat_ok
 bye            shim                                                        none
 register       req, job (see :meth:`controller.job.JobSpec.to_json`)       registered / error

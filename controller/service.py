@@ -286,6 +286,10 @@ class ControllerService:
             self._touch(msg)
             self._emit(self.core.complete(job_id, rank, group, seq, now, ref=(identity, req),
                                           next_intent=nxt))
+        elif kind == "predict":
+            intent = parse_intent(msg)
+            self._touch(msg)
+            self._emit(self.core.predict(intent, now))
         elif kind == "heartbeat":
             self._touch(msg)
             self._send(identity, {"type": "heartbeat_ok", "controller": self.controller_id})

@@ -12,7 +12,10 @@
 ``collective`` sends an intent, blocks until the controller acknowledges that the circuits are
 lit, runs the body and reports completion (also when the body raises). The shim profiles the
 first iteration (:class:`~controller.profile.CallProfile`) and attaches its prediction of the
-next call to each completion, which the controller uses when provisioning is on.
+next call to each completion, which the controller uses when provisioning is on. Under the
+rail-state semantics a call may be ungated (``gated=False``: numbered and profiled, but the
+controller hears nothing of it, as the public artifact's shim skips all but its request points),
+and :meth:`Shim.predict` names a call ahead of time (provisioning from the rank's plan).
 
 Failures are explicit: :class:`IntentRejected` (the controller refused; the message says why),
 :class:`ControllerUnavailable` (no answer in time, or the controller stopped answering
@@ -112,12 +115,16 @@ class Shim:
 
     @contextlib.contextmanager
     def collective(self, group: str, kind: str = "", size_bytes: int = 0,
-                   axis: str = "") -> Iterator[CollectiveGrant]:
-        """Wait until the circuits of this call are lit, run the body, report completion."""
+                   axis: str = "", gated: bool = True) -> Iterator[CollectiveGrant]:
+        """Wait until the circuits of this call are lit, run the body, report completion;
+        an ungated call only takes its number."""
         seq = self._seq.get(group, 0)
         self._seq[group] = seq + 1
         with self._profile_lock:
             self.profile.observe(CallSignature(group, kind, size_bytes, axis))
+        if not gated:
+            yield CollectiveGrant(group, seq, False, 0.0)
+            return
         t0 = time.monotonic()
         try:
             reply = self._request(
@@ -139,6 +146,16 @@ class Shim:
                 nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes, "axis": nxt.axis}
             self._post({"type": "complete", "group": group, "seq": seq, "next": nxt_msg})
+
+    def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
+                axis: str = "") -> None:
+        """Name call ``seq`` of ``group`` before it starts (fire-and-forget): with provisioning
+        the controller counts it as this rank's ask, so the switch can start early."""
+        if self._closed.is_set():
+            return
+        self._socket()  # a shim whose calls never asked greets the controller first
+        self._post({"type": "predict", "group": group, "seq": seq, "kind": kind,
+                    "size_bytes": size_bytes, "axis": axis})
 
     def close(self) -> None:
         """Say goodbye (the controller forgets this session) and release the sockets."""

@@ -117,6 +117,8 @@ class HostRouter:
             return  # every route is static
         per_rank: dict[int, list[tuple[RankPort, RankPort]]] = {}
         for reconf in reconfs:
+            if reconf.rail >= self.spec.num_rails:
+                continue  # a rail-state shadow rail: no host behind its ports
             for circuit in reconf.add:
                 a = self.spec.port_owner(reconf.rail, circuit.port_a)
                 b = self.spec.port_owner(reconf.rail, circuit.port_b)

@@ -12,6 +12,9 @@ frontend intf      ``ot1a2g<rank>-eth0`` control traffic only (controller, shims
 rail intf          ``ot1a2g<rank>-eth<1+k>``  NIC port ``k`` (0..K-1) of the rank on its rail
 rail bridge        ``ot1a2r<rail>``      OVS bridge acting as the rail's OCS
 rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1``
+shadow bridge      ``ot1a2s<id>``        rail-state only: the OCS of one (rail, bit), rail id
+                                         ``id`` (:func:`controller.railstate.shadow_rail_id`)
+shadow port        ``ot1a2s<id>-eth<p>``  its internal ports ``p`` = 1, 2, 3
 frontend bridge    ``ot1a2fe``           OVS bridge in standalone (learning switch) mode
 root-side intf     ``ot1a2root-eth0``    links the root namespace to the frontend bridge
 =================  ====================  ===================================================
@@ -37,7 +40,7 @@ from collections.abc import Iterable
 
 PREFIX_RE = re.compile(r"^ot[0-9a-f]{3}$")
 #: Any bridge or interface name the project can create (for `clean`).
-OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|fe|root)(-eth\d+)?$")
+OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|s\d+|fe|root)(-eth\d+)?$")
 #: Highest OpenFlow port number on a rail bridge: its interface ``ot1a2r15-eth999`` fills
 #: Linux's IFNAMSIZ (15 characters) with rails up to 15.
 MAX_PORTS_PER_RAIL = 999
@@ -68,6 +71,15 @@ def host_name(prefix: str, rank: int) -> str:
 
 def rail_bridge(prefix: str, rail: int) -> str:
     return f"{prefix}r{rail}"
+
+
+def shadow_bridge(prefix: str, rail: int) -> str:
+    """The bridge of rail-state shadow rail ``rail`` (an OCS rail id past the data rails)."""
+    return f"{prefix}s{rail}"
+
+
+def shadow_port_intf(prefix: str, rail: int, port: int) -> str:
+    return f"{shadow_bridge(prefix, rail)}-eth{port}"
 
 
 def frontend_bridge(prefix: str) -> str:

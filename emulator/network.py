@@ -1,7 +1,8 @@
 """The running emulated photonic-rail network, as a context manager that always tears down.
 
 ``with emulated_rails(spec) as net:`` builds the Mininet network of :mod:`emulator.topo` on
-userspace (or kernel, when available) Open vSwitch, starts the OCS app process
+userspace (or kernel, when available) Open vSwitch (shadow bridges get three internal ports),
+starts the OCS app process
 (:mod:`emulator.ocs_service`), waits until every rail bridge is connected, prepares the hosts
 (offloads, addresses, routes) and yields an :class:`EmulatedRails`. On the way out, normal or
 by exception, it stops the processes it started (by pid), the network, and the OCS process,
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
+from controller.railstate import SHADOW_PORTS
 from emulator import naming, runstate
 from emulator.hostnet import HostRouter, interface_setup_commands, shell_runner
 from emulator.topo import RailSpec, build_topo
@@ -153,6 +155,22 @@ class EmulatedRails:
         self._procs.clear()
 
 
+def _add_shadow_ports(spec: RailSpec, prefix: str) -> None:
+    """Give each shadow bridge its three ports (internal: the bits carry no traffic)."""
+    if not spec.shadow_rails:
+        return
+    cmd = ["ovs-vsctl", "--timeout=10"]
+    for rail in spec.shadow_ids:
+        bridge = naming.shadow_bridge(prefix, rail)
+        for port in SHADOW_PORTS:
+            intf = naming.shadow_port_intf(prefix, rail, port)
+            cmd += ["--", "add-port", bridge, intf, "--", "set", "Interface", intf,
+                    "type=internal", f"ofport_request={port}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise EmulationError(f"cannot add the shadow rails' ports: {res.stderr.strip()}")
+
+
 @contextlib.contextmanager
 def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                    ready_timeout_s: float = 30.0) -> Iterator[EmulatedRails]:
@@ -182,7 +200,8 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     run_dir.mkdir(parents=True, exist_ok=True)
     record = runstate.RunRecord(prefix=prefix, owner_pid=os.getpid(), slot=slot)
     record.bridges = [naming.frontend_bridge(prefix)] + [
-        naming.rail_bridge(prefix, r) for r in range(spec.num_rails)]
+        naming.rail_bridge(prefix, r) for r in range(spec.num_rails)] + [
+        naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
     record.save()
 
     datapath = "kernel" if kernel_datapath_available() else "user"
@@ -227,13 +246,16 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
             if getattr(node, "pid", None):
                 record.add_process(node.pid, f"mininet:{node.name}")
         net.start()
-        for rail in range(spec.num_rails):
-            res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller",
-                                  naming.rail_bridge(prefix, rail), f"tcp:127.0.0.1:{of_port}"],
+        _add_shadow_ports(spec, prefix)
+        bridges = [naming.rail_bridge(prefix, r) for r in range(spec.num_rails)] + [
+            naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
+        for bridge in bridges:
+            res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller", bridge,
+                                  f"tcp:127.0.0.1:{of_port}"],
                                  capture_output=True, text=True, check=False)
             if res.returncode != 0:
-                raise EmulationError(f"cannot attach rail bridge {naming.rail_bridge(prefix, rail)}"
-                                     f" to the OCS app: {res.stderr.strip()}")
+                raise EmulationError(f"cannot attach rail bridge {bridge} to the OCS app: "
+                                     f"{res.stderr.strip()}")
         root_intf = f"{naming.root_node(prefix)}-eth0"
         subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
                        check=False)
@@ -251,7 +273,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                 raise EmulationError(f"OCS process exited with {ocs_proc.returncode}; see "
                                      f"{run_dir / 'ocs-service.log'}")
             assert driver is not None
-            return len(driver.health()["connected_rails"]) == spec.num_rails
+            return len(driver.health()["connected_rails"]) == spec.num_rails + spec.shadow_rails
 
         try:
             wait_for(rails_ready, ready_timeout_s, "every rail bridge to connect to the OCS app")

@@ -3,7 +3,10 @@
 :class:`RailSpec` is plain data (servers, GPUs per server, rails, ports per rank per rail, link
 rate, mode) and knows the mapping rank -> server/rail/ports. :class:`PhotonicRailTopo` turns it
 into Mininet nodes and links, using the names of :mod:`emulator.naming`. The running network
-lives in :mod:`emulator.network`; the topology object never starts anything.
+lives in :mod:`emulator.network`; the topology object never starts anything. Under rail-state
+semantics a spec also has ``shadow_rails``: small OCS rails (ids after the data rails, three
+ports each, no hosts, OCS whatever the data rails' mode) on which the bits of the data rails
+switch (:mod:`controller.railstate`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from controller.job import rank_rail_ports
 from controller.ocs import RailDescription, resolve_switching_delay_ms
+from controller.railstate import SHADOW_PORTS
 from emulator import naming
 
 #: Hard limit of the emulator's link rate: Mininet's TCLink shapes with HTB in Mbit/s and
@@ -43,6 +47,7 @@ class RailSpec:
     mode: str = "ocs"  # "ocs" or "electrical"
     switching_delay: float | str = 0.0  # ms, or a Table 3 technology name
     per_rail_delay: dict[int, float | str] = field(default_factory=dict)
+    shadow_rails: int = 0  # rail-state: rails x bits shadow OCS rails after the data rails
 
     def __post_init__(self) -> None:
         problems = []
@@ -61,6 +66,9 @@ class RailSpec:
                             f"got {self.link_mbps}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.shadow_rails < 0 or (self.num_rails > 0 and self.shadow_rails % self.num_rails):
+            problems.append(f"shadow_rails must be a multiple of the {self.num_rails} rails "
+                            f"(one per rail and bit), got {self.shadow_rails}")
         ranks = self.servers * self.gpus_per_server
         if ranks > naming.MAX_EMULATED_RANKS:
             problems.append(f"at most {naming.MAX_EMULATED_RANKS} ranks fit one emulated network, "
@@ -111,7 +119,14 @@ class RailSpec:
                 return p
         raise KeyError(f"rail {rail} has no port {port}")
 
+    @property
+    def shadow_ids(self) -> range:
+        return range(self.num_rails, self.num_rails + self.shadow_rails)
+
     def delay_ms(self, rail: int) -> float:
+        """A rail's switching delay; a shadow rail switches at its data rail's."""
+        if rail >= self.num_rails:
+            rail = (rail - self.num_rails) // (self.shadow_rails // self.num_rails)
         return resolve_switching_delay_ms(self.per_rail_delay.get(rail, self.switching_delay))
 
     def describe(self) -> list[RailDescription]:
@@ -119,7 +134,8 @@ class RailSpec:
             RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail)),
                             self.delay_ms(rail), self.mode)
             for rail in range(self.num_rails)
-        ]
+        ] + [RailDescription(s, SHADOW_PORTS, self.delay_ms(s), "ocs")  # always switched
+             for s in self.shadow_ids]
 
 
 def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
@@ -149,6 +165,9 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
             for rail in range(spec.num_rails):
                 self.addSwitch(naming.rail_bridge(prefix, rail), dpid=naming.dpid(prefix, rail),
                                **rail_opts)
+            for rail in spec.shadow_ids:  # no hosts: internal ports (emulator.network)
+                self.addSwitch(naming.shadow_bridge(prefix, rail),
+                               dpid=naming.dpid(prefix, rail), **rail_opts)
             for rank in range(spec.num_ranks):
                 host = self.addHost(naming.host_name(prefix, rank),
                                     ip=f"{naming.frontend_address(slot, rank)}/24")

@@ -131,7 +131,7 @@ class _ProgramBuilder:
         self.cursor: list[int] = []  # the compute/sync chain's last op
         self.last_on: dict[str, int] = {}  # last async collective per communicator axis
         self.grad_sync: list[int] = []
-        m = cfg.model
+        m = cfg.model_spec
         self.tokens = cfg.micro_batch_size * cfg.seq_len // self.p.cp
         self.flops_per_s = cfg.gpu.peak_bf16_tflops * 1e12 * cfg.mfu
         self.experts = split_experts(m.n_experts, self.p.ep) if m.is_moe else []
@@ -179,12 +179,12 @@ class _ProgramBuilder:
     @property
     def act_bytes(self) -> int:
         """Stage-boundary activation (or its gradient) of one micro-batch."""
-        b = self.tokens * self.cfg.model.hidden_size * self.cfg.act_dtype_bytes
+        b = self.tokens * self.cfg.model_spec.hidden_size * self.cfg.act_dtype_bytes
         return b // self.p.tp if self.p.sp else b
 
     def units(self, chunk: int) -> list[Unit]:
         """FSDP units of a chunk: the root (embedding / head) first, then the blocks."""
-        m, tp = self.cfg.model, self.p.tp
+        m, tp = self.cfg.model_spec, self.p.tp
         root = 0
         if chunk == 0:
             root += _ceil(embedding_params(m), tp)
@@ -203,13 +203,13 @@ class _ProgramBuilder:
 
     # --- FLOPs -------------------------------------------------------------------------
     def attn_flops(self) -> float:
-        m, t = self.cfg.model, self.tokens
+        m, t = self.cfg.model_spec, self.tokens
         proj = 2 * t * (2 * m.hidden_size * m.q_dim + 2 * m.hidden_size * m.kv_dim)
         core = 4 * t * self.cfg.seq_len * m.q_dim
         return (proj + core) / self.p.tp
 
     def mlp_flops(self, layer: int) -> float:
-        m, t = self.cfg.model, self.tokens
+        m, t = self.cfg.model_spec, self.tokens
         if not m.is_moe_layer(layer):
             return 2 * t * 3 * m.hidden_size * m.ffn_hidden_size / self.p.tp
         expert = 3 * m.hidden_size * m.moe_ffn_hidden_size
@@ -218,7 +218,7 @@ class _ProgramBuilder:
             + 2 * t * m.hidden_size * m.n_experts
 
     def head_flops(self) -> float:
-        m = self.cfg.model
+        m = self.cfg.model_spec
         return 2 * self.tokens * m.vocab_size * m.hidden_size / self.p.tp
 
     # --- FSDP / DDP ----------------------------------------------------------------------
@@ -342,7 +342,7 @@ class _ProgramBuilder:
             self.p2p("send", f"grad.c{c}.m{mb}", (c - 1) % p.pp, list(self.cursor))
 
     def _forward_layer(self, layer: int, tag: str, extra: list[int]) -> None:
-        p, m = self.p, self.cfg.model
+        p, m = self.p, self.cfg.model_spec
         th = self.tokens * m.hidden_size * self.cfg.act_dtype_bytes
         if p.sp:
             self.sync("all_gather", "tp", f"{tag}.tp.ag_attn", th // p.tp)
@@ -361,7 +361,7 @@ class _ProgramBuilder:
         self.sync("reduce_scatter" if p.sp else "all_reduce", "tp", f"{tag}.tp.mlp_out", th)
 
     def _backward_layer(self, layer: int, tag: str, extra: list[int]) -> None:
-        p, m = self.p, self.cfg.model
+        p, m = self.p, self.cfg.model_spec
         th = self.tokens * m.hidden_size * self.cfg.act_dtype_bytes
         if p.sp:
             self.sync("all_gather", "tp", f"{tag}.tp.ag_mlp", th // p.tp)
@@ -381,13 +381,13 @@ class _ProgramBuilder:
 
     def kv_bytes(self) -> int:
         """This rank's K and V for its ``T`` tokens (KV heads split over TP when possible)."""
-        m = self.cfg.model
+        m = self.cfg.model_spec
         kv_local = m.head_dim_eff * max(1, m.n_kv_heads // self.p.tp)
         return 2 * self.tokens * kv_local * self.cfg.act_dtype_bytes
 
     def a2a_splits(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(dispatch, combine) bytes to each EP position under uniform routing."""
-        m, p = self.cfg.model, self.p
+        m, p = self.cfg.model_spec, self.p
         tokens = self.tokens // p.tp if p.sp else self.tokens
         per = tokens * m.top_k * m.hidden_size * self.cfg.act_dtype_bytes
         dispatch = tuple(per * e // m.n_experts for e in self.experts)
@@ -400,7 +400,7 @@ class _ProgramBuilder:
             self.flush_bucket(axis, self.buckets[axis])
         deps = sorted(set(self.cursor + self.grad_sync))
         axes = ["fsdp" if self.fsdp_on else "", "tp", "ep", "pp"]
-        if self.cfg.model.is_moe and self.fsdp_on:
+        if self.cfg.model_spec.is_moe and self.fsdp_on:
             axes.append("edp")
         for axis in axes:
             if axis and self.sizes[axis] > 1:
@@ -431,7 +431,7 @@ def generate_schedule(cfg: WorkloadConfig) -> Schedule:
     p = cfg.parallel
     groups = build_groups(p)
     sizes = {axis: g.size for axis, g in groups.items()}
-    m = cfg.model
+    m = cfg.model_spec
     variants = p.ep if m.is_moe and m.n_experts % p.ep else 1
     programs = [build_program(cfg, s, e, sizes) for s in range(p.pp) for e in range(variants)]
     world = p.world_size

@@ -1,5 +1,8 @@
 """``opus-testbed workload CONFIG``: generate a schedule and summarise one rank's phases.
 
+CONFIG may also name a schedule file (``workload: {schedule: FILE}``: a capture or an import),
+which is loaded instead of generated.
+
 The lead's CLI calls :func:`add_arguments` on its sub-parser and :func:`run` with the parsed
 arguments; ``run`` returns the exit code (2 for a configuration error).
 """
@@ -12,9 +15,8 @@ import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
-from workloads.builder import generate_schedule
 from workloads.errors import WorkloadConfigError
-from workloads.loader import load_experiment_workload
+from workloads.loader import load_workload_source
 from workloads.models import total_params
 from workloads.schedule import Schedule
 from workloads.timing import TimedPhase, TimingModel, timed_phases, windows
@@ -56,9 +58,10 @@ def report(schedule: Schedule, rank: int, model: TimingModel,
     phases, iteration_s = timed_phases(schedule, rank, model, include_scale_up)
     win = windows(phases)
     cfg = schedule.config
+    origin = (schedule.origin or {}).get("kind", "captured")
     return {
-        "model": cfg.model.name,
-        "params": total_params(cfg.model),
+        "model": cfg.model.name if cfg.model else f"{origin} schedule",
+        "params": total_params(cfg.model) if cfg.model else None,
         "ranks": schedule.world_size,
         "ops": schedule.op_count,
         "rank": rank,
@@ -87,7 +90,8 @@ def _phase_json(tp: TimedPhase) -> dict[str, Any]:
 def print_summary(rep: dict[str, Any], out: TextIO) -> None:
     """Human-readable form of :func:`report`."""
     p = rep["parallelism"]
-    print(f"{rep['model']} ({rep['params'] / 1e9:.2f} B params) on {rep['ranks']} ranks: "
+    params = f"{rep['params'] / 1e9:.2f} B params" if rep["params"] else "no model"
+    print(f"{rep['model']} ({params}) on {rep['ranks']} ranks: "
           f"tp={p['tp']}{'+sp' if p['sp'] else ''} dp={p['dp']} fsdp={p['fsdp']} "
           f"pp={p['pp']} ({p['pp_schedule']}, v={p['virtual_stages']}) cp={p['cp']} "
           f"ep={p['ep']}", file=out)
@@ -114,8 +118,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute the command; returns the exit code."""
     out = out or sys.stdout
     try:
-        cfg = load_experiment_workload(args.config)
-        schedule = generate_schedule(cfg)
+        schedule = load_workload_source(args.config).schedule()
     except WorkloadConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,9 +67,13 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Everything the generator needs for one training iteration."""
+    """Everything the generator needs for one training iteration.
 
-    model: ModelSpec
+    ``model`` is None in a captured or imported schedule (``workloads/FORMAT.md``): its ops
+    come from a real run, not from a model, and ``parallel`` holds the degrees of its groups.
+    """
+
+    model: ModelSpec | None
     cluster: Cluster
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     seq_len: int = 8192
@@ -82,9 +86,18 @@ class WorkloadConfig:
     reduce_dtype_bytes: int = 4  # fp32 gradient reduction (TorchTitan's mixed precision)
     act_dtype_bytes: int = 2  # bf16 activations
 
+    @property
+    def model_spec(self) -> ModelSpec:
+        """The model, for what needs one (generation); refused for a captured schedule."""
+        if self.model is None:
+            raise WorkloadConfigError("required: a captured or imported schedule has no model "
+                                      "to generate from", "workload.model")
+        return self.model
+
     def validate(self) -> None:
         """Raise :class:`WorkloadConfigError` naming the field of the first problem found."""
-        self.model.validate()
+        model = self.model_spec
+        model.validate()
         p, c = self.parallel, self.cluster
         pre = "workload.parallelism"
         for name in ("tp", "dp", "fsdp", "pp", "cp", "ep", "virtual_stages"):
@@ -112,16 +125,16 @@ class WorkloadConfig:
                 f"pp*dp*fsdp*cp*tp = {p.pp}*{p.dp}*{p.fsdp}*{p.cp}*{p.tp} = {p.world_size} "
                 f"does not equal the world size {c.servers}*{c.gpus_per_server} = "
                 f"{c.world_size}", f"{pre}.{_first_non_unit(p)}")
-        if p.ep > 1 and not self.model.is_moe:
+        if p.ep > 1 and not model.is_moe:
             raise WorkloadConfigError(
-                f"ep={p.ep} but model {self.model.name!r} has no experts", f"{pre}.ep")
+                f"ep={p.ep} but model {model.name!r} has no experts", f"{pre}.ep")
         if p.data_parallel % p.ep:
             raise WorkloadConfigError(
                 f"ep={p.ep} does not divide dp*fsdp={p.data_parallel} (EP groups are carved "
                 "out of the data-parallel ranks)", f"{pre}.ep")
-        if self.model.is_moe and p.ep > self.model.n_experts:
+        if model.is_moe and p.ep > model.n_experts:
             raise WorkloadConfigError(
-                f"ep={p.ep} exceeds the {self.model.n_experts} experts", f"{pre}.ep")
+                f"ep={p.ep} exceeds the {model.n_experts} experts", f"{pre}.ep")
         if p.pp_schedule not in PP_SCHEDULES:
             raise WorkloadConfigError(f"must be one of {', '.join(PP_SCHEDULES)}",
                                       f"{pre}.pp_schedule")
@@ -140,9 +153,9 @@ class WorkloadConfig:
                     f"the interleaved schedule needs num_microbatches "
                     f"({self.num_microbatches}) to be a multiple of pp ({p.pp})",
                     "workload.num_microbatches")
-        if p.chunks > self.model.n_layers:
+        if p.chunks > model.n_layers:
             raise WorkloadConfigError(
-                f"pp*virtual_stages={p.chunks} exceeds the {self.model.n_layers} layers",
+                f"pp*virtual_stages={p.chunks} exceeds the {model.n_layers} layers",
                 f"{pre}.pp")
         if self.seq_len % p.cp:
             raise WorkloadConfigError(f"seq_len={self.seq_len} is not a multiple of cp={p.cp}",

@@ -13,15 +13,20 @@ here, anything else is rejected)::
       num_microbatches: 8
       parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b, ...}
 
-A model mapping takes the fields of :class:`workloads.models.ModelSpec`; with ``base: NAME``
-it overrides a preset. The YAML node tree is composed (not just loaded) so that each value
-keeps its ``line:column`` for error messages.
+or, to replay a captured or imported schedule instead of generating one::
+
+    workload: {schedule: capture/workload.json}   # relative to the experiment file
+
+(the file's cluster must be the experiment's). A model mapping takes the fields of
+:class:`workloads.models.ModelSpec`; with ``base: NAME`` it overrides a preset. The YAML node
+tree is composed (not just loaded) so that each value keeps its ``line:column`` for error
+messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -31,6 +36,7 @@ from workloads.config import ParallelConfig, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import ModelSpec, get_preset
+from workloads.schedule import Schedule
 
 TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description")
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
@@ -173,9 +179,33 @@ def _model_mapping(doc: _Doc, data: dict, path: str) -> ModelSpec:
     return spec
 
 
+@dataclass(frozen=True)
+class WorkloadSource:
+    """An experiment's workload: a configuration to generate from, or a schedule file."""
+
+    config: WorkloadConfig
+    schedule_file: Path | None = None
+
+    def schedule(self) -> Schedule:
+        """The schedule: loaded from ``schedule_file``, else generated from ``config``."""
+        if self.schedule_file is not None:
+            from workloads.serialize import load
+
+            return load(self.schedule_file)
+        from workloads.builder import generate_schedule
+
+        return generate_schedule(self.config)
+
+
 def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = None
                    ) -> WorkloadConfig:
     """Parse and validate the workload of an experiment YAML document."""
+    return parse_workload_source(text, source, base_dir).config
+
+
+def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | None = None
+                          ) -> WorkloadSource:
+    """Parse the workload of an experiment YAML document: a configuration or a schedule file."""
     doc = _Doc(text, source)
     top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
     if "workload" not in top:
@@ -188,7 +218,9 @@ def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = 
             raise doc.error(f"cluster.{key}", "required")
         _typed(doc, cl[key], f"cluster.{key}", int)
     cluster = Cluster(cl["servers"], cl["gpus_per_server"])
-    wl = _mapping(doc, top["workload"], "workload", WORKLOAD_KEYS)
+    wl = _mapping(doc, top["workload"], "workload", (*WORKLOAD_KEYS, "schedule"))
+    if "schedule" in wl:
+        return _schedule_source(doc, wl, cluster, base_dir or Path("."))
     if "model" not in wl:
         raise doc.error("workload.model", "required")
     model = _model(doc, wl["model"], base_dir or Path("."))
@@ -207,12 +239,40 @@ def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = 
             kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
-    return _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
+    return WorkloadSource(_validated(doc, WorkloadConfig(model=model, cluster=cluster,
+                                                         parallel=par, **kwargs)))
+
+
+def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> WorkloadSource:
+    """``workload: {schedule: FILE}``: the schedule must load and run on the file's cluster."""
+    from workloads.serialize import load
+
+    others = [k for k in wl if k != "schedule"]
+    if others:
+        raise doc.error(f"workload.{others[0]}", "not allowed with 'schedule' (the schedule "
+                        "file replaces the model and its parallelism)")
+    file = (base_dir / _typed(doc, wl["schedule"], "workload.schedule", str)).resolve()
+    try:
+        schedule = load(file)
+    except WorkloadConfigError as exc:
+        raise doc.error("workload.schedule", str(exc)) from exc
+    have = schedule.cluster
+    if (have.servers, have.gpus_per_server) != (cluster.servers, cluster.gpus_per_server):
+        raise doc.error("cluster", f"the schedule {file} is for {have.servers} servers x "
+                        f"{have.gpus_per_server} GPUs, not {cluster.servers} x "
+                        f"{cluster.gpus_per_server}; change the cluster (or re-import with "
+                        "--gpus-per-server)")
+    return WorkloadSource(schedule.config, file)
 
 
 def load_experiment_workload(path: str | Path) -> WorkloadConfig:
     """Read ``path`` and return its validated workload configuration."""
-    return _load_file(path, parse_workload)
+    return load_workload_source(path).config
+
+
+def load_workload_source(path: str | Path) -> WorkloadSource:
+    """Read ``path`` and return its workload: a configuration or a schedule file."""
+    return _load_file(path, parse_workload_source)
 
 
 class _Validating(Protocol):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from workloads.steps import P2P_KINDS, StepPlan, lower, wire_bytes
 if TYPE_CHECKING:
     from workloads.phases import Phase
 
+#: Host threads that issue ops (:attr:`TemplateOp.thread`).
+MAIN_THREAD = "main"
+THREADS = (MAIN_THREAD, "autograd")
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,10 @@ class TemplateOp:
 
     ``tag`` names the op uniquely within its program and identically on every member of a
     collective. ``split`` is, for all-to-all, the bytes sent to each group position.
-    ``peer_stage`` is the pipeline stage of the other end of a send/recv.
+    ``peer_stage`` is the pipeline stage of the other end of a send/recv. ``thread`` is the
+    host thread that issues the op: ``main``, or ``autograd`` for what the backward pass issues
+    from autograd's own thread (FSDP's backward all-gathers); the rail-state request points
+    (:mod:`testbed.plan.requestpoints`) follow the main thread's issue order only.
     """
 
     kind: str
@@ -68,6 +74,7 @@ class TemplateOp:
     size_bytes: int = 0
     peer_stage: int = -1
     split: tuple[int, ...] = ()
+    thread: str = MAIN_THREAD
 
     @property
     def is_collective(self) -> bool:
@@ -111,6 +118,7 @@ class Op:
     wire_bytes: int = 0
     peer: int = -1
     scale_up: bool = False
+    thread: str = MAIN_THREAD
 
     @property
     def is_collective(self) -> bool:
@@ -130,6 +138,7 @@ class Schedule:
     groups: dict[str, GroupSet]
     programs: list[Program]
     program_of: np.ndarray  # (world_size,) program index of every rank
+    origin: dict[str, Any] | None = None  # provenance of a captured/imported schedule
     _index: dict[str, RankIndex] = field(default_factory=dict, repr=False)
     _scale_up: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -209,13 +218,13 @@ class Schedule:
             wire = wire_bytes(t.kind, 2, 0, t.size_bytes)
             return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
                       collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes,
-                      wire_bytes=wire, peer=peer, scale_up=same)
+                      wire_bytes=wire, peer=peer, scale_up=same, thread=t.thread)
         n = self.groups[t.axis].size
         pos = int(ri.position[rank])
         return Op(rank, index, t.kind, t.tag, t.deps, axis=t.axis, group_id=gid,
                   collective_id=f"{gid}:{t.tag}", size_bytes=t.size_bytes,
                   wire_bytes=wire_bytes(t.kind, n, pos, t.size_bytes, t.split),
-                  scale_up=bool(self.group_scale_up(t.axis)[g]))
+                  scale_up=bool(self.group_scale_up(t.axis)[g]), thread=t.thread)
 
     # --- collectives -------------------------------------------------------------------
     def collective_members(self, collective_id: str) -> list[Op]:

@@ -18,11 +18,13 @@ from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import AXES, GroupSet
 from workloads.models import ModelSpec
-from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.schedule import MAIN_THREAD, THREADS, Program, Schedule, TemplateOp
 
 FORMAT = "opus-testbed/workload-schedule"
 VERSION = 1
 OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
+#: Optional columns, written only when some op differs from the default.
+OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
@@ -31,15 +33,18 @@ def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
     rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu")}
-    return WorkloadConfig(model=ModelSpec(**d["model"]), cluster=Cluster(**d["cluster"]),
+    model = None if d["model"] is None else ModelSpec(**d["model"])
+    return WorkloadConfig(model=model, cluster=Cluster(**d["cluster"]),
                           parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
                           **rest)
 
 
 def program_to_dict(p: Program) -> dict[str, Any]:
-    cols: dict[str, list[Any]] = {c: [] for c in OP_COLUMNS}
+    names = OP_COLUMNS + tuple(c for c, default in OPTIONAL_COLUMNS.items()
+                               if any(getattr(op, c) != default for op in p.ops))
+    cols: dict[str, list[Any]] = {c: [] for c in names}
     for op in p.ops:
-        for c in OP_COLUMNS:
+        for c in names:
             v = getattr(op, c)
             cols[c].append(list(v) if isinstance(v, tuple) else v)
     return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
@@ -48,24 +53,31 @@ def program_to_dict(p: Program) -> dict[str, Any]:
 def program_from_dict(d: dict[str, Any]) -> Program:
     cols = d["ops"]
     n = len(cols["kind"])
+    threads = cols.get("thread", [MAIN_THREAD] * n)
+    bad = sorted({t for t in threads if t not in THREADS})
+    if bad:
+        raise WorkloadConfigError(f"unknown threads {bad}; known: {', '.join(THREADS)}",
+                                  "programs.ops.thread")
     ops = tuple(
         TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
                    duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
                    size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
-                   split=tuple(cols["split"][i]))
+                   split=tuple(cols["split"][i]), thread=str(threads[i]))
         for i in range(n))
     return Program(int(d["stage"]), int(d["ep_index"]), ops)
 
 
 def to_dict(s: Schedule) -> dict[str, Any]:
-    return {
-        "format": FORMAT,
-        "version": VERSION,
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    if s.origin is not None:
+        out["origin"] = s.origin
+    out.update({
         "config": config_to_dict(s.config),
         "groups": {axis: s.groups[axis].ranks.tolist() for axis in AXES},
         "programs": [program_to_dict(p) for p in s.programs],
         "program_of_rank": s.program_of.tolist(),
-    }
+    })
+    return out
 
 
 def from_dict(d: dict[str, Any]) -> Schedule:
@@ -80,7 +92,7 @@ def from_dict(d: dict[str, Any]) -> Schedule:
     if program_of.shape != (cfg.cluster.world_size,):
         raise WorkloadConfigError("needs one entry per rank", "program_of_rank")
     _check_programs(programs)
-    return Schedule(cfg, groups, programs, program_of)
+    return Schedule(cfg, groups, programs, program_of, origin=d.get("origin"))
 
 
 def _check_programs(programs: list[Program]) -> None:
@@ -98,5 +110,20 @@ def dump(s: Schedule, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> Schedule:
-    with open(path) as fh:
-        return from_dict(json.load(fh))
+    """The schedule in the file at ``path``; :class:`WorkloadConfigError` names the file."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise WorkloadConfigError(f"cannot read it: {exc.strerror}", "", str(path)) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(
+            exc, json.JSONDecodeError) else str(path)
+        raise WorkloadConfigError(f"not JSON: {exc}", "", where) from exc
+    try:
+        return from_dict(data)
+    except WorkloadConfigError as exc:
+        raise WorkloadConfigError(exc.reason, exc.field, str(path)) from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WorkloadConfigError(f"not a valid schedule ({type(exc).__name__}: {exc})", "",
+                                  str(path)) from exc

@@ -32,10 +32,17 @@ class DeadlockError(RuntimeError):
 
 
 def representatives(schedule: Schedule) -> list[int]:
-    """One rank per program, chosen so that their peers are representatives too."""
+    """One rank per program, chosen so that their peers are representatives too.
+
+    A captured schedule has a program per rank (measured compute differs between ranks), so
+    there every rank represents itself.
+    """
     per_stage = schedule.world_size // schedule.config.parallel.pp
     ep0 = schedule.groups["ep"].ranks[0]
-    return [s * per_stage + int(r) for s in range(schedule.config.parallel.pp) for r in ep0]
+    reps = [s * per_stage + int(r) for s in range(schedule.config.parallel.pp) for r in ep0]
+    if len({int(schedule.program_of[r]) for r in reps}) < len(schedule.programs):
+        return list(range(schedule.world_size))
+    return reps
 
 
 def collective_duration_s(schedule: Schedule, op: Op, model: TimingModel) -> float:

@@ -43,13 +43,15 @@ class SimOcsDriver(OcsDriver):
         seed: int = 0,
         mode: str = "ocs",
         delay_by_rail: Mapping[int, float | str] | None = None,
+        mode_by_rail: Mapping[int, str] | None = None,
     ) -> None:
         self.clock: Clock = clock or WallClock()
         ports = {rail: tuple(sorted(set(ps))) for rail, ps in ports_by_rail.items()}
         base_ms = resolve_switching_delay_ms(switching_delay)
         per_rail = {r: resolve_switching_delay_ms(d) for r, d in (delay_by_rail or {}).items()}
+        modes = mode_by_rail or {}
         self._rails = {
-            rail: RailDescription(rail, ps, per_rail.get(rail, base_ms), mode)
+            rail: RailDescription(rail, ps, per_rail.get(rail, base_ms), modes.get(rail, mode))
             for rail, ps in ports.items()
         }
         if jitter_ms < 0:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.railstate import SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
 
@@ -29,6 +30,9 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     if with_mode:
         p.add_argument("--mode", choices=MODES, help="override the config's mode")
         p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+        p.add_argument("--semantics", choices=SEMANTICS,
+                       help="override ocs.semantics: port-exact (one-to-one circuits, the "
+                       "default) or rail-state (the public Opus artifact's bitmask model)")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.add_argument("--link-mbps", type=float,
@@ -52,6 +56,8 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
         changes["mode"] = args.mode
     if getattr(args, "delay", None) is not None:
         changes["switching_delay"] = _delay(args.delay)
+    if getattr(args, "semantics", None):
+        changes["semantics"] = args.semantics
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
@@ -106,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.experiment.sweep import run_sweep
+    from testbed.experiment.sweep import SweepError, run_sweep
 
     cfg = apply_overrides(load_experiment(args.config), args)
     try:
@@ -118,21 +124,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"error: unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+    semantics = ([s.strip() for s in args.semantics_list.split(",") if s.strip()]
+                 if args.semantics_list is not None else None)
     out = Path(args.out) if args.out else Path("results") / (
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
-                     engine=args.engine)
+    try:
+        rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
+                         engine=args.engine, semantics=semantics)
+    except SweepError as exc:  # a bad option: nothing was run
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
-        print(f"{'mode':<14}{'delay_ms':>9}{'iteration_s':>13}{'overhead_%':>12}  fidelity")
+        print(f"{'mode':<14}{'semantics':<12}{'delay_ms':>9}{'iteration_s':>13}"
+              f"{'overhead_%':>12}  fidelity")
         for r in rows:
             it = r.get("iteration_time_s")
             ov = r.get("overhead_pct")
-            print(f"{r['mode']:<14}{float(r['delay_ms']):>9g}"
+            print(f"{r['mode']:<14}{r['semantics']:<12}{float(r['delay_ms']):>9g}"
                   f"{'' if it in (None, '') else format(float(it), '.3f'):>13}"
                   f"{'' if ov in (None, '') else format(float(ov), '+.2f'):>12}  "
                   f"{r.get('fidelity', '')}")
+        meta = json.loads((out / "sweep.json").read_text())
+        for fam in meta["families"]:
+            slope = fam["slope_s_per_s"]
+            ov100 = fam["overhead_100ms_pct"]
+            print(f"{fam['mode']}, {fam['semantics']}: slope "
+                  f"{'n/a' if slope is None else format(slope, '.2f')} s/s (>= 250 ms), "
+                  f"overhead at 100 ms {'n/a' if ov100 is None else format(ov100, '+.1f')} %")
         print(f"results: {out}")
     return 0
 
@@ -201,13 +221,19 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "sweep", help="iteration time vs switching delay per mode (paper Fig. 8)",
-        description="Run CONFIG for every mode and delay (the baseline once), write sweep.csv "
-        "(mode, delay_ms, iteration_time_s, overhead_pct), sweep.json, one run directory per "
+        description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
+        "sweep.csv (mode, semantics, delay_ms, iteration_time_s, overhead_pct), sweep.json "
+        "(with each family's slope of step time against delay over the points >= 250 ms and "
+        "its overhead at 100 ms, and the public Opus artifact's figures), one run directory per "
         "point and iteration_vs_delay.png.")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default="0,1,10,25,50,100", help="switching delays in ms")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
+    p.add_argument("--semantics", dest="semantics_list",
+                   help="comma-separated controller semantics among "
+                   f"{', '.join(SEMANTICS)} (default: the config's ocs.semantics); each runs "
+                   "every mode and delay")
     p.add_argument("--out", help="sweep directory (default results/NAME-sweep-TIME)")
     p.add_argument("--workers", type=int, default=2,
                    help="parallel points with --backend sim (emulated points run one by one)")

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from testbed.cli.traces import compare_parser, is_compare
+
 EPILOG = """\
 examples:
   opus-testbed check                 # prerequisites, with a fix for each failure
@@ -24,6 +26,8 @@ examples:
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
+  opus-testbed workload compare A.yaml B.json   # two schedules side by side
+  opus-testbed import kineto rank*.json.gz --out imported/   # profiler traces -> workload
   opus-testbed clean                 # remove leftovers of crashed runs (ours only)
 """
 
@@ -101,10 +105,24 @@ def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
 def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.crossval import run_crossval
+    from controller.railstate import SEMANTICS
+    from testbed.experiment.crossval import run_crossval, run_crossval_points
 
-    return run_crossval(args.config, work_dir=Path(args.keep) if args.keep else None,
-                        sim_seeds=args.seeds)
+    keep = Path(args.keep) if args.keep else None
+    if args.semantics is None and args.delays is None:
+        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds)
+    from testbed.experiment.config import load_experiment
+
+    cfg = load_experiment(args.config)
+    semantics = ([s.strip() for s in args.semantics.split(",") if s.strip()]
+                 if args.semantics is not None else [cfg.semantics])
+    bad = [s for s in semantics if s not in SEMANTICS]
+    if bad or not semantics:
+        raise SystemExit(f"opus-testbed: error: unknown semantics {bad}; choose from "
+                         f"{', '.join(SEMANTICS)}")
+    delays = _floats(args.delays) if args.delays is not None else [cfg.switching_delay_ms]
+    return run_crossval_points(args.config, semantics, delays, work_dir=keep,
+                               sim_seeds=args.seeds)
 
 
 def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,9 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_clean)
 
     from testbed.cli.experiments import register as register_experiments
+    from testbed.cli.traces import register as register_traces
     from testbed.cost.cli import register as register_cost
 
     register_experiments(sub)
+    register_traces(sub)
     register_cost(sub)
     _add_ocs(sub)
 
@@ -191,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
     b.add_argument("--seeds", type=int, default=5,
                    help="simulation seeds; their measured iterations are pooled")
+    b.add_argument("--semantics", help="comma-separated controller semantics (port-exact, "
+                   "rail-state); with --delays, every point is compared (agreement per point)")
+    b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
+                   "config's)")
     b.set_defaults(bench_fn=_bench_crossval)
     b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
     b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")
@@ -204,8 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
         b.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_bench)
 
+    from testbed.cli.traces import COMPARE_HELP
+
     p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
-                       description="Generate one training iteration's per-rank schedule.")
+                       description="Generate one training iteration's per-rank schedule "
+                       "(or replay a schedule file: workload: {schedule: FILE}).",
+                       epilog=f"see also: {COMPARE_HELP}")
     from workloads.cli import add_arguments
 
     add_arguments(p)
@@ -238,8 +266,11 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if is_compare(words):  # `workload compare A B`, not `workload CONFIG`
+        args = compare_parser().parse_args(words[2:])
+    else:
+        args = build_parser().parse_args(words)
     # SIGTERM (e.g. from `timeout` or CI) unwinds like Ctrl-C, so every teardown path runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     from testbed.errors import RankFailed, RunError, RunRefused

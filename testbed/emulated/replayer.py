@@ -10,17 +10,19 @@ rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``
 file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
-own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across the
-rank's groups. Inside a call, a sender opens one TCP connection per peer to the peer's rail address
-(only there: the circuits are lit), introduces it with a JSON line (iteration, collective id,
-sender) and sends each step as a 12-byte header (step, length) plus payload; a listener thread
-drains every incoming connection and counts bytes per (iteration, collective, sender, step), so a
-receiving step just waits for its count. A sender finishes by shutting down its side and waiting for
-the receiver's EOF: the bytes have then been read by the peer, not only queued. Records go to the
-``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any
-failure the process records the rank, iteration and op and exits with status 1. Fault injection for
-tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit abruptly (status 7) as the iteration
-starts.
+own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
+the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
+and after a call with ``predict`` the rank names that call to the controller
+(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to
+the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
+(iteration, collective id, sender) and sends each step as a 12-byte header (step, length) plus
+payload; a listener thread drains every incoming connection and counts bytes per (iteration,
+collective, sender, step), so a receiving step just waits for its count. A sender finishes by
+shutting down its side and waiting for the receiver's EOF: the bytes have then been read by the
+peer, not only queued. Records go to the ``out`` file as JSON lines: ``call``, ``compute``,
+``iteration``, ``error`` and ``finished``; on any failure the process records the rank, iteration
+and op and exits with status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION``
+makes that rank exit abruptly (status 7) as the iteration starts.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import IO, Any
 from controller.profile import CallProfile
 from controller.shim import Shim
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.requestpoints import lane_positions, predicted_call
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
@@ -183,6 +186,7 @@ class Replayer:
         self.plan = plan
         self.rank = int(plan["rank"])
         self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
+        self.positions = lane_positions(self.ops)  # for predictions (rail-state)
         self.iterations = int(plan["iterations"])
         self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
         self.port = int(plan["port"])
@@ -254,7 +258,7 @@ class Replayer:
     def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
         sent = received = 0
-        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis) as grant:
+        with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
             t_ack = time.time()
             conns: dict[int, Outgoing] = {}
             try:
@@ -283,6 +287,11 @@ class Replayer:
                   t_end=time.time(), sent=sent, received=received,
                   expected=op.expected_bytes, size_bytes=op.size_bytes,
                   wire_bytes=op.wire_bytes)
+        if op.predict >= 0:
+            seq, target_it = predicted_call(self.positions, op.index, op.predict, it)
+            if target_it < self.iterations:
+                target = self.ops[op.predict]
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
     # -------------------------------------------------------------------- run
 

@@ -5,6 +5,8 @@ rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the ba
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
 their progress, and on success hand the records to :func:`testbed.results.summary.finish_run`.
+Under rail-state semantics the data rails are packet-switched (as the baseline's) and the
+network also has the shadow OCS rails on which the bits switch (:mod:`controller.railstate`).
 A rank that fails ends the run: the error names the rank and its last op, and teardown still
 happens (the network's context manager stops every process we started).
 """
@@ -25,6 +27,7 @@ from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.events import EventLog
 from controller.job import RankPorts
 from controller.ocs import OcsDriver
+from controller.railstate import RAIL_STATE
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared
@@ -74,10 +77,13 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cfg, plan = prep.config, prep.plan
     require_empty_dir(out)
     cluster = cfg.workload.cluster
+    rail_state = cfg.effective_semantics == RAIL_STATE
     spec = RailSpec(servers=cluster.servers, gpus_per_server=cluster.gpus_per_server,
                     ports_per_rank=cfg.effective_ports_per_rank, link_mbps=prep.link_mbps,
-                    mode="electrical" if cfg.mode == "baseline" else "ocs",
-                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay)
+                    mode="electrical" if cfg.mode == "baseline" or rail_state else "ocs",
+                    switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
+                    shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
+                    if rail_state else 0)
     ports = {r: RankPorts(r, spec.rail_of(r), tuple(p.port for p in spec.rank_ports(r)))
              for r in range(spec.num_ranks)}
     try:
@@ -93,7 +99,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         modeled_iteration_s=prep.modeled_iteration_s)
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{spec.num_ranks} ranks on {spec.num_rails} rails, K={spec.ports_per_rank}, "
-        f"links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
+        f"{cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
     t_start = time.monotonic()
@@ -111,7 +117,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                 f"{net.datapath} datapath)")
             driver = stack.enter_context(_controller_driver(cfg, net.driver))
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
-                                    config=CoreConfig.for_mode(cfg.mode),
+                                    config=CoreConfig.for_mode(cfg.mode,
+                                                               cfg.effective_semantics),
                                     event_log=EventLog(out / "controller-events.jsonl"))
             with svc:
                 svc.register_job(job)

@@ -10,6 +10,8 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
       ports_per_rank: 1         # K: ports per GPU on its rail OCS
       driver: emulated          # emulated | polatis-netconf | polatis-tl1 (see below)
+      semantics: port-exact     # port-exact | rail-state (see below)
+      request_points: auto      # auto | every | phase: which calls ask the controller
     network:
       rail_gbps: 200            # the real per-GPU scale-out rate being modelled
       link_mbps: auto           # emulated per-port rate; bytes scale by link / rail rate
@@ -21,6 +23,15 @@ Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no 
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
 time from the profiled first iteration (paper §4.1); ``degree-aware`` keeps idle circuits lit
 while spare ports exist, so it runs with at least two ports per rank (K = max(2, ports_per_rank)).
+Semantics: ``port-exact`` (the default) is a real OCS: circuits are one-to-one port matchings
+that a call must hold. ``rail-state`` is the model of Opus's public artifact, not physics: a
+bitmask per rail, one bit per pipeline stage (:mod:`controller.railstate`); the data rails are
+packet-switched as the baseline's (one port per rank; ``ports_per_rank`` is ignored) and the
+bits switch on small shadow OCS rails. Request points: ``every``
+call asks (port-exact needs it), or only at the artifact's points, ``phase``
+(:mod:`testbed.plan.requestpoints`); ``auto`` is ``phase`` under rail-state, else ``every``.
+Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
+driver other than ``emulated``.
 Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated OCS directly;
 ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on every
 emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
@@ -37,14 +48,26 @@ from typing import Any
 
 from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
+from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
-from workloads.loader import _Doc, _load_file, _mapping, _typed, _validated, parse_workload
+from workloads.loader import (
+    WorkloadSource,
+    _Doc,
+    _load_file,
+    _mapping,
+    _typed,
+    _validated,
+    parse_workload_source,
+)
+from workloads.schedule import Schedule
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
-OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "host", "port", "username",
-            "password_env", "credentials_file", "timeout_s", "devices", "size", "rails")
+OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points", "host",
+            "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
+            "size", "rails")
+REQUEST_POINTS = ("auto", "every", "phase")
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
 
@@ -65,6 +88,8 @@ class ExperimentConfig:
     switching_delay: float | str = 25.0
     ports_per_rank: int = 1
     driver: str = "emulated"
+    semantics: str = PORT_EXACT
+    request_points: str = "auto"
     ocs_options: dict[str, Any] = field(default_factory=dict)
     rail_gbps: float = 200.0
     link_mbps: float | None = None  # None: calibrate for this machine
@@ -73,6 +98,12 @@ class ExperimentConfig:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
+    schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
+
+    def schedule(self) -> Schedule:
+        """The schedule to run: loaded from ``schedule_file``, else generated."""
+        path = Path(self.schedule_file) if self.schedule_file else None
+        return WorkloadSource(self.workload, path).schedule()
 
     @property
     def switching_delay_ms(self) -> float:
@@ -81,8 +112,23 @@ class ExperimentConfig:
 
     @property
     def effective_ports_per_rank(self) -> int:
-        """K used by the run: degree-aware assignment needs a spare port to keep circuits."""
-        return max(2, self.ports_per_rank) if self.mode == "degree-aware" else self.ports_per_rank
+        """K used by the run: degree-aware assignment needs a spare port to keep circuits;
+        rail-state's data rails are packet-switched, one port per rank (as the baseline's)."""
+        if self.mode == "degree-aware":
+            return max(2, self.ports_per_rank)
+        return 1 if self.effective_semantics == RAIL_STATE else self.ports_per_rank
+
+    @property
+    def effective_semantics(self) -> str:
+        """The controller's semantics; the electrical baseline has no controller decisions."""
+        return PORT_EXACT if self.mode == "baseline" else self.semantics
+
+    @property
+    def effective_request_points(self) -> str:
+        """``every`` or ``phase``: ``auto`` resolved for the semantics."""
+        if self.request_points != "auto":
+            return self.request_points
+        return "phase" if self.effective_semantics == RAIL_STATE else "every"
 
     @property
     def total_iterations(self) -> int:
@@ -118,6 +164,34 @@ class ExperimentConfig:
         if self.driver not in DRIVERS:
             raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
                                   "ocs.driver", self.source)
+        self._validate_semantics()
+
+    def _validate_semantics(self) -> None:
+        if self.semantics not in SEMANTICS:
+            raise ExperimentError(f"must be one of {', '.join(SEMANTICS)}, got "
+                                  f"{self.semantics!r}", "ocs.semantics", self.source)
+        if self.request_points not in REQUEST_POINTS:
+            raise ExperimentError(f"must be one of {', '.join(REQUEST_POINTS)}, got "
+                                  f"{self.request_points!r}", "ocs.request_points", self.source)
+        if self.semantics == PORT_EXACT:
+            if self.request_points == "phase":
+                raise ExperimentError("phase request points need rail-state semantics: under "
+                                      "port-exact every call must hold lit circuits, so every "
+                                      "call asks (every, or auto)", "ocs.request_points",
+                                      self.source)
+            return
+        par = self.workload.parallel
+        problems = [
+            ("mode", self.mode == "degree-aware", "degree-aware is a port-exact assignment "
+             "policy; rail-state has no port matchings (use on-demand or provisioning)"),
+            ("ocs.driver", self.driver != "emulated", "rail-state switches shadow rails of the "
+             "emulated OCS; use driver: emulated"),
+            ("workload.parallelism.pp_schedule", par.pp_schedule != "1f1b"
+             or par.virtual_stages != 1, "rail-state has one bit per pipeline stage and links "
+             "adjacent stages only: an interleaved schedule cannot be expressed (use 1f1b)")]
+        for key, bad, why in problems:
+            if bad:
+                raise ExperimentError(f"{why} (ocs.semantics is rail-state)", key, self.source)
 
     def to_json(self) -> dict[str, Any]:
         """The run-relevant settings (the workload is in the manifest's copy of the file)."""
@@ -125,18 +199,22 @@ class ExperimentConfig:
                 "switching_delay": self.switching_delay,
                 "switching_delay_ms": self.switching_delay_ms,
                 "ports_per_rank": self.effective_ports_per_rank, "driver": self.driver,
+                "semantics": self.effective_semantics,
+                "request_points": self.effective_request_points,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed}
+                "warmup": self.warmup, "seed": self.seed, "schedule_file": self.schedule_file}
 
 
 def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
-    workload = parse_workload(text, source, base_dir)
+    workload = parse_workload_source(text, source, base_dir)
     doc = _Doc(text, source)
     top = _mapping(doc, doc.root, "", None)
-    kwargs: dict[str, Any] = {"workload": workload, "source": source, "text": text}
+    kwargs: dict[str, Any] = {"workload": workload.config, "source": source, "text": text}
+    if workload.schedule_file is not None:
+        kwargs["schedule_file"] = str(workload.schedule_file)
     if "name" in top:
         kwargs["name"] = _typed(doc, top["name"], "name", str)
     else:
@@ -164,8 +242,12 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
         if driver not in DRIVERS:
             raise doc.error("ocs.driver", f"must be one of {', '.join(DRIVERS)}, got {driver!r}")
         kwargs["driver"] = driver
+    for key in ("semantics", "request_points"):
+        if key in ocs:
+            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", str)
     kwargs["ocs_options"] = {k: v for k, v in ocs.items()
-                             if k not in ("switching_delay", "ports_per_rank", "driver")}
+                             if k not in ("switching_delay", "ports_per_rank", "driver",
+                                          "semantics", "request_points")}
     net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
     if "rail_gbps" in net:
         kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)

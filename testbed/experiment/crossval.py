@@ -11,6 +11,9 @@ median of five iterations jumps between modes (medians put ratios of 1.00-1.24 o
 means gave 0.95-1.13).
 The simulated side pools the measured iterations of ``sim_seeds`` seeds of the
 control-latency draws; the results directory ``sim/`` is the first seed's run.
+:func:`run_crossval_points` does this for several semantics and switching delays
+(``bench crossval --semantics port-exact,rail-state --delays 0,100,250``) and reports, per
+point, the agreement ``|emu - sim| / sim`` against a 10 % bound: a benchmark (JSON), not a test.
 
 It also measures, from the emulated run's records and event log, the constants the sim backend
 uses for the emulator (:data:`testbed.simulator.network.EMULATOR_COSTS`), so that a machine whose
@@ -46,6 +49,9 @@ import numpy as np
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import load_experiment
 from testbed.results import store
+
+#: The emulator and the simulator agree on a point when |emu - sim| / sim is at most this.
+AGREEMENT_BOUND = 0.10
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -125,11 +131,13 @@ def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: fl
 
 
 def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
-                 say: Say = say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+                 say: Say = say_stderr, sim_seeds: int = 5,
+                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``{"emu_iteration_s", "sim_iteration_s", "ratio", ...}`` for one experiment file.
 
     Needs root (the emulated run). ``work_dir`` keeps both results directories (``emu/`` and
-    ``sim/``); by default they go to a temporary directory that is removed.
+    ``sim/``); by default they go to a temporary directory that is removed. ``overrides`` are
+    config fields to replace (``semantics``, ``switching_delay``, ...).
     """
     from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
@@ -141,6 +149,8 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         raise RunError("cross-validation runs the emulator: it needs root "
                               "(sudo opus-testbed bench crossval ...)")
     cfg = load_experiment(config_path)
+    if overrides:
+        cfg = cfg.replace(**overrides)
     prep = prepare(cfg)
     with tempfile.TemporaryDirectory(prefix="opus-crossval-") as tmp:
         base = work_dir if work_dir is not None else Path(tmp)
@@ -163,7 +173,7 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     emu_it = statistics.mean(emu_times) if emu_times else None
     sim_it = statistics.mean(sim_times) if sim_times else None
     return {
-        "config": str(config_path), "mode": cfg.mode,
+        "config": str(config_path), "mode": cfg.mode, "semantics": cfg.effective_semantics,
         "switching_delay_ms": cfg.switching_delay_ms, "world_size": prep.schedule.world_size,
         "link_mbps": prep.link_mbps,
         "emu_iteration_s": emu_it, "sim_iteration_s": sim_it,
@@ -181,3 +191,30 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         "emu_prefix": prefixes[0] if prefixes else None,
         "work_dir": str(work_dir) if work_dir is not None else None,
     }
+
+
+def run_crossval_points(config_path: str | Path, semantics: Sequence[str],
+                        delays_ms: Sequence[float], *, work_dir: Path | None = None,
+                        say: Say = say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+    """:func:`run_crossval` of the config at every (semantics, delay) point, in the config's
+    mode (a 0 ms point switches in no time; it is not the electrical baseline); per point the
+    agreement ``|emu - sim| / sim`` and whether it is within :data:`AGREEMENT_BOUND`."""
+    points = []
+    for sem in semantics:
+        for delay in delays_ms:
+            say(f"cross-validation point: {sem}, {delay:g} ms")
+            keep = work_dir / f"{sem}-{delay:g}ms" if work_dir is not None else None
+            res = run_crossval(config_path, work_dir=keep, say=say, sim_seeds=sim_seeds,
+                               overrides={"semantics": sem, "switching_delay": float(delay)})
+            emu, sim = res["emu_iteration_s"], res["sim_iteration_s"]
+            agreement = abs(emu - sim) / sim if emu and sim else None
+            points.append({"semantics": sem, "delay_ms": float(delay), "emu_iteration_s": emu,
+                           "sim_iteration_s": sim, "agreement_pct": None if agreement is None
+                           else 100.0 * agreement,
+                           "within_bound": agreement is not None
+                           and agreement <= AGREEMENT_BOUND, "detail": res})
+    return {"config": str(config_path), "bound_pct": 100.0 * AGREEMENT_BOUND,
+            "all_within_bound": all(p["within_bound"] for p in points),
+            "worst_agreement_pct": max((p["agreement_pct"] for p in points
+                                        if p["agreement_pct"] is not None), default=None),
+            "points": points}

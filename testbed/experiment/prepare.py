@@ -1,8 +1,10 @@
 """Everything a run needs before anything starts: schedule, replay plan, link rate, byte scale.
 
 Both backends start from a :class:`Prepared` run: :func:`prepare` generates the schedule
-(:mod:`workloads`), refuses what this machine cannot host (emulation only), picks the emulated
-link rate and lowers the schedule to per-rank replay plans (:mod:`testbed.plan.replay`).
+(:mod:`workloads`) or loads it (``workload: {schedule: FILE}``), refuses what this machine
+cannot host (emulation only), picks the emulated link rate and lowers the schedule to per-rank
+replay plans (:mod:`testbed.plan.replay`). Under rail-state semantics it also sets the plan's
+request points (:mod:`testbed.plan.requestpoints`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.job import JobError
+from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
-from workloads import generate_schedule
+from testbed.plan.requestpoints import with_request_points
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
@@ -34,7 +38,7 @@ class Prepared:
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host."""
-    schedule = generate_schedule(cfg.workload)
+    schedule = cfg.schedule()
     world = schedule.world_size
     if check_capacity:
         problem = capacity_problem(world)
@@ -49,12 +53,26 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
     try:
         plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
                           latency_s=cfg.latency_us * 1e-6)
+        if cfg.effective_semantics == RAIL_STATE:  # port-exact: every call asks (the default)
+            plan = _rail_state_plan(cfg, plan)
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
     times = simulate(schedule, TimingModel(rail_gbps=cfg.rail_gbps,
                                            latency_s=cfg.latency_us * 1e-6))
     modeled = max(e for _, e in times.values()) if times else 0.0
     return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+
+
+def _rail_state_plan(cfg: ExperimentConfig, plan: ReplayPlan) -> ReplayPlan:
+    """The plan with the rail-state request points; refuses groups the bit model cannot hold."""
+    try:
+        for grp in plan.groups.values():
+            bit_op_of(grp, plan.stages)
+    except JobError as exc:
+        raise RunRefused(f"{cfg.source}: ocs.semantics: rail-state cannot run this "
+                         f"parallelism: {exc}") from exc
+    return with_request_points(plan, cfg.effective_request_points,
+                               predict=cfg.mode == "provisioning")
 
 
 def default_out_dir(cfg: ExperimentConfig, root: Path = Path("results")) -> Path:

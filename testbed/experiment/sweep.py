@@ -1,11 +1,16 @@
 """``opus-testbed sweep``: iteration time against switching delay per mode (paper Fig. 8).
 
-One experiment, run for every (mode, delay) point plus the electrical baseline once (a delay of
-0 ms in the list stands for the baseline and is not run in the OCS modes); the overhead of each
-point is its iteration time against that baseline, measured in the same sweep. Each point is a
-full run directory under ``OUT`` (``baseline/``, ``on-demand-25ms/``, ...); the sweep directory
-gets ``sweep.csv`` (``mode, delay_ms, iteration_time_s, overhead_pct`` and extras),
-``sweep.json`` (name, backend, points) and the plot (:func:`testbed.results.store.render_sweep`).
+One experiment, run for every (semantics, mode, delay) point plus the electrical baseline once
+(a delay of 0 ms in the list stands for the baseline and is not run in the OCS modes); the
+overhead of each point is its iteration time against that baseline, measured in the same sweep.
+Semantics (``port-exact``, ``rail-state``: :mod:`controller.railstate`) default to the config's.
+Each point is a full run directory under ``OUT`` (``baseline/``, ``on-demand-25ms/``, ... or,
+when the sweep runs rail-state, ``rail-state-on-demand-25ms/``, ...); the sweep directory gets
+``sweep.csv`` (``mode, semantics, delay_ms, iteration_time_s, overhead_pct`` and extras),
+``sweep.json`` (name, backend, points; per (semantics, mode) *family* the slope of step time
+against delay over the points >= 250 ms and the overhead at 100 ms,
+:func:`testbed.metrics.fit.fit_families`; the public artifact's figures,
+:mod:`testbed.results.reference`) and the plot (:func:`testbed.results.store.render_sweep`).
 
 Backends: emulated points run one after another (one emulated network at a time on a machine);
 simulated points run in parallel, ``workers`` at a time, in a
@@ -30,13 +35,18 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig
+from testbed.metrics.fit import fit_families
 from testbed.results import store
+from testbed.results.reference import artifact_reference
 
 BACKENDS = ("emu", "sim")
 ENGINES = ("process", "ray", "dask")
-COLUMNS = ("mode", "delay_ms", "iteration_time_s", "overhead_pct", "exposed_reconfig_s",
+Point = tuple[str, str, float]  # (semantics, mode, delay_ms); the baseline's semantics is ""
+COLUMNS = ("mode", "semantics", "delay_ms", "iteration_time_s", "overhead_pct",
+           "exposed_reconfig_s",
            "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
            "fidelity_blame", "backend", "wall_s", "run_dir", "error")
 EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
@@ -50,69 +60,87 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-def sweep_points(modes: Sequence[str], delays_ms: Sequence[float]) -> list[tuple[str, float]]:
-    """(mode, delay_ms) of every run: the baseline once at 0, then each mode at each delay > 0."""
+def sweep_points(modes: Sequence[str], delays_ms: Sequence[float],
+                 semantics: Sequence[str] = (PORT_EXACT,)) -> list[Point]:
+    """(semantics, mode, delay_ms) of every run: the baseline once at 0 (semantics ""), then
+    per semantics each mode at each delay > 0."""
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SweepError(f"unknown modes {bad}; choose from {', '.join(MODES)}")
+    bad = [s for s in semantics if s not in SEMANTICS]
+    if bad or not semantics:
+        raise SweepError(f"unknown semantics {bad}; choose from {', '.join(SEMANTICS)}")
+    if RAIL_STATE in semantics and "degree-aware" in modes:
+        raise SweepError("degree-aware is a port-exact assignment policy: drop it from --modes "
+                         "or rail-state from --semantics")
     if any(d < 0 for d in delays_ms):
         raise SweepError(f"switching delays must be >= 0 ms, got {list(delays_ms)}")
-    points = [("baseline", 0.0)]
-    for mode in dict.fromkeys(modes):
-        if mode != "baseline":  # a delay of 0 ms is the baseline's point
-            points += [(mode, float(d)) for d in dict.fromkeys(delays_ms) if d > 0]
+    points: list[Point] = [("", "baseline", 0.0)]
+    for sem in dict.fromkeys(semantics):
+        for mode in dict.fromkeys(modes):
+            if mode != "baseline":  # a delay of 0 ms is the baseline's point
+                points += [(sem, mode, float(d)) for d in dict.fromkeys(delays_ms) if d > 0]
     return points
 
 
-def point_dir(out: Path, mode: str, delay_ms: float) -> Path:
-    return out / ("baseline" if mode == "baseline" else f"{mode}-{delay_ms:g}ms")
+def point_dir(out: Path, point: Point, tagged: bool = False) -> Path:
+    """``baseline``, ``MODE-Dms``, or with ``tagged`` (a sweep that runs rail-state)
+    ``SEMANTICS-MODE-Dms``."""
+    semantics, mode, delay_ms = point
+    if mode == "baseline":
+        return out / "baseline"
+    return out / (f"{semantics}-" * tagged + f"{mode}-{delay_ms:g}ms")
 
 
-def _point_config(cfg: ExperimentConfig, mode: str, delay_ms: float) -> ExperimentConfig:
+def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
+    semantics, mode, delay_ms = point
     if mode == "baseline":
         return cfg.replace(mode=mode)
-    return cfg.replace(mode=mode, switching_delay=float(delay_ms))
+    return cfg.replace(mode=mode, switching_delay=float(delay_ms), semantics=semantics)
 
 
-def run_sim_point(cfg: ExperimentConfig, mode: str, delay_ms: float, run_dir: str
-                  ) -> dict[str, Any]:
+def run_sim_point(cfg: ExperimentConfig, point: Point, run_dir: str) -> dict[str, Any]:
     """One simulated point (in a worker process); returns its summary or its error."""
     from testbed.experiment.prepare import prepare
     from testbed.simulator.run import run_simulated
 
     t0 = time.monotonic()
     try:
-        prep = prepare(_point_config(cfg, mode, delay_ms), check_capacity=False)
+        prep = prepare(_point_config(cfg, point), check_capacity=False)
         return run_simulated(prep, Path(run_dir), _quiet)
     except Exception as exc:  # reported in the sweep's row, the other points go on
         return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.monotonic() - t0,
                 "trace": traceback.format_exc(limit=3)}
 
 
-def _run_emu_point(cfg: ExperimentConfig, mode: str, delay_ms: float, run_dir: Path,
-                   say: Say) -> dict[str, Any]:
+def _run_emu_point(cfg: ExperimentConfig, point: Point, run_dir: Path, say: Say
+                   ) -> dict[str, Any]:
     from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
     from testbed.experiment.prepare import prepare
 
     t0 = time.monotonic()
     try:
-        return run_emulated(prep=prepare(_point_config(cfg, mode, delay_ms)), out=run_dir,
-                            say=say)
+        return run_emulated(prep=prepare(_point_config(cfg, point)), out=run_dir, say=say)
     except RunError as exc:
         return {"error": str(exc), "wall_s": time.monotonic() - t0}
 
 
-def _map_sim(cfg: ExperimentConfig, points: list[tuple[str, float]], out: Path, workers: int,
+def _label(point: Point) -> str:
+    semantics, mode, delay_ms = point
+    return f"{semantics + ' ' if semantics else ''}{mode} {delay_ms:g} ms"
+
+
+def _map_sim(cfg: ExperimentConfig, points: list[Point], dirs: list[Path], workers: int,
              engine: str, say: Say) -> list[dict[str, Any]]:
-    args = [(cfg, m, d, str(point_dir(out, m, d))) for m, d in points]
+    args = [(cfg, p, str(d)) for p, d in zip(points, dirs, strict=True)]
     if engine == "process":
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(run_sim_point, *a) for a in args]
             summaries = []
-            for (m, d), fut in zip(points, futures, strict=True):
+            for p, fut in zip(points, futures, strict=True):
                 summaries.append(fut.result())
-                say(f"  {m} {d:g} ms: {_brief(summaries[-1])}")
+                say(f"  {_label(p)}: {_brief(summaries[-1])}")
             return summaries
     if engine == "ray":
         try:
@@ -150,8 +178,10 @@ def _brief(summary: dict[str, Any]) -> str:
 
 def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], out: Path,
               backend: str, workers: int, say: Say = say_stderr, *,
-              engine: str = "process") -> list[dict[str, Any]]:
-    """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows."""
+              engine: str = "process", semantics: Sequence[str] | None = None
+              ) -> list[dict[str, Any]]:
+    """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows.
+    ``semantics`` defaults to the config's."""
     if backend not in BACKENDS:
         raise SweepError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if engine not in ENGINES:
@@ -161,48 +191,56 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
                          "the sim backend")
     if workers < 1:
         raise SweepError(f"workers must be >= 1, got {workers}")
-    points = sweep_points(modes, delays_ms)
+    semantics = list(dict.fromkeys([cfg.semantics] if semantics is None else semantics))
+    points = sweep_points(modes, delays_ms, semantics)
+    for point in points:  # refused combinations stop the sweep before anything runs
+        _point_config(cfg, point)
     if out.exists() and any(out.iterdir()):
         raise SweepError(f"{out} exists and is not empty; choose another --out (nothing was "
                          "changed)")
+    dirs = [point_dir(out, p, tagged=RAIL_STATE in semantics) for p in points]
     out.mkdir(parents=True, exist_ok=True)
     say(f"sweep {cfg.name} ({backend}): {len(points)} points (baseline, then "
-        f"{', '.join(m for m in dict.fromkeys(modes) if m != 'baseline')} at "
+        f"{', '.join(m for m in dict.fromkeys(modes) if m != 'baseline')} "
+        f"({', '.join(semantics)}) at "
         f"{', '.join(f'{d:g}' for d in dict.fromkeys(delays_ms))} ms); results in {out}")
     t0 = time.monotonic()
     if backend == "sim":
-        summaries = _map_sim(cfg, points, out, workers, engine, say)
+        summaries = _map_sim(cfg, points, dirs, workers, engine, say)
     else:
         summaries = []
-        for m, d in points:
-            say(f"point {m} {d:g} ms")
-            summaries.append(_run_emu_point(cfg, m, d, point_dir(out, m, d), say))
-            say(f"  {m} {d:g} ms: {_brief(summaries[-1])}")
-    rows = sweep_rows(points, summaries, out, backend)
+        for p, run_dir in zip(points, dirs, strict=True):
+            say(f"point {_label(p)}")
+            summaries.append(_run_emu_point(cfg, p, run_dir, say))
+            say(f"  {_label(p)}: {_brief(summaries[-1])}")
+    rows = sweep_rows(points, summaries, dirs, backend)
     store.write_csv(out / "sweep.csv", rows)
     store.write_json(out / "sweep.json", {
         "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
-        "delays_ms": list(delays_ms), "config": cfg.to_json(),
-        "wall_s": time.monotonic() - t0, "points": rows})
+        "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
+        "wall_s": time.monotonic() - t0, "families": fit_families(rows),
+        "reference": artifact_reference(), "points": rows})
     store.render_sweep(out)
     return rows
 
 
-def sweep_rows(points: Sequence[tuple[str, float]], summaries: Sequence[dict[str, Any]],
-               out: Path, backend: str) -> list[dict[str, Any]]:
+def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
+               dirs: Sequence[Path], backend: str) -> list[dict[str, Any]]:
     """One row per point; overheads against the baseline point of the same sweep."""
-    base = next((s.get("iteration_time_s") for (m, _), s in zip(points, summaries, strict=True)
+    base = next((s.get("iteration_time_s") for (_, m, _), s in zip(points, summaries,
+                                                                   strict=True)
                  if m == "baseline"), None)
     rows = []
-    for (mode, delay), s in zip(points, summaries, strict=True):
+    for (semantics, mode, delay), s, run_dir in zip(points, summaries, dirs, strict=True):
         t = s.get("iteration_time_s")
         overhead = None if t is None or not base else 100.0 * (t / base - 1.0)
         rows.append({
-            "mode": mode, "delay_ms": delay, "iteration_time_s": t, "overhead_pct": overhead,
+            "mode": mode, "semantics": semantics, "delay_ms": delay, "iteration_time_s": t,
+            "overhead_pct": overhead,
             "exposed_reconfig_s": s.get("exposed_reconfig_s"),
             "reconfigurations_per_iteration": s.get("reconfigurations_per_iteration"),
             "all_iterations_completed": s.get("all_iterations_completed"),
             "fidelity": s.get("fidelity"), "fidelity_blame": s.get("fidelity_blame"),
             "backend": backend, "wall_s": s.get("wall_s"),
-            "run_dir": str(point_dir(out, mode, delay)), "error": s.get("error", "")})
+            "run_dir": str(run_dir), "error": s.get("error", "")})
     return [{k: r[k] for k in COLUMNS} for r in rows]

@@ -212,9 +212,13 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         per_rail[int(row["rail"])] += 1
         if row["t_light_s"] is not None and t0 <= float(row["t_light_s"]) <= t1:
             per_rail_measured[int(row["rail"])] += 1
-    m.rails = [{"rail": r, "reconfigurations": per_rail.get(r, 0),
+    # rails past the data rails are rail-state shadow rails (one per rail and bit): their
+    # reconfigurations are the bit flips (controller.railstate)
+    shadow = sorted(r for r in per_rail if r >= num_rails)
+    m.rails = [{"rail": r, "role": "data" if r < num_rails else "shadow",
+                "reconfigurations": per_rail.get(r, 0),
                 "reconfigurations_measured": per_rail_measured.get(r, 0)}
-               for r in range(num_rails)]
+               for r in [*range(num_rails), *shadow]]
     exposed = exposed_intervals(events)
     exposed_per_it = []
     for row in measured:
@@ -245,6 +249,20 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         "window_median_s": wins[len(wins) // 2] if wins else None,
     }
     return m
+
+
+def rail_state_counts(events: Sequence[Record]) -> dict[str, int] | None:
+    """Rail-state calls served: in all, acknowledged at once, bits flipped, stale re-flips
+    (bits a switch in flight or waiting already took there) and bits that waited free behind
+    an earlier request (where the artifact's per-bit threads would not wait); None without
+    rail-state events."""
+    served = [e for e in events if e.get("event") == "rail_state_served"]
+    if not served:
+        return None
+    return {"served": len(served), "acked_at_once": sum(1 for e in served if not e["bits"]),
+            "bit_flips": sum(len(e["bits"]) for e in served),
+            "stale_reflips": sum(int(e["stale_bits"]) for e in served),
+            "early_bits": sum(int(e.get("early_bits", 0)) for e in served)}
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
-from workloads.schedule import Op, Schedule
+from workloads.schedule import MAIN_THREAD, Op, Schedule
 from workloads.steps import P2P_KINDS, RING_KINDS, chunk_sizes, ring_sends
 from workloads.timing import TimingModel, collective_duration_s
 
@@ -62,6 +62,12 @@ class PlanOp:
     wire_bytes: int = 0  # real bytes this rank sends
     steps: tuple[Step, ...] = ()
     tag: str = ""
+    thread: str = MAIN_THREAD  # the host thread that issues the call (main | autograd)
+    # Rail-state request points (:mod:`testbed.plan.requestpoints`): an ungated call never talks
+    # to the controller; after a call with ``predict`` >= 0 the rank provisions the call at
+    # that plan index (in the next iteration when it is not after this one).
+    gated: bool = True
+    predict: int = -1
 
     @property
     def is_call(self) -> bool:
@@ -81,6 +87,12 @@ class PlanOp:
                    size_bytes=self.size_bytes, wire_bytes=self.wire_bytes, tag=self.tag,
                    steps=[[[list(x) for x in s.sends], [list(x) for x in s.recvs]]
                           for s in self.steps])
+        if self.thread != MAIN_THREAD:
+            out["thread"] = self.thread
+        if not self.gated:
+            out["gated"] = False
+        if self.predict >= 0:
+            out["predict"] = self.predict
         return out
 
     @classmethod
@@ -91,7 +103,9 @@ class PlanOp:
         return cls(int(d["i"]), str(d["lane"]), tuple(int(x) for x in d["deps"]),
                    float(d.get("duration_s", 0.0)), str(d.get("kind", "")),
                    str(d.get("axis", "")), str(d.get("cid", "")), int(d.get("size_bytes", 0)),
-                   int(d.get("wire_bytes", 0)), steps, str(d.get("tag", "")))
+                   int(d.get("wire_bytes", 0)), steps, str(d.get("tag", "")),
+                   str(d.get("thread", MAIN_THREAD)), bool(d.get("gated", True)),
+                   int(d.get("predict", -1)))
 
 
 @dataclass
@@ -102,11 +116,14 @@ class ReplayPlan:
     groups: dict[str, CommGroup]
     scale: float
     lanes: dict[int, list[str]] = field(default_factory=dict)
+    stages: dict[int, int] = field(default_factory=dict)  # rank -> pipeline stage (all ranks)
 
     def job(self, job_id: str, ports: dict[int, RankPorts]) -> JobSpec:
         """The job for Opus, with the ranks' rail ports; refuses demands the ports can't carry."""
+        stages = ({r: self.stages[r] for r in ports} if self.stages and set(ports) <= set(
+            self.stages) else None)
         try:
-            return JobSpec(job_id, ports, self.groups)
+            return JobSpec(job_id, ports, self.groups, stages)
         except JobError as exc:
             raise PlanError(f"{exc}. Use more ports per rank (ocs.ports_per_rank), or a "
                             "parallelism whose groups form rings on the rails") from exc
@@ -173,7 +190,8 @@ class Planner:
         for rank in (range(self.schedule.world_size) if ranks is None else ranks):
             programs[rank] = self.lower(rank)
             lanes[rank] = list(dict.fromkeys(op.lane for op in programs[rank]))
-        return ReplayPlan(programs, self.groups(), self.scale, lanes)
+        stages = {r: self.schedule.stage_of(r) for r in range(self.schedule.world_size)}
+        return ReplayPlan(programs, self.groups(), self.scale, lanes, stages)
 
     def groups(self) -> dict[str, CommGroup]:
         """Comm groups of the calls lowered and lanes named so far.
@@ -231,7 +249,7 @@ class Planner:
             steps = self._mesh_steps(lane, op)
         return PlanOp(index, lane, deps, kind=op.kind, axis=op.axis,
                       collective_id=op.collective_id, size_bytes=op.size_bytes,
-                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag)
+                      wire_bytes=op.wire_bytes, steps=steps, tag=op.tag, thread=op.thread)
 
     def _shape(self, rank: int, program: int) -> tuple[int, ...]:
         """What sets the lowering of ``rank`` beyond its program: per collective axis, -1 when

@@ -108,26 +108,60 @@ def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def sweep_plot(rows: Sequence[Row], path: Path, title: str) -> None:
-    """Iteration time against switching delay per mode (paper Fig. 8)."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    by_mode: dict[str, list[tuple[float, float]]] = defaultdict(list)
+SEMANTICS_STYLE = {"port-exact": "-", "rail-state": "--"}
+
+
+def sweep_plot(rows: Sequence[Row], path: Path, title: str,
+               families: Sequence[Row] = (), reference: Row | None = None) -> None:
+    """Iteration time (left) and overhead (right) against switching delay (paper Fig. 8): colour
+    is the mode, line style the semantics (slope of each family in the legend); the public
+    artifact's measurements (``reference``, :mod:`testbed.results.reference`) as crosses."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    slopes = {(str(f.get("semantics") or ""), str(f["mode"])): f.get("slope_s_per_s")
+              for f in families}
+    by_family: dict[tuple[str, str], list[tuple[float, float, float | None]]] = defaultdict(list)
     for r in rows:
-        if r.get("iteration_time_s") not in (None, ""):
-            by_mode[str(r["mode"])].append((_f(r["delay_ms"]), _f(r["iteration_time_s"])))
-    for mode, pts in sorted(by_mode.items()):
+        if r.get("iteration_time_s") in (None, ""):
+            continue
+        ov = r.get("overhead_pct")
+        by_family[(str(r.get("semantics") or ""), str(r["mode"]))].append(
+            (_f(r["delay_ms"]), _f(r["iteration_time_s"]), None if ov in (None, "") else _f(ov)))
+    for (semantics, mode), pts in sorted(by_family.items()):
         pts.sort()
         color, ls = MODE_STYLE.get(mode, ("tab:gray", "-"))
         if mode == "baseline":
-            ax.axhline(pts[0][1], color=color, ls=ls, label="baseline (electrical rail)")
+            left.axhline(pts[0][1], color=color, ls=ls, label="baseline (electrical rail)")
             continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, ls=ls,
-                label=mode)
-    ax.set_xlabel("OCS switching delay (ms)")
-    ax.set_ylabel("iteration time (s)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+        slope = slopes.get((semantics, mode))
+        label = f"{mode}, {semantics}" if semantics else mode
+        if slope is not None:
+            label += f" ({slope:.2f} s/s)"
+        ls = SEMANTICS_STYLE.get(semantics, "-")
+        left.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, ls=ls,
+                  label=label)
+        right.plot([p[0] for p in pts if p[2] is not None],
+                   [p[2] for p in pts if p[2] is not None], marker="o", color=color, ls=ls,
+                   label=label)
+    if reference:
+        ref_slopes = {str(f["mode"]): f["slope_s_per_s"] for f in reference.get("families", ())}
+        by_mode: dict[str, list[Row]] = defaultdict(list)
+        for p in reference.get("points", ()):
+            by_mode[str(p["mode"])].append(p)
+        for mode, pts_ref in by_mode.items():
+            color, _ = MODE_STYLE.get(mode, ("tab:gray", "-"))
+            label = f"{mode}, artifact (GPUs, {ref_slopes.get(mode, float('nan')):.2f} s/s)"
+            left.scatter([_f(p["delay_ms"]) for p in pts_ref], [_f(p["step_s"]) for p in pts_ref],
+                         marker="x", color=color, label=label)
+            right.scatter([_f(p["delay_ms"]) for p in pts_ref],
+                          [_f(p["overhead_pct"]) for p in pts_ref], marker="x", color=color,
+                          label=label)
+    left.set_ylabel("iteration time (s)")
+    right.set_ylabel("overhead vs baseline (%; artifact: vs no controller)")
+    for ax in (left, right):
+        ax.set_xlabel("OCS switching delay (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

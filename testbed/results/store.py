@@ -146,7 +146,8 @@ def render_sweep(sweep_dir: Path) -> list[Path]:
         sweep_dir / "sweep.json").exists() else {}
     path = sweep_dir / "iteration_vs_delay.png"
     plots.sweep_plot(rows, path, f"{meta.get('name', sweep_dir.name)}: iteration time vs "
-                     "switching delay (paper Fig. 8)")
+                     "switching delay (paper Fig. 8)", families=meta.get("families", ()),
+                     reference=meta.get("reference"))
     return [path]
 
 

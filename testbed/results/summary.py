@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.compute import compute_metrics
+from testbed.metrics.compute import compute_metrics, rail_state_counts
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
@@ -38,6 +38,8 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
+               "semantics": cfg.effective_semantics,
+               "request_points": cfg.effective_request_points,
                "ports_per_rank": cfg.effective_ports_per_rank, "link_mbps": prep.link_mbps,
                "scale": prep.scale, "world_size": prep.schedule.world_size,
                "warmup": cfg.warmup, "iterations": cfg.iterations,
@@ -47,6 +49,9 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    counts = rail_state_counts(events)
+    if counts is not None:
+        summary["rail_state"] = counts
     store.write_json(out / "summary.json", summary)
     manifest.update(status="done", finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     store.write_json(out / "manifest.json", manifest)
@@ -63,7 +68,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines = [
         f"== {summary['name']}: {summary['mode']} "
         f"({summary['switching_delay_ms']:g} ms switching, K={summary['ports_per_rank']}, "
-        f"{summary['backend']}) ==",
+        f"{summary.get('semantics', 'port-exact')}, {summary['backend']}) ==",
         f"iteration time      {f('iteration_time_s')} s  (mean of {summary['iterations']} after "
         f"{summary['warmup']} warm-up; each: "
         + ", ".join(f"{t:.3f}" for t in summary.get("iteration_times_s", [])) + ")",

@@ -16,6 +16,12 @@ Every request, ack and completion is checked against the physical invariants (no
 circuit cut, one-to-one, FCFS per rail: :mod:`testbed.simulator.invariants`); a violation fails
 the run with a :class:`SimulationError` naming it.
 
+Rail-state semantics (:mod:`controller.railstate`): the data rails are packet-switched, as the
+baseline's, and the driver gets the shadow OCS rails on which the bits switch; a call whose plan
+op is not ``gated`` runs without asking (no intent, ack or completion), and after a call with
+``predict`` the rank names that call to the controller (provisioning from the plan; the profile
+predicts nothing).
+
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simulator.bench`): a simulated rank may stand
 for other ranks of the same program. Its intents are repeated to the core for the ranks it stands
 for, on their groups; a mirrored rank's call completes its lone duration (the call's steps with no
@@ -42,7 +48,9 @@ from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec
 from controller.ocs import ApplyResult, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
+from controller.railstate import PORT_EXACT, RAIL_STATE, SHADOW_PORTS, job_shape, shadow_rails
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
+from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
 
@@ -132,11 +140,13 @@ class _Lane:
 
 class _Rank:
     __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "lanes_by_name", "left",
-                 "mirror_box", "mirror_wait", "profile", "rank", "seq", "started", "t_start",
-                 "wait_go", "waiters")
+                 "mirror_box", "mirror_wait", "ops", "positions", "profile", "rank", "seq",
+                 "started", "t_start", "wait_go", "waiters")
 
     def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
         self.rank = rank
+        self.ops = ops
+        self.positions: dict[int, tuple[int, int]] | None = None  # for predictions, lazily
         self.profile = CallProfile()
         self.seq: dict[str, int] = {}
         by_lane: dict[str, list[PlanOp]] = {}
@@ -177,7 +187,8 @@ class PlanSimulation:
     def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *, mode: str,
                  switching_delay: float | str, iterations: int, network: NetworkModel,
                  gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
-                 mirrors: Mapping[int, Sequence[Mirror]] | None = None) -> None:
+                 mirrors: Mapping[int, Sequence[Mirror]] | None = None,
+                 semantics: str = PORT_EXACT) -> None:
         self.clock = VirtualClock()
         self.now = 0.0
         self.net = network
@@ -185,11 +196,17 @@ class PlanSimulation:
         self.iterations = iterations
         self.job = job
         self.electrical = mode == "baseline"
+        self.rail_state = semantics == RAIL_STATE and not self.electrical
+        ports: dict[int, Sequence[int]] = {rail: sorted(ps)
+                                           for rail, ps in job.ports_by_rail.items()}
+        data_mode = "electrical" if self.electrical or self.rail_state else "ocs"
+        if self.rail_state:
+            ports.update(dict.fromkeys(shadow_rails(*job_shape(job)), SHADOW_PORTS))
         self.driver = SimOcsDriver(
-            {rail: sorted(ps) for rail, ps in job.ports_by_rail.items()},
-            0.0 if self.electrical else switching_delay, clock=self.clock,
-            jitter_ms=jitter_ms, seed=seed, mode="electrical" if self.electrical else "ocs")
-        self.config = CoreConfig.for_mode(mode)
+            ports, 0.0 if self.electrical else switching_delay, clock=self.clock,
+            jitter_ms=jitter_ms, seed=seed, mode="ocs",
+            mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
+        self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
         self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
@@ -384,6 +401,9 @@ class PlanSimulation:
         st.profile.observe(CallSignature(group, op.kind, op.size_bytes, op.axis))
         call = _Call(st, lane, op, lane.it, seq, self.now)
         self._open[call] = None
+        if not op.gated:  # a rail-state call that does not ask: it runs at once
+            self._at(self.now, self._acked, call, False)
+            return
         self._at(self.now + self._control_s(), self._intent, call)
 
     def _intent(self, call: _Call) -> None:
@@ -582,10 +602,14 @@ class PlanSimulation:
         now = self.now
         nxt = st.profile.predict_next()
         intent = None
-        if nxt is not None and nxt.group_id != op.lane and self.config.provisioning:
+        if (nxt is not None and nxt.group_id != op.lane and self.config.provisioning
+                and not self.rail_state):
             intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
                             nxt.kind, nxt.size_bytes, nxt.axis)
-        self._at(now + self._control_s(), self._complete, call, intent)
+        if op.gated:
+            self._at(now + self._control_s(), self._complete, call, intent)
+        if op.predict >= 0:
+            self._at(now + self._control_s(), self._predict, st, op, call.it)
         del self._open[call]
         self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
                    axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.seq,
@@ -602,6 +626,18 @@ class PlanSimulation:
                                         ref=call, next_intent=nxt))
         if rank in self.mirrors:
             self._rep_next[(rank, op.lane, call.seq)] = nxt
+
+    def _predict(self, st: _Rank, op: PlanOp, it: int) -> None:
+        """The rank names the gated call its plan provisions after ``op`` (rail-state)."""
+        if st.positions is None:
+            st.positions = lane_positions(st.ops)
+        seq, target_it = predicted_call(st.positions, op.index, op.predict, it)
+        if target_it >= self.iterations:
+            return
+        target = st.ops[op.predict]
+        self._absorb(self.core.predict(Intent(self.job.job_id, st.rank, target.lane, seq,
+                                              target.kind, target.size_bytes, target.axis),
+                                       self.now))
 
     # ---------------------------------------------------------------- mirrored
 

@@ -56,7 +56,7 @@ class CircuitInvariants:
         self.job = job
         self.driver = driver
         #: the circuits of every request sent (committed once the driver accepted it)
-        self.circuits = CrossconnectState(job.ports_by_rail)
+        self.circuits = CrossconnectState({d.rail: d.ports for d in driver.describe()})
         self._optical = frozenset(d.rail for d in driver.describe() if d.mode == "ocs")
         self._peers = {rail: self.circuits.peers(rail) for rail in self.circuits.rails}
         self._ports = {r: rp.ports for r, rp in job.ranks.items()}

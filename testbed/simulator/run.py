@@ -33,7 +33,7 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
                           switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
                           network=net, gpus_per_server=cluster.gpus_per_server,
-                          seed=seed or cfg.seed)
+                          seed=seed or cfg.seed, semantics=cfg.effective_semantics)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
@@ -64,7 +64,8 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
         network_model=asdict(net), seed=seed or cfg.seed)
     say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
-        f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, links "
+        f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, "
+        f"{cfg.effective_semantics}, links "
         f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
         f"iterations; results in {out}")
     t0 = time.monotonic()

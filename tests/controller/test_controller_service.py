@@ -277,3 +277,31 @@ def test_decisions_made_while_a_rail_switches_go_out_as_one_request(tmp_path: Pa
     finally:
         driver.gate.set()
         svc.stop()
+
+
+def test_rail_state_ungated_calls_stay_silent_and_predictions_provision(
+        tmp_path: Path) -> None:
+    """Rail-state over the protocol: an ungated call takes its number without a message; the
+    predictions of both members (``predict`` messages) serve a pipeline call, whose real asks
+    are then acknowledged without waiting for a switch."""
+    groups = [CommGroup("A", "fsdp", (0, 1)), CommGroup("B", "fsdp", (2, 3)),
+              CommGroup("X", "pp", (0, 2), "pairs"), CommGroup("Y", "pp", (1, 3), "pairs")]
+    job = JobSpec.rail_optimized("j", 4, 1, 1, groups, stages={0: 0, 1: 0, 2: 1, 3: 1})
+    driver = SimOcsDriver({**job.ports_by_rail, 1: (1, 2, 3), 2: (1, 2, 3)}, 5.0,
+                          mode_by_rail={0: "electrical"})
+    svc = ControllerService(driver, event_log=EventLog(tmp_path / "events.jsonl", keep=True),
+                            config=CoreConfig(provisioning=True, semantics="rail-state"))
+    with svc, Shim(svc.endpoint, "j", 0, ack_timeout_s=10) as s0, \
+            Shim(svc.endpoint, "j", 2, ack_timeout_s=10) as s2:
+        svc.register_job(job)
+        with s0.collective("A", gated=False) as grant:
+            assert (grant.seq, grant.reconfigured) == (0, False)
+        s0.predict("X", 0, "send", 1024, "pp")
+        s2.predict("X", 0, "recv", 1024, "pp")
+        wait_for(lambda: any(e["event"] == "provisioned" and e["group"] == "X"
+                             for e in svc.events.records), what="X provisioned")
+        first, second = grant_in_thread(s0, "X"), grant_in_thread(s2, "X")
+        assert not first(10).reconfigured and not second(10).reconfigured
+    intents = [e for e in svc.events.records if e["event"] == "intent"]
+    assert sorted((e["rank"], e["group"]) for e in intents) == [(0, "X"), (2, "X")]
+    assert svc.core.counters["bit_flips"] == 2  # bits 0 and 1 set, once

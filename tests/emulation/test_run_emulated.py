@@ -75,3 +75,28 @@ def test_crashed_rank_ends_the_run_cleanly(tmp_path: Path, no_leftovers: list[st
     assert info.value.rank == 2
     assert "rank 2 exited with status 7" in str(info.value)
     assert "iteration 0" in str(info.value)  # its last op
+
+
+def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
+                                   fidelity_gate: FidelityGate) -> None:
+    """Rail-state with provisioning on the emulator: the data rail is packet-switched, the bits
+    flip on two shadow OCS bridges (each switch at least the delay, in the controller's log and
+    the OCS app's), the ranks' plan-based predictions reach the controller, and teardown leaves
+    no shadow bridge."""
+    cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state",
+                                        switching_delay=50.0)
+    out = tmp_path / "rail-state"
+    summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
+    no_leftovers.append(_prefix(out))  # covers ot<xxx>s<id> bridges and their ports
+    assert summary["all_iterations_completed"], summary
+    assert summary["calls"] == summary["calls_delivered"] > 0
+    assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
+    assert (summary["semantics"], summary["ports_per_rank"]) == ("rail-state", 1)
+    events = [json.loads(line) for line in (out / "controller-events.jsonl").open()]
+    ends = [e for e in events if e["event"] == "reconfig_end"]
+    assert {e["rail"] for e in ends} == {1, 2}  # bits 0 and 1 on shadow rails 1 and 2
+    assert all(e["dark_ms"] >= cfg.switching_delay_ms - 0.5 for e in ends), ends
+    assert any(e["event"] == "speculative_intent" for e in events)  # predictions arrived
+    ocs = [json.loads(line) for line in (out / "emulator" / "ocs-events.jsonl").open()]
+    assert {e["rail"] for e in ocs if e.get("event") == "light"} == {1, 2}
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])

@@ -228,3 +228,13 @@ def test_on_circuits_with_one_port_sends_nothing() -> None:
     run = FakeRun()
     HostRouter(spec, P, run).on_circuits([Reconfiguration.of(0, add=[(1, 2)])])
     assert run.calls == []
+
+
+def test_on_circuits_ignores_shadow_rails() -> None:
+    """A rail-state shadow rail has no host behind its ports: its flips route nothing."""
+    spec = RailSpec(2, 1, ports_per_rank=2, shadow_rails=2)  # (an OCS data rail, to route)
+    run = FakeRun()
+    HostRouter(spec, P, run).on_circuits([Reconfiguration.of(1, add=[(1, 2)]),
+                                          Reconfiguration.of(0, add=[(2, 3)])])
+    assert sorted(run.by_rank()) == [0, 1]
+    assert len(run.calls) == 2

@@ -16,6 +16,7 @@ MAX_RANK = naming.MAX_EMULATED_RANKS - 1
 MAX_RAIL = 15
 MAX_PORT = naming.MAX_PORTS_PER_RAIL
 MAX_PORT_INDEX = 3  # K <= 4
+MAX_SHADOW = 999  # rail-state shadow rails: rails + rails * stages stays far below
 
 prefixes = st.integers(0, 0xFFF).map(lambda n: f"ot{n:03x}")
 FIXED_PREFIXES = ["ot000", "ot1a2", "otfff"]
@@ -32,6 +33,8 @@ def all_names(prefix: str, rank: int, rail: int, port: int, k: int) -> list[str]
         naming.frontend_bridge(prefix),
         f"{naming.root_node(prefix)}-eth0",
         naming.root_node(prefix),
+        naming.shadow_bridge(prefix, MAX_SHADOW),
+        naming.shadow_port_intf(prefix, MAX_SHADOW, 3),
     ]
 
 
@@ -50,6 +53,8 @@ def test_names_are_as_documented() -> None:
     assert naming.bridge_port_intf("ot1a2", 3, 12) == "ot1a2r3-eth12"
     assert naming.frontend_bridge("ot1a2") == "ot1a2fe"
     assert naming.root_node("ot1a2") == "ot1a2root"
+    assert naming.shadow_bridge("ot1a2", 5) == "ot1a2s5"
+    assert naming.shadow_port_intf("ot1a2", 5, 3) == "ot1a2s5-eth3"
 
 
 @given(prefixes, st.integers(0, MAX_RANK), st.integers(0, MAX_RAIL), st.integers(1, MAX_PORT),

@@ -159,3 +159,17 @@ def test_describe_uses_numeric_delay_and_mode() -> None:
     assert d.mode == "electrical"
     assert d.ports == tuple(p.port for p in spec.ports_of_rail(0))
     assert len(d.ports) == 6
+
+
+def test_shadow_rails_follow_the_data_rails_with_three_ports() -> None:
+    """Rail-state: rails x bits shadow rails after the data rails, each switching at its data
+    rail's delay (shadow id = rails + rail * bits + bit)."""
+    spec = RailSpec(4, 2, switching_delay=50, per_rail_delay={1: "piezo"}, shadow_rails=4,
+                    mode="electrical")
+    desc = spec.describe()
+    assert [d.rail for d in desc] == [0, 1, 2, 3, 4, 5]
+    assert all(d.ports == (1, 2, 3) for d in desc[2:])
+    assert [d.mode for d in desc] == ["electrical"] * 2 + ["ocs"] * 4
+    assert [d.switching_delay_ms for d in desc] == [50.0, 25.0, 50.0, 50.0, 25.0, 25.0]
+    with pytest.raises(ValueError, match="shadow_rails must be a multiple of the 2 rails"):
+        RailSpec(4, 2, shadow_rails=3)

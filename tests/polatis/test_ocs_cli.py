@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,12 +70,15 @@ def test_status_connect_disconnect_against_a_simulator(
     with Tl1Server(device) as server:
         target = ["--driver", "polatis-tl1", "--host", "127.0.0.1", "--port", str(server.port),
                   "--size", str(SIZE)]
+        t0 = time.monotonic()
         assert ocs_cli.main(["connect", "1", "2", *target, "--json"]) == 0
+        call_ms = (time.monotonic() - t0) * 1e3
         result = json.loads(capsys.readouterr().out)
         assert result["added"] == [[1, 2]]
-        # the device's 1 ms switch (once per pair over TL1: two for a duplex circuit) plus the
-        # commands' round trips on loopback, 1-11 ms measured on this shared 2-core VM
-        assert 1.0 <= result["request_to_light_ms"] <= 1.0 + 20.0, result
+        # TL1 switches a duplex circuit pair by pair: two of the device's 1 ms switches at least;
+        # at most the whole command as this test's own clock saw it (an observer the CLI does
+        # not control: a unit error or a made-up figure falls outside)
+        assert 2 * 1.0 <= result["request_to_light_ms"] <= call_ms, (result, call_ms)
         assert ocs_cli.main(["status", *target, "--json"]) == 0
         (rail,) = json.loads(capsys.readouterr().out)["rails"]
         assert rail["circuits"] == [[1, 2]] and rail["port_states"]["1"] == "lit"

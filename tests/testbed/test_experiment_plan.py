@@ -43,12 +43,27 @@ def test_defaults_and_degree_aware_ports() -> None:
     ("ocs: {colour: blue}\n", "ocs.colour", 6),
     ("run: {iterations: 0}\n", "run.iterations", 6),
     ("network: {link_mbps: 5000}\n", "network.link_mbps", 6),
+    ("ocs: {semantics: exact}\n", "ocs.semantics", 6),
+    ("ocs: {request_points: sometimes}\n", "ocs.request_points", 6),
+    ("ocs: {request_points: phase}\n", "ocs.request_points", 6),  # port-exact: every call asks
+    ("mode: degree-aware\nocs: {semantics: rail-state}\n", "mode", 6),
+    ("ocs: {semantics: rail-state, driver: polatis-tl1}\n", "ocs.driver", 6),
 ])
 def test_bad_input_names_key_and_position(extra: str, key: str, line: int) -> None:
     with pytest.raises(WorkloadConfigError) as info:
         parse_experiment(BASE + extra, "exp.yaml")
     assert info.value.field == key
     assert info.value.position.startswith(f"exp.yaml:{line}:")
+
+
+def test_interleaved_pipelines_are_refused_under_rail_state() -> None:
+    text = BASE.replace("{fsdp: 2, pp: 2}", "{fsdp: 2, pp: 2, pp_schedule: interleaved, "
+                        "virtual_stages: 2}")
+    text += "  num_microbatches: 4\nocs: {semantics: rail-state}\n"
+    with pytest.raises(WorkloadConfigError) as info:
+        parse_experiment(text, "exp.yaml")
+    assert info.value.field == "workload.parallelism.pp_schedule"
+    assert info.value.position.startswith("exp.yaml:5:")
 
 
 def test_driver_simulated_is_refused_with_its_position() -> None:

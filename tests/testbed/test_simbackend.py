@@ -244,10 +244,18 @@ def test_sim_bench_small_mirrors_agree_with_the_full_rail() -> None:
 
 def test_points_run_the_baseline_once() -> None:
     assert sweep_points(["on-demand", "baseline", "provisioning"], [0, 5, 25]) == [
-        ("baseline", 0.0), ("on-demand", 5.0), ("on-demand", 25.0), ("provisioning", 5.0),
-        ("provisioning", 25.0)]
+        ("", "baseline", 0.0), ("port-exact", "on-demand", 5.0),
+        ("port-exact", "on-demand", 25.0), ("port-exact", "provisioning", 5.0),
+        ("port-exact", "provisioning", 25.0)]
+    assert sweep_points(["on-demand"], [0, 5], ["port-exact", "rail-state"]) == [
+        ("", "baseline", 0.0), ("port-exact", "on-demand", 5.0),
+        ("rail-state", "on-demand", 5.0)]
     with pytest.raises(SweepError, match="unknown modes"):
         sweep_points(["fast"], [5])
+    with pytest.raises(SweepError, match=r"unknown semantics \['exact'\]"):
+        sweep_points(["on-demand"], [5], ["exact"])
+    with pytest.raises(SweepError, match="degree-aware is a port-exact"):
+        sweep_points(["degree-aware"], [5], ["rail-state"])
 
 
 def test_sim_sweep_in_parallel(tmp_path: Path) -> None:

@@ -44,6 +44,29 @@ def test_hand_edited_forward_dependency_is_rejected(tmp_path: Path) -> None:
         Schedule.from_json(str(path))
 
 
+def test_thread_column_is_written_only_when_some_op_is_off_the_main_thread(
+        tmp_path: Path) -> None:
+    """Schedules of the main thread only keep their old form; an autograd op round-trips; an
+    unknown thread is refused naming the column."""
+    s = tiny(1, 2, dp=2, microbatches=1)
+    path = tmp_path / "s.json"
+    s.to_json(str(path))
+    doc = json.loads(path.read_text())
+    assert "thread" not in doc["programs"][0]["ops"]
+    n = len(doc["programs"][0]["ops"]["kind"])
+    doc["programs"][0]["ops"]["thread"] = ["main"] * (n - 1) + ["autograd"]
+    path.write_text(json.dumps(doc))
+    back = Schedule.from_json(str(path))
+    assert back.programs[0].ops[-1].thread == "autograd"
+    assert back.ops_of(0)[-1].thread == "autograd" and back.ops_of(0)[0].thread == "main"
+    back.to_json(str(tmp_path / "again.json"))
+    assert Schedule.from_json(str(tmp_path / "again.json")) == back
+    doc["programs"][0]["ops"]["thread"][0] = "gpu"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(WorkloadConfigError, match=r"unknown threads \['gpu'\]"):
+        Schedule.from_json(str(path))
+
+
 def _cli(*argv: str) -> tuple[int, str]:
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -1,0 +1,65 @@
+"""Straight lines through a sweep: step time against switching delay, per family (pure).
+
+A *family* is one (semantics, mode) of a sweep (:mod:`testbed.experiment.sweep`). Its slope is
+the ordinary least-squares fit of ``iteration_time_s`` on the delay in seconds over the
+successful points at or above ``min_delay_ms`` (250 ms by default: there the exposed delays
+dominate and the line is straight); it reads as "delays exposed per step". The overhead at
+100 ms comes only from a measured 100 ms point, never from the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(slope, intercept) of the least-squares line through ``points``; None with fewer than
+    two distinct x values."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    sxy = sum((x - mx) * (y - my) for x, y in points)
+    slope = sxy / sxx
+    return slope, my - slope * mx
+
+
+def _number(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    return float(value)
+
+
+def fit_families(rows: Iterable[Mapping[str, Any]], min_delay_ms: float = 250.0
+                 ) -> list[dict[str, Any]]:
+    """One entry per (semantics, mode) of ``rows`` (the baseline excluded), in first-seen
+    order: ``slope_s_per_s``, ``intercept_s`` (None with fewer than two points at or above
+    ``min_delay_ms``), ``slope_points``, ``overhead_100ms_pct`` and ``exposed_100ms_s``."""
+    points: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    at_100: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for row in rows:
+        if row.get("mode") == "baseline":
+            continue
+        key = (str(row.get("semantics") or ""), str(row["mode"]))
+        points.setdefault(key, [])
+        t = _number(row.get("iteration_time_s"))
+        delay = _number(row.get("delay_ms"))
+        if t is None or delay is None or row.get("error"):
+            continue
+        if delay >= min_delay_ms:
+            points[key].append((delay / 1e3, t))
+        if delay == 100.0:
+            at_100[key] = row
+    out = []
+    for (semantics, mode), pts in points.items():
+        line = fit_line(pts)
+        row = at_100.get((semantics, mode), {})
+        out.append({"semantics": semantics, "mode": mode,
+                    "slope_s_per_s": line[0] if line else None,
+                    "intercept_s": line[1] if line else None, "slope_points": len(pts),
+                    "overhead_100ms_pct": _number(row.get("overhead_pct")),
+                    "exposed_100ms_s": _number(row.get("exposed_reconfig_s"))})
+    return out

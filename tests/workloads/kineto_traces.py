@@ -1,0 +1,115 @@
+"""Synthetic torch.profiler traces for the Kineto importer's tests (imported by pytest).
+
+Layouts L1, L1-GPU, L2 and L4 are not produced on this machine (no GPU, no NCCL; torch 2.13
+on CPU writes L3), so these traces are built from the documented key names: PyTorch's
+``record_param_comms`` metadata (``Collective name``, ``In msg nelems``, ``dtype``, ``Group
+size``, ``Process Group Name``/``Description``/``Ranks``, ``Rank`` = the p2p peer's group rank,
+``In split size``), NCCL kernels carrying copies of them, ``nccl:<op>`` annotations inside
+``record_param_comms`` with ``Input Dims``/``Input type``, and the project's ``opus:<kind>``.
+
+The job: FSDP 2 x PP 2 on 4 ranks (pp groups [0, 2], [1, 3]; fsdp groups [0, 1], [2, 3]).
+Each rank, within ``ProfilerStep#3`` (0 to 1000 µs): an all-gather of 1024 floats on its FSDP
+group at 100 µs, stage 0 sends 2048 floats to stage 1 at 300 µs, a reduce-scatter of 2048
+floats at 500 µs (stage 1's collectives 30 µs later than stage 0's); ``aten::mm`` compute in
+between.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+GROUPS = {"0": ("default_pg", [0, 1, 2, 3]), "1": ("mesh_pp", None), "3": ("mesh_fsdp", None)}
+MAIN = 1  # main thread id
+COMPUTE_US = [(10, 90), (150, 290), (350, 490), (550, 990)]
+
+
+def members(rank: int, name: str) -> list[int]:
+    if name == "0":
+        return [0, 1, 2, 3]
+    if name == "1":
+        return [rank % 2, rank % 2 + 2]
+    return [rank - rank % 2, rank - rank % 2 + 1]
+
+
+def pg_config(rank: int) -> list[dict[str, Any]]:
+    return [{"pg_name": n, "pg_desc": d, "backend_config": "cuda:nccl",
+             "pg_size": len(members(rank, n)), "ranks": members(rank, n)}
+            for n, (d, _) in GROUPS.items()]
+
+
+def job_calls(rank: int) -> list[tuple[str, str, int, float, int]]:
+    """(collective name, group name, elements, ts µs, peer's group rank or -1)."""
+    stage = rank // 2
+    p2p = ("send", "1", 2048, 300.0, 1) if stage == 0 else ("recv", "1", 2048, 300.0, 0)
+    return [("_allgather_base", "3", 1024, 100.0 + 30 * stage, -1), p2p,
+            ("_reduce_scatter_base", "3", 2048, 500.0 + 30 * stage, -1)]
+
+
+def named_args(rank: int, coll: str, group: str, nelems: int, peer: int) -> dict[str, Any]:
+    out_n = {"_allgather_base": 2 * nelems, "_reduce_scatter_base": nelems // 2}.get(coll,
+                                                                                   nelems)
+    args: dict[str, Any] = {
+        "Collective name": coll, "dtype": "Float", "In msg nelems": nelems,
+        "Out msg nelems": out_n, "Group size": 2, "In split size": "[]",
+        "Out split size": "[]", "Process Group Name": group,
+        "Process Group Description": GROUPS[group][0],
+        "Process Group Ranks": str(members(rank, group))}
+    if peer >= 0:
+        args["Rank"] = peer
+        args["Dst Rank" if coll == "send" else "Src Rank"] = members(rank, group)[peer]
+    return args
+
+
+def trace(rank: int, layout: str, *, gpu: bool = False, step: int = 3,
+          calls: list[tuple[str, str, int, float, int]] | None = None) -> dict[str, Any]:
+    """One rank's trace in ``layout`` (L1, L2, L4)."""
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7,
+         "tid": MAIN, "ts": 0.0, "dur": 1000.0, "args": {}}]
+    for i, (a, b) in enumerate(COMPUTE_US):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": MAIN,
+                   "ts": float(a), "dur": float(b - a), "args": {"External id": 900 + i}})
+    for k, (coll, group, n, ts, peer) in enumerate(calls or job_calls(rank)):
+        base = {"ph": "X", "pid": 7, "tid": MAIN, "ts": ts, "dur": 20.0}
+        if layout in ("L1", "L4"):
+            name = "record_param_comms" if layout == "L1" else f"opus:{coll}"
+            ev.append({**base, "cat": "cpu_op", "name": name,
+                       "args": {**named_args(rank, coll, group, n, peer), "Ev Idx": k}})
+        else:  # L2: nccl:<op> inside record_param_comms, sizes as Input Dims
+            ev.append({**base, "cat": "cpu_op", "name": "record_param_comms",
+                       "args": {"Input Dims": [[n]], "Input type": ["float"], "Ev Idx": k}})
+            label = coll.removeprefix("_").removesuffix("_base").replace("allgather",
+                                                                          "all_gather")
+            if peer >= 0:
+                me = members(rank, group).index(rank)
+                label += f" {me}->{peer}" if coll == "send" else f" {me}<-{peer}"
+            ev.append({**base, "cat": "user_annotation", "name": f"nccl:{label}", "ts": ts + 1,
+                       "dur": 10.0, "args": {}})
+        if gpu:
+            ev.append({"ph": "X", "cat": "kernel", "name": f"ncclDevKernel_{coll}", "pid": 0,
+                       "tid": 7, "ts": ts + 30, "dur": 40.0,
+                       "args": {"Process Group Name": group, "correlation": 500 + k}})
+    if gpu:  # one compute kernel per compute span, launched at its start, running 30 µs
+        for i, (a, _) in enumerate(COMPUTE_US):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7,
+                       "tid": MAIN, "ts": a + 1.0, "dur": 2.0, "args": {"correlation": i}})
+            ev.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64", "pid": 0,
+                       "tid": 8, "ts": a + 5.0, "dur": 30.0, "args": {"correlation": i}})
+    return {"schemaVersion": 1, "traceEvents": ev,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 4,
+                                "pg_count": 3, "pg_config": pg_config(rank)}}
+
+
+def write(dir_: Path, docs: dict[int, dict[str, Any]], gz: bool = False) -> list[Path]:
+    """Write each rank's document as ``rank<r>.json`` (or ``.json.gz``); the paths."""
+    dir_.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, doc in docs.items():
+        p = dir_ / f"rank{rank}.json{'.gz' if gz else ''}"
+        with (gzip.open(p, "wt") if gz else open(p, "w")) as fh:
+            json.dump(doc, fh)
+        paths.append(p)
+    return paths
