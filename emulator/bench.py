@@ -3,7 +3,9 @@
 * ``fidelity``: the dark period as the data plane sees it. Rank 0 streams probe frames over one
   port while its circuit alternates between rank 1 and rank 2; the dark period of each switch is
   the time from the last frame at the old peer to the first frame at the new one (kernel receive
-  timestamps). Reported per injected delay with its error (measured - injected).
+  timestamps). Reported per injected delay with its error (measured - injected), beside the
+  error of the OCS app's own timestamps (``t_light - t_dark - delay``, what every emulated run
+  checks: ``testbed.metrics.darktime``).
 * ``control``: what a reconfiguration costs beyond its injected delay, measured inside the OCS
   app from request receipt to the confirming barrier: ``(t_light - t_request) - delay``.
 * ``tcp``: how close TCP between two ranks comes to the shaped link rate: one way, both ways
@@ -15,11 +17,13 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from controller.ocs import Circuit, Reconfiguration
@@ -71,6 +75,7 @@ def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: i
             sender = start_stream(net, 0, net.rail_intf(0), 3600, interval_us, stream=7)
             time.sleep(settle_ms / 1e3)  # light period before the first switch (pacing)
             peer = p1
+            t_first = time.time()  # the OCS app's clock
             for _ in range(switches):
                 new = p2 if peer == p1 else p1
                 net.driver.apply_many([Reconfiguration.of(0, add=[(p0, new)],
@@ -88,15 +93,27 @@ def run_fidelity_bench(delays_ms: Sequence[float] = (1, 5, 25, 100), switches: i
                 raise RuntimeError(f"delay {delay_ms} ms: saw {len(gaps)} receiver changes "
                                    f"for {switches} reconfigurations")
             errors = [g - delay_ms / 1e3 for g in gaps]
+            lights = [e for e in _read_jsonl(net.run_dir / "ocs-events.jsonl")
+                      if e.get("event") == "light" and float(e["t_dark_s"]) >= t_first]
+            app = summary_ms([float(e["t_light_s"]) - float(e["t_dark_s"]) - delay_ms / 1e3
+                              for e in lights])
             results.append({"delay_ms": delay_ms, "switches": switches,
-                            "measured_ms": summary_ms(gaps), "error_ms": summary_ms(errors)})
+                            "measured_ms": summary_ms(gaps), "error_ms": summary_ms(errors),
+                            "app_error_ms": app})
             progress(f"fidelity: delay {delay_ms:g} ms -> measured p50 "
                      f"{results[-1]['measured_ms']['p50']} ms, p99 error "
-                     f"{results[-1]['error_ms']['p99']} ms")
+                     f"{results[-1]['error_ms']['p99']} ms (OCS app's own: "
+                     f"{app['p99']} ms)")
             net.driver.apply(0, remove=[Circuit(0, p0, peer)])
         datapath = net.datapath
     return {"benchmark": "fidelity", "probe_interval_us": interval_us, "datapath": datapath,
             "results": results}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_control_bench(port_counts: Sequence[int] = (8, 16, 64), repeats: int = 30,

@@ -2,7 +2,8 @@
 # One-shot, idempotent set-up for a fresh Debian 12 or Ubuntu 24.04 machine (run as root):
 #   1. apt packages (Mininet, Open vSwitch, tools),
 #   2. a virtual environment at .venv/ that also sees Debian's mininet package,
-#   3. the project and its Python dependencies installed into it,
+#   3. the project and its Python dependencies installed into it, PyTorch's CPU build included
+#      (the `torch` extra; torch jobs on the rails),
 #   4. Open vSwitch started when it is not running (no systemd needed).
 # Each step is skipped when already done, so `make test` and `make demo` can call it every time.
 set -euo pipefail
@@ -12,6 +13,7 @@ APT_PACKAGES=(mininet python3-setuptools openvswitch-switch openvswitch-common e
               iperf3 tcpdump procps python3-venv python3-dev python3-pip make git)
 VENV=.venv
 PY=/usr/bin/python3
+TORCH_VERSION=2.13.0
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -42,12 +44,35 @@ make_venv() {
   # the stamp changes with the dependencies or with the install line below
   local stamp="$VENV/.installed-$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12)"
   if [ ! -f "$stamp" ]; then
+    install_torch
     log "installing the project and its Python dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask]'
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask,torch]'
     rm -f "$VENV"/.installed-* && touch "$stamp"
   else
     log "python dependencies present"
   fi
+}
+
+# PyPI's Linux torch wheel is the CUDA build (several GB with its libraries). The CPU build is
+# taken from a wheel pip already sees (a local wheel directory in PIP_FIND_LINKS), else from
+# PyTorch's CPU index (OPUS_TORCH_INDEX overrides it; empty: PyPI alone). torch==X also accepts
+# the CPU build X+cpu, so the project's `torch` extra then installs nothing more.
+install_torch() {
+  local have
+  have=$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('torch'))" \
+         2>/dev/null || true)
+  if [ "${have%%+*}" = "$TORCH_VERSION" ]; then log "torch $have present"; return; fi
+  local local_build index_args=()
+  local_build=$("$VENV/bin/python" -m pip install -q --disable-pip-version-check --dry-run \
+                --no-index --no-deps --ignore-installed --report - "torch==$TORCH_VERSION" \
+                2>/dev/null | "$VENV/bin/python" -c \
+                'import json, sys; print(json.load(sys.stdin)["install"][0]["metadata"]["version"])' \
+                2>/dev/null || true)
+  local index="${OPUS_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
+  if [[ "$local_build" != *+cpu && -n "$index" ]]; then index_args=(--extra-index-url "$index"); fi
+  log "installing torch $TORCH_VERSION, CPU build, from ${index_args[1]:-the local wheel $local_build}"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${index_args[@]}" \
+    "torch==$TORCH_VERSION"
 }
 
 start_ovs() {

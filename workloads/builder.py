@@ -10,10 +10,36 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
 * FSDP / ZeRO-3 (Rajbhandari et al. 2020; PyTorch FSDP2 as TorchTitan uses it): per unit, an
   all-gather whose input is this rank's shard ``ceil(P / S)`` in bf16 (``S`` = shard group
   size) and a reduce-scatter whose input is the unsharded gradient ``ceil(P / S) * S`` in
-  fp32. Without reshard-after-forward the all-gather runs once per iteration (first
-  micro-batch); with it, before every forward and backward of the unit. Gradients are reduced
-  once, in the last micro-batch's backward (gradient accumulation without sync before).
-  HSDP adds an all-reduce of the fp32 shard over the replicate group.
+  fp32. HSDP adds an all-reduce of the fp32 shard over the replicate group. A unit is
+  all-gathered before a forward or a backward only when it is sharded at that moment
+  (FSDP2's unshard is a no-op for a gathered unit); when it is resharded:
+
+  - without reshard-after-forward (``never``; ``default`` under PP): never, so the
+    all-gather runs once per iteration (first micro-batch) and gradients are reduced in the
+    last micro-batch's backward, unit by unit (gradient accumulation without sync before);
+  - with it and without PP (``always``; ``default`` without PP): after every forward and
+    every backward, so the unit is all-gathered before every forward and backward; gradients
+    are reduced in the last micro-batch's backward;
+  - with it under PP (``always``), as PyTorch's pipeline stage runs FSDP2
+    (``torch/distributed/pipelining/stage.py``: every micro-batch's backward runs with
+    ``set_reshard_after_backward(False)`` and without gradient sync; the stage reduces once,
+    after its last backward): after every forward only. A backward gathers the units a forward
+    resharded and leaves them gathered; after the stage's last action every unit's gradient is
+    reduce-scattered from the main thread (root first, then the blocks) and the units are
+    resharded. This is the measured rule, not "an all-gather before every micro-batch's
+    forward and backward": for TorchTitan's Llama3-8B run of the Opus artifact (PP2, 17 units
+    a stage, 1F1B) it gives, per stage and step, 51 all-gathers with 2 micro-batches (stage 0:
+    F0, F1, B0 gather; stage 1: F0, B0, B1) and 68 with 3, plus 17 reduce-scatters: with the
+    grad-norm all-reduce the 69 and 86 FSDP calls per step of the artifact's recorded
+    communication patterns. The literal rule would give 68 and 102 all-gathers.
+
+  All-gathers issued inside a backward (FSDP's pre-backward hooks) are marked
+  ``thread="autograd"``; every other op runs on the main thread.
+* Activation checkpointing ``full`` (TorchTitan's ``_apply_full_ac``: a checkpoint wrapper
+  around every transformer block, not the embedding, final norm or output head): in the
+  backward each block's forward runs again first, with its compute and its TP/CP/EP
+  collectives, after the block's FSDP all-gather (the wrapper sits inside the FSDP unit, so
+  the recompute needs no all-gather of its own).
 * DDP (Li et al. 2020): gradients in fp32 buckets of ``ddp_bucket_mb`` MiB, each all-reduced
   as soon as the backward fills it; the remainder is flushed at the end.
 * PP: one send/recv of the stage-boundary activation ``micro_batch_size * seq/cp * H * a``
@@ -27,7 +53,12 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
   dispatch of ``T*top_k*H*a`` bytes split by the experts each peer hosts (uniform routing)
   and the matching combine; the backward runs both in reverse.
 * Optimizer synchronisation: a 4-byte all-reduce of the gradient norm on every sharded axis
-  (FSDP, TP, EP, PP), as in gradient clipping of DTensor-sharded parameters.
+  (FSDP, TP, EP, PP), as in gradient clipping of DTensor-sharded parameters. Then, with
+  ``loss_logging_allreduces = n``, TorchTitan's loss logging on the data-parallel group (FSDP,
+  else DP, else CP): all-reduces of 4, 4 and 8 bytes (mean loss, max loss, tokens seen; 8
+  bytes for any further one).
+* Compute durations are FLOPs / (peak * MFU), times ``compute_scale`` (1 unless the config is
+  calibrated to a measured step, :mod:`workloads.calibrate`).
 
 Layer split over the ``pp * virtual_stages`` chunks: ``n_layers // chunks`` each; the
 remainder goes to the middle chunks first, then the last, then the first (those also hold the
@@ -53,9 +84,12 @@ import numpy as np
 from workloads.config import WorkloadConfig
 from workloads.layout import build_groups, index_groups
 from workloads.models import embedding_params, head_params, layer_params
-from workloads.schedule import Program, Schedule, TemplateOp
+from workloads.schedule import AUTOGRAD_THREAD, MAIN_THREAD, Program, Schedule, TemplateOp
 
 GRAD_NORM_BYTES = 4
+#: TorchTitan's loss logging with ``log_freq = 1``: mean loss (fp32), max loss (fp32), tokens
+#: seen (int64); any further all-reduce is taken as 8 bytes.
+LOSS_LOGGING_BYTES = (4, 4, 8)
 
 
 def split_layers(n_layers: int, chunks: int) -> list[range]:
@@ -139,6 +173,9 @@ class _ProgramBuilder:
         self.chunk_layers = split_layers(m.n_layers, self.p.chunks)
         self.buckets: dict[str, int] = {"dp": 0, "edp": 0}
         self.n_buckets = 0
+        self.unsharded: set[str] = set()  # FSDP units whose parameters are gathered now
+        # the pipeline-stage rule of FSDP2 with reshard-after-forward (module docstring)
+        self.reduce_at_step_end = self.fsdp_on and self.p.pp > 1 and self.p.reshard
 
     # --- primitives ----------------------------------------------------------------------
     def add(self, op: TemplateOp) -> int:
@@ -147,7 +184,8 @@ class _ProgramBuilder:
 
     def compute(self, tag: str, flops: float, extra: list[int] | None = None) -> int:
         deps = tuple(sorted(set(self.cursor + (extra or []))))
-        i = self.add(TemplateOp("compute", tag, deps, duration_s=flops / self.flops_per_s))
+        duration_s = flops / self.flops_per_s * self.cfg.compute_scale
+        i = self.add(TemplateOp("compute", tag, deps, duration_s=duration_s))
         self.cursor = [i]
         return i
 
@@ -161,13 +199,13 @@ class _ProgramBuilder:
         self.cursor = [i]
 
     def async_coll(self, kind: str, axis: str, tag: str, size: int,
-                   deps: list[int]) -> int | None:
+                   deps: list[int], thread: str = MAIN_THREAD) -> int | None:
         """A collective on its own stream, serialised with the previous one on its axis."""
         if self.sizes[axis] < 2 or size <= 0:
             return None
         prev = [self.last_on[axis]] if axis in self.last_on else []
         i = self.add(TemplateOp(kind, tag, tuple(sorted(set(deps + prev))), axis=axis,
-                                size_bytes=size))
+                                size_bytes=size, thread=thread))
         self.last_on[axis] = i
         return i
 
@@ -226,19 +264,26 @@ class _ProgramBuilder:
     def fsdp_on(self) -> bool:
         return self.p.fsdp > 1
 
-    def gather(self, unit: Unit, tag: str, deps: list[int]) -> list[int]:
-        """All-gathers of a unit's dense and expert shards; returns their op indices."""
-        if not self.fsdp_on:
+    def gather(self, unit: Unit, tag: str, deps: list[int],
+               thread: str = MAIN_THREAD) -> list[int]:
+        """All-gathers of a unit's dense and expert shards if it is sharded (then it is not);
+        returns their op indices."""
+        if not self.fsdp_on or unit.name in self.unsharded:
             return []
+        self.unsharded.add(unit.name)
         out = []
         a = self.cfg.param_dtype_bytes
         for axis, n in (("fsdp", unit.dense), ("edp", unit.expert)):
             if n:
                 i = self.async_coll("all_gather", axis, f"{tag}.{axis}.ag",
-                                    _ceil(n, self.sizes[axis]) * a, deps)
+                                    _ceil(n, self.sizes[axis]) * a, deps, thread)
                 if i is not None:
                     out.append(i)
         return out
+
+    def reshard(self, units: list[Unit]) -> None:
+        """FSDP frees the gathered parameters of ``units``; the next use gathers them again."""
+        self.unsharded.difference_update(u.name for u in units)
 
     def reduce_grads(self, unit: Unit, tag: str) -> None:
         """Gradient sync of a unit whose backward just finished (last micro-batch)."""
@@ -295,11 +340,10 @@ class _ProgramBuilder:
         names = [u.name for u in units]
         ag: dict[str, list[int]] = {}
         issued = 0
-        gather = p.reshard or mb == 0
         for k, (name, layer) in enumerate(self.segments(c)):
             # FSDP2-style prefetch: when a unit starts, the next unit's all-gather is issued.
             want = min(names.index(name) + 1, len(units) - 1)
-            while gather and issued <= want:
+            while issued <= want:
                 ag[names[issued]] = self.gather(units[issued], f"{pre}.{names[issued]}",
                                                 sorted(set(self.cursor + entry)))
                 issued += 1
@@ -310,6 +354,8 @@ class _ProgramBuilder:
                 self.compute(f"{pre}.head", self.head_flops(), extra)
             else:
                 self._forward_layer(layer, f"{pre}.l{layer}", extra)
+        if p.reshard:
+            self.reshard(units)
         if c < p.chunks - 1:
             self.p2p("send", f"act.c{c}.m{mb}", (c + 1) % p.pp, list(self.cursor))
 
@@ -322,22 +368,33 @@ class _ProgramBuilder:
             entry = [self.p2p("recv", f"grad.c{c + 1}.m{mb}", (c + 1) % p.pp, list(self.cursor))]
         units = {u.name: u for u in self.units(c)}
         segs = list(reversed(self.segments(c)))
+        reduce_now = last and not self.reduce_at_step_end
         for k, (name, layer) in enumerate(segs):
             extra = entry if k == 0 else []
-            if p.reshard and (k == 0 or segs[k - 1][0] != name):
+            if k == 0 or segs[k - 1][0] != name:
                 extra = extra + self.gather(units[name], f"{pre}.{name}",
-                                            sorted(set(self.cursor + entry)))
+                                            sorted(set(self.cursor + entry)), AUTOGRAD_THREAD)
             if layer < 0:
                 self.compute(f"{pre}.head", 2 * self.head_flops(), extra)
             else:
+                if self.cfg.activation_checkpointing == "full":
+                    self._forward_layer(layer, f"{pre}.l{layer}.rc", extra)
+                    extra = []
                 self._backward_layer(layer, f"{pre}.l{layer}", extra)
             unit_done = k == len(segs) - 1 or segs[k + 1][0] != name
-            if last and unit_done and name.startswith("l"):
+            if reduce_now and unit_done and name.startswith("l"):
                 self.reduce_grads(units[name], f"{pre}.{name}")
-        if last:  # the root unit (or the whole chunk) reduces when the chunk's backward ends
+        # a unit without a compute segment (stage 0's embedding under PP): its pre-backward
+        # hook gathers it when the backward reaches it, and the compute stream waits for that
+        for name in units.keys() - {n for n, _ in segs}:
+            ag = self.gather(units[name], f"{pre}.{name}", list(self.cursor), AUTOGRAD_THREAD)
+            self.cursor = sorted(set(self.cursor + ag))
+        if reduce_now:  # the root unit (or the whole chunk) reduces when the chunk's backward ends
             for name, u in units.items():
                 if not name.startswith("l"):
                     self.reduce_grads(u, f"{pre}.{name}")
+        if p.reshard and not self.reduce_at_step_end:
+            self.reshard(list(units.values()))
         if c > 0:
             self.p2p("send", f"grad.c{c}.m{mb}", (c - 1) % p.pp, list(self.cursor))
 
@@ -395,7 +452,15 @@ class _ProgramBuilder:
         return dispatch, combine
 
     def finish(self) -> None:
-        """Flush DDP buckets and issue the optimizer's synchronisation all-reduces."""
+        """The end of the step: the pipeline stage's gradient reduction (reshard-after-forward
+        under PP), DDP's last buckets, the optimizer's synchronisation all-reduces, then the
+        loss-logging all-reduces."""
+        if self.reduce_at_step_end:
+            for c in range(self.stage, self.p.chunks, self.p.pp):
+                units = self.units(c)
+                for u in units:
+                    self.reduce_grads(u, f"step.c{c}.{u.name}")
+                self.reshard(units)
         for axis in ("dp", "edp"):
             self.flush_bucket(axis, self.buckets[axis])
         deps = sorted(set(self.cursor + self.grad_sync))
@@ -407,6 +472,12 @@ class _ProgramBuilder:
                 i = self.add(TemplateOp("all_reduce", f"opt.gradnorm.{axis}", tuple(deps),
                                         axis=axis, size_bytes=GRAD_NORM_BYTES))
                 deps = [i]
+        log_axis = next((a for a in ("fsdp", "dp", "cp") if self.sizes[a] > 1), None)
+        for k in range(self.cfg.loss_logging_allreduces if log_axis else 0):
+            size = LOSS_LOGGING_BYTES[min(k, len(LOSS_LOGGING_BYTES) - 1)]
+            i = self.add(TemplateOp("all_reduce", f"log.loss{k}.{log_axis}", tuple(deps),
+                                    axis=str(log_axis), size_bytes=size))
+            deps = [i]
         self.cursor = deps
 
 

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-up", action="store_true",
                         help="also list phases of intra-server (NVLink) collectives")
     parser.add_argument("--rail-gbps", type=float, default=TimingModel.rail_gbps,
-                        help="rail bandwidth for the modeled start times (Gbit/s)")
+                        help="rail bandwidth for the modeled start times and for "
+                        "workload.calibrate_step_s (Gbit/s)")
 
 
 def axis_totals(schedule: Schedule, rank: int) -> dict[str, dict[str, Any]]:
@@ -71,6 +72,9 @@ def report(schedule: Schedule, rank: int, model: TimingModel,
                         ("tp", "sp", "dp", "fsdp", "pp", "pp_schedule", "virtual_stages",
                          "cp", "ep")},
         "modeled_iteration_s": iteration_s,
+        "activation_checkpointing": cfg.activation_checkpointing,
+        "calibrate_step_s": cfg.calibrate_step_s,
+        "compute_scale": cfg.compute_scale,
         "phases": [_phase_json(p) for p in phases],
         "totals": axis_totals(schedule, rank),
         "windows": {"count": len(win), "over_1ms": sum(w > 1e-3 for w in win),
@@ -97,6 +101,9 @@ def print_summary(rep: dict[str, Any], out: TextIO) -> None:
           f"ep={p['ep']}", file=out)
     print(f"ops (all ranks): {rep['ops']:,}   modeled iteration: "
           f"{rep['modeled_iteration_s'] * 1e3:.1f} ms", file=out)
+    if rep["calibrate_step_s"] is not None:
+        print(f"compute x{rep['compute_scale']:.4f}: calibrated to a "
+              f"{rep['calibrate_step_s']:g} s step", file=out)
     print(f"\nrank {rep['rank']} (server {rep['server']}, rail {rep['rail']}) phases:", file=out)
     print(f"  {'#':>3} {'axis':4} {'kind':13} {'calls':>5} {'message MiB':>12} "
           f"{'per call MiB':>12} {'wire MiB':>10} {'start ms':>10}", file=out)
@@ -118,7 +125,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute the command; returns the exit code."""
     out = out or sys.stdout
     try:
-        schedule = load_workload_source(args.config).schedule()
+        source = load_workload_source(args.config, TimingModel(rail_gbps=args.rail_gbps))
+        schedule = source.schedule()
     except WorkloadConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,9 @@ from workloads.models import ModelSpec
 
 PP_SCHEDULES = ("1f1b", "interleaved")
 FSDP_UNITS = ("block", "stage")
+ACTIVATION_CHECKPOINTING = ("none", "full")
+#: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
+RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,12 @@ class ParallelConfig:
 
     ``fsdp`` is the ZeRO-3 sharding degree (1 = no sharding; gradients then sync by DDP
     all-reduce buckets over ``dp``); ``dp`` > 1 together with ``fsdp`` > 1 is HSDP (shard inside,
-    replicate across). ``reshard_after_forward=None`` follows TorchTitan: reshard when PP is off,
-    keep the gathered parameters when PP is on. ``fsdp_unit`` is the FSDP wrapping: one unit per
-    transformer block plus one for the stage's leftover parameters (TorchTitan), or one unit
-    holding the whole stage.
+    replicate across). ``reshard_after_forward`` is TorchTitan's ``fsdp_reshard_after_forward``:
+    ``None`` ("default") reshards when PP is off and keeps the gathered parameters when PP is
+    on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
+    builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
+    wrapping: one unit per transformer block plus one for the stage's leftover parameters
+    (TorchTitan), or one unit holding the whole stage.
     """
 
     tp: int = 1
@@ -69,6 +74,14 @@ class ParallelConfig:
 class WorkloadConfig:
     """Everything the generator needs for one training iteration.
 
+    ``activation_checkpointing``: ``none``, or ``full`` (TorchTitan's full AC: every transformer
+    block's forward runs again inside its backward, with its compute and its TP/CP/EP
+    collectives). ``loss_logging_allreduces``: the tiny all-reduces TorchTitan's training loop
+    issues on the data-parallel group after the optimizer step to log the loss (3 with
+    ``log_freq = 1``). ``calibrate_step_s``: the measured step time the modelled electrical step
+    is calibrated to (:mod:`workloads.calibrate`), which sets ``compute_scale``, the factor every
+    compute duration is multiplied by.
+
     ``model`` is None in a captured or imported schedule (``workloads/FORMAT.md``): its ops
     come from a real run, not from a model, and ``parallel`` holds the degrees of its groups.
     """
@@ -85,6 +98,10 @@ class WorkloadConfig:
     param_dtype_bytes: int = 2  # bf16 parameters for compute / FSDP all-gather
     reduce_dtype_bytes: int = 4  # fp32 gradient reduction (TorchTitan's mixed precision)
     act_dtype_bytes: int = 2  # bf16 activations
+    activation_checkpointing: str = "none"
+    loss_logging_allreduces: int = 0
+    calibrate_step_s: float | None = None
+    compute_scale: float = 1.0
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -113,6 +130,19 @@ class WorkloadConfig:
             raise WorkloadConfigError("must be in (0, 1]", "workload.mfu")
         if self.ddp_bucket_mb <= 0:
             raise WorkloadConfigError("must be positive", "workload.ddp_bucket_mb")
+        if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
+            raise WorkloadConfigError(
+                f"must be one of {', '.join(ACTIVATION_CHECKPOINTING)}, got "
+                f"{self.activation_checkpointing!r}", "workload.activation_checkpointing")
+        if int(self.loss_logging_allreduces) < 0:
+            raise WorkloadConfigError("must be an integer >= 0",
+                                      "workload.loss_logging_allreduces")
+        if self.calibrate_step_s is not None and not self.calibrate_step_s > 0:
+            raise WorkloadConfigError(f"must be > 0 s, got {self.calibrate_step_s!r}",
+                                      "workload.calibrate_step_s")
+        if not self.compute_scale > 0:
+            raise WorkloadConfigError(f"must be > 0, got {self.compute_scale!r}",
+                                      "workload.compute_scale")
         if p.tp > c.gpus_per_server:
             raise WorkloadConfigError(
                 f"tp={p.tp} is larger than a server ({c.gpus_per_server} GPUs); TP must stay "

@@ -11,7 +11,11 @@ here, anything else is rejected)::
       seq_len: 8192
       micro_batch_size: 1
       num_microbatches: 8
-      parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b, ...}
+      activation_checkpointing: none   # none | full
+      loss_logging_allreduces: 0
+      calibrate_step_s: 10.18          # optional: scale compute to this modelled step
+      parallelism: {tp: 4, sp: false, dp: 1, fsdp: 2, pp: 2, pp_schedule: 1f1b,
+                    reshard_after_forward: default, ...}   # default | always | never
 
 or, to replay a captured or imported schedule instead of generating one::
 
@@ -25,6 +29,7 @@ messages.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -32,16 +37,18 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import RESHARD_POLICIES, ParallelConfig, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import ModelSpec, get_preset
 from workloads.schedule import Schedule
+from workloads.timing import TimingModel
 
 TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description")
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
                  "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
-                 "act_dtype_bytes")
+                 "act_dtype_bytes", "activation_checkpointing", "loss_logging_allreduces",
+                 "calibrate_step_s")
 
 
 class _Doc:
@@ -197,15 +204,17 @@ class WorkloadSource:
         return generate_schedule(self.config)
 
 
-def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = None
-                   ) -> WorkloadConfig:
-    """Parse and validate the workload of an experiment YAML document."""
-    return parse_workload_source(text, source, base_dir).config
+def parse_workload(text: str, source: str = "<string>", base_dir: Path | None = None,
+                   timing: TimingModel | None = None) -> WorkloadConfig:
+    """Parse and validate the workload of an experiment YAML document; with ``timing``, also
+    calibrate its compute to ``calibrate_step_s`` under that model (:func:`calibrated`)."""
+    return parse_workload_source(text, source, base_dir, timing).config
 
 
-def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | None = None
-                          ) -> WorkloadSource:
-    """Parse the workload of an experiment YAML document: a configuration or a schedule file."""
+def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | None = None,
+                          timing: TimingModel | None = None) -> WorkloadSource:
+    """Parse the workload of an experiment YAML document: a configuration or a schedule file
+    (a configuration calibrated under ``timing`` when given)."""
     doc = _Doc(text, source)
     top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
     if "workload" not in top:
@@ -224,23 +233,56 @@ def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | 
     if "model" not in wl:
         raise doc.error("workload.model", "required")
     model = _model(doc, wl["model"], base_dir or Path("."))
-    par = ParallelConfig(**_fields_of(ParallelConfig, doc, wl.get("parallelism", {}),
-                                      "workload.parallelism"))
+    par = _parallelism(doc, wl.get("parallelism", {}))
     kwargs: dict[str, Any] = {}
     for key in ("seq_len", "micro_batch_size", "num_microbatches", "param_dtype_bytes",
-                "reduce_dtype_bytes", "act_dtype_bytes"):
+                "reduce_dtype_bytes", "act_dtype_bytes", "loss_logging_allreduces"):
         if key in wl:
             kwargs[key] = _typed(doc, wl[key], f"workload.{key}", int)
-    for key in ("mfu", "ddp_bucket_mb"):
+    for key in ("mfu", "ddp_bucket_mb", "calibrate_step_s"):
         if key in wl:
             kwargs[key] = _typed(doc, wl[key], f"workload.{key}", float)
+    if "activation_checkpointing" in wl:
+        kwargs["activation_checkpointing"] = _typed(
+            doc, wl["activation_checkpointing"], "workload.activation_checkpointing", str)
     if "gpu" in wl:
         try:
             kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
-    return WorkloadSource(_validated(doc, WorkloadConfig(model=model, cluster=cluster,
-                                                         parallel=par, **kwargs)))
+    cfg = _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
+    return WorkloadSource(cfg if timing is None else calibrated(doc, cfg, timing))
+
+
+def calibrated(doc: _Doc, cfg: WorkloadConfig, timing: TimingModel) -> WorkloadConfig:
+    """``cfg`` calibrated to its ``calibrate_step_s`` (:mod:`workloads.calibrate`); a target
+    the model cannot reach is refused at the key's position in ``doc``."""
+    from workloads.calibrate import calibrate  # it generates schedules (the builder)
+
+    try:
+        return calibrate(cfg, timing)
+    except WorkloadConfigError as exc:
+        raise doc.error(exc.field, exc.reason) from exc
+
+
+def _parallelism(doc: _Doc, value: Any) -> ParallelConfig:
+    """``workload.parallelism``; ``reshard_after_forward`` takes TorchTitan's names
+    (``default | always | never``) or ``true``/``false`` (aliases of always/never)."""
+    path = "workload.parallelism"
+    data = dict(_mapping(doc, value, path, None))
+    reshard: bool | None = None
+    if "reshard_after_forward" in data:
+        key = f"{path}.reshard_after_forward"
+        raw = data.pop("reshard_after_forward")
+        if isinstance(raw, bool):
+            reshard = raw
+        elif isinstance(raw, str) and raw in RESHARD_POLICIES:
+            reshard = RESHARD_POLICIES[raw]
+        elif raw is not None:
+            raise doc.error(key, f"must be one of {', '.join(RESHARD_POLICIES)} (or true/false), "
+                            f"got {raw!r}")
+    return ParallelConfig(**_fields_of(ParallelConfig, doc, data, path),
+                          reshard_after_forward=reshard)
 
 
 def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> WorkloadSource:
@@ -265,14 +307,18 @@ def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> W
     return WorkloadSource(schedule.config, file)
 
 
-def load_experiment_workload(path: str | Path) -> WorkloadConfig:
-    """Read ``path`` and return its validated workload configuration."""
-    return load_workload_source(path).config
+def load_experiment_workload(path: str | Path, timing: TimingModel | None = None
+                             ) -> WorkloadConfig:
+    """Read ``path`` and return its validated workload configuration (calibrated under
+    ``timing`` when given)."""
+    return load_workload_source(path, timing).config
 
 
-def load_workload_source(path: str | Path) -> WorkloadSource:
-    """Read ``path`` and return its workload: a configuration or a schedule file."""
-    return _load_file(path, parse_workload_source)
+def load_workload_source(path: str | Path, timing: TimingModel | None = None
+                         ) -> WorkloadSource:
+    """Read ``path`` and return its workload: a configuration or a schedule file (a
+    configuration calibrated under ``timing`` when given)."""
+    return _load_file(path, functools.partial(parse_workload_source, timing=timing))
 
 
 class _Validating(Protocol):

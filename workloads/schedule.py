@@ -21,6 +21,10 @@ Op semantics (shared by the replayer, the simulator and the controller's tests):
   of :mod:`workloads.steps`); their duration is for the network to decide.
 * ``scale_up`` is True when all members share a server: the traffic stays on NVLink and
   needs no rail circuit, so replayers and the controller skip the network.
+* ``thread`` is the host thread that issues the op in PyTorch: ``main`` (the training loop,
+  forward, pipeline sends/receives, the step-end gradient reduction) or ``autograd`` (FSDP's
+  pre-backward all-gathers, issued from the backward pass). It changes no timing; it tells
+  which calls a framework hooked on the main thread sees (the artifact's request points).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ if TYPE_CHECKING:
 
 #: Host threads that issue ops (:attr:`TemplateOp.thread`).
 MAIN_THREAD = "main"
-THREADS = (MAIN_THREAD, "autograd")
+AUTOGRAD_THREAD = "autograd"
+THREADS = (MAIN_THREAD, AUTOGRAD_THREAD)
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,8 @@ class Schedule:
 
     def _bind(self, rank: int, index: int, t: TemplateOp) -> Op:
         if t.kind == "compute":
-            return Op(rank, index, t.kind, t.tag, t.deps, duration_s=t.duration_s)
+            return Op(rank, index, t.kind, t.tag, t.deps, duration_s=t.duration_s,
+                      thread=t.thread)
         ri = self.rank_index(t.axis)
         g = int(ri.group[rank])
         gid = f"{t.axis}{g}"

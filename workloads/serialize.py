@@ -25,10 +25,17 @@ VERSION = 1
 OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
 #: Optional columns, written only when some op differs from the default.
 OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
+#: Config fields written only when not at their defaults, so older schedules serialise as before.
+OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
+                          "calibrate_step_s": None, "compute_scale": 1.0}
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
-    return asdict(cfg)
+    d = asdict(cfg)
+    for key, default in OPTIONAL_CONFIG_FIELDS.items():
+        if d[key] == default:
+            del d[key]
+    return d
 
 
 def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:

@@ -7,11 +7,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from controller.railstate import SEMANTICS
-from testbed.errors import Say, say_stderr
-from testbed.experiment.config import MODES, ExperimentConfig, load_experiment
+from testbed.errors import RunRefused, Say, say_stderr
+from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 
@@ -50,7 +51,10 @@ def _delay(text: str) -> float | str:
         return text
 
 
-def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> ExperimentConfig:
+Settings = TypeVar("Settings", bound=RunSettings)
+
+
+def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     changes: dict[str, Any] = {}
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
@@ -64,8 +68,16 @@ def apply_overrides(cfg: ExperimentConfig, args: argparse.Namespace) -> Experime
     return cfg.replace(**changes) if changes else cfg
 
 
-def run_one(cfg: ExperimentConfig, out: Path, backend: str,
+def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
             say: Say) -> dict[str, Any]:
+    if isinstance(cfg, TorchExperiment):
+        if backend == "sim":
+            raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
+                             "its run writes replay.yaml (the captured schedule), which "
+                             "`run --backend sim` replays")
+        from testbed.torchjob.runner import run_torch
+
+        return run_torch(cfg, out, say)
     from testbed.experiment.prepare import prepare
 
     prep = prepare(cfg, check_capacity=backend == "emu")
@@ -92,7 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.results import store
     from testbed.results.summary import summary_text
 
-    cfg = apply_overrides(load_experiment(args.config), args)
+    cfg: ExperimentConfig | TorchExperiment = apply_overrides(
+        load_torch_experiment(args.config) if is_torch_experiment(args.config)
+        else load_experiment(args.config), args)
     out = Path(args.out) if args.out else default_out_dir(cfg)
     say = make_say()
     baseline = None
@@ -207,9 +221,11 @@ def register(sub: Any) -> None:
         "run", help="run one experiment end to end (emulated: root)",
         description="Replay training iterations of CONFIG as real traffic through Opus-"
         "controlled emulated rails (or the simulation backend), then write the results "
-        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). Exit status: 0 ok "
-        "(or simulated: --backend sim runs are not judged), 2 bad input (nothing started), "
-        "1 the run failed, 3 fidelity degraded.")
+        "directory: manifest.json, summary.json, tables (CSV), plots (PNG). A PyTorch script's "
+        "experiment (workload: {torch: ...}) trains the script itself, on loopback and then on "
+        "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
+        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
+        "started), 1 the run failed, 3 fidelity degraded.")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")

@@ -77,9 +77,14 @@ def _print_bench(result: dict[str, Any], as_json: bool) -> None:
 
 def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
     from emulator.bench import run_fidelity_bench
+    from testbed.metrics.darktime import dark_tolerance_ms
 
-    return run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
-                              interval_us=args.interval_us)
+    result = run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
+                                interval_us=args.interval_us)
+    for row in result["results"]:  # the rule every emulated run's dark periods are judged by
+        row["tolerance_ms"] = dark_tolerance_ms(row["delay_ms"])
+        row["app_within_tolerance"] = row["app_error_ms"]["p99"] <= row["tolerance_ms"]
+    return result
 
 
 def _bench_control(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,24 +13,20 @@ Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wrap
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
 the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
 and after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). Inside a call, a sender opens one TCP connection per peer to
-the peer's rail address (only there: the circuits are lit), introduces it with a JSON line
-(iteration, collective id, sender) and sends each step as a 12-byte header (step, length) plus
-payload; a listener thread drains every incoming connection and counts bytes per (iteration,
-collective, sender, step), so a receiving step just waits for its count. A sender finishes by
-shutting down its side and waiting for the receiver's EOF: the bytes have then been read by the
-peer, not only queued. Records go to the ``out`` file as JSON lines: ``call``, ``compute``,
-``iteration``, ``error`` and ``finished``; on any failure the process records the rank, iteration
-and op and exits with status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION``
-makes that rank exit abruptly (status 7) as the iteration starts.
+(:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
+:mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
+(only there: the circuits are lit), filler bytes counted by the receiving rank's listener per
+(iteration, collective, sender, step), so a receiving step just waits for its count. Records go
+to the ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and
+``finished``; on any failure the process records the rank, iteration and op and exits with
+status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit
+abruptly (status 7) as the iteration starts.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import struct
 import sys
 import threading
 import time
@@ -39,144 +35,12 @@ from typing import IO, Any
 
 from controller.profile import CallProfile
 from controller.shim import Shim
+from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing
+from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 
-STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
-PAYLOAD = bytes(range(256)) * 1024  # 256 KiB of filler, sent in slices
 POLL_S = 0.25
-
-
-class ReplayError(RuntimeError):
-    """A call could not complete (peer silent, short read, controller refused)."""
-
-
-class Abort(Exception):
-    """Another lane failed; this one stops."""
-
-
-class Inbox:
-    """Bytes received per (iteration, collective id, sender, step), with waiting."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._got: dict[tuple[int, str, int, int], int] = {}
-        self.errors: list[str] = []
-
-    def post(self, key: tuple[int, str, int, int], n: int) -> None:
-        with self._cv:
-            self._got[key] = self._got.get(key, 0) + n
-            self._cv.notify_all()
-
-    def fail(self, message: str) -> None:
-        with self._cv:
-            self.errors.append(message)
-            self._cv.notify_all()
-
-    def wait(self, key: tuple[int, str, int, int], expected: int, timeout_s: float,
-             aborted: threading.Event) -> int:
-        """Wait until ``expected`` bytes of ``key`` arrived; returns what arrived."""
-        deadline = time.monotonic() + timeout_s
-        with self._cv:
-            while self._got.get(key, 0) < expected:
-                if aborted.is_set():
-                    raise Abort
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ReplayError(
-                        f"received {self._got.get(key, 0)} of {expected} bytes from rank "
-                        f"{key[2]} for {key[1]} step {key[3]} (iteration {key[0]}) within "
-                        f"{timeout_s:.0f} s")
-                self._cv.wait(min(left, POLL_S))
-            return self._got.pop(key)
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf)
-
-
-def _serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> None:
-    """Drain one incoming connection into the inbox; close it at the sender's EOF."""
-    with conn:
-        try:
-            conn.settimeout(io_timeout_s)
-            line = bytearray()
-            while not line.endswith(b"\n"):
-                ch = conn.recv(1)
-                if not ch:
-                    return
-                line += ch
-            hello = json.loads(line)
-            it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
-            view = memoryview(bytearray(1 << 18))
-            while True:
-                head = _recv_exact(conn, STEP_HEADER.size)
-                if not head:
-                    return  # EOF: the sender is done; closing tells it we read everything
-                if len(head) < STEP_HEADER.size:
-                    raise ReplayError(f"truncated step header from rank {src} for {cid}")
-                step, length = STEP_HEADER.unpack(head)
-                left = length
-                while left:
-                    n = conn.recv_into(view, min(left, len(view)))
-                    if not n:
-                        raise ReplayError(f"rank {src} closed {cid} step {step} with {left} "
-                                          f"of {length} bytes unsent")
-                    left -= n
-                    inbox.post((it, cid, src, step), n)
-                if length == 0:
-                    inbox.post((it, cid, src, step), 0)
-        except (OSError, ValueError, KeyError, ReplayError) as exc:
-            inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
-
-
-class Outgoing:
-    """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
-
-    def __init__(self, addr: str, port: int, hello: dict[str, Any], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last: OSError | None = None
-        while True:
-            sock = socket.socket()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-            try:
-                sock.connect((addr, port))
-                break
-            except OSError as exc:  # refused before the peer listens, or lost SYN: retry
-                last = exc
-                sock.close()
-                if time.monotonic() >= deadline:
-                    raise ReplayError(f"cannot connect to {addr}:{port} within "
-                                      f"{timeout_s:.0f} s: {last}") from exc
-                threading.Event().wait(0.02)
-        sock.settimeout(timeout_s)
-        self.sock = sock
-        self.sent = 0
-        sock.sendall(json.dumps(hello).encode() + b"\n")
-
-    def send_step(self, step: int, n: int) -> None:
-        self.sock.sendall(STEP_HEADER.pack(step, n))
-        left = n
-        view = memoryview(PAYLOAD)
-        while left:
-            k = min(left, len(view))
-            self.sock.sendall(view[:k])
-            left -= k
-        self.sent += n
-
-    def finish(self) -> None:
-        """Shut our side and wait for the receiver's EOF (it has read every byte)."""
-        with self.sock:
-            self.sock.shutdown(socket.SHUT_WR)
-            while self.sock.recv(4096):
-                pass
 
 
 class Replayer:
@@ -266,7 +130,7 @@ class Replayer:
                     for peer, n in step.sends:
                         if peer not in conns:
                             conns[peer] = Outgoing(
-                                self.peers[peer], self.port,
+                                (self.peers[peer], self.port),
                                 {"it": it, "cid": op.collective_id, "src": self.rank},
                                 self.io_timeout_s)
                         conns[peer].send_step(k, n)
@@ -295,25 +159,8 @@ class Replayer:
 
     # -------------------------------------------------------------------- run
 
-    def _listen(self, lsock: socket.socket) -> None:
-        while not self.aborted.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=_serve_connection, args=(conn, self.inbox,
-                                                             self.io_timeout_s),
-                             daemon=True).start()
-
     def run(self) -> int:
-        lsock = socket.socket()
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lsock.bind((str(self.plan["addr"]), self.port))
-        lsock.listen(64)
-        lsock.settimeout(POLL_S)
-        threading.Thread(target=self._listen, args=(lsock,), daemon=True).start()
+        listener = Listener((str(self.plan["addr"]), self.port), self.inbox, self.io_timeout_s)
         lanes: dict[str, list[PlanOp]] = {}
         for op in self.ops:
             lanes.setdefault(op.lane, []).append(op)
@@ -346,7 +193,7 @@ class Replayer:
         else:
             self.emit(ev="finished", t=time.time(),
                       mispredictions=self.profile.mispredictions)
-        lsock.close()
+        listener.close()
         return status
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
@@ -59,9 +59,11 @@ from workloads.loader import (
     _mapping,
     _typed,
     _validated,
+    calibrated,
     parse_workload_source,
 )
 from workloads.schedule import Schedule
+from workloads.timing import TimingModel
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points", "host",
@@ -77,10 +79,9 @@ class ExperimentError(WorkloadConfigError):
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    """A validated experiment: what to train, on which fabric, how long."""
+class RunSettings:
+    """How an experiment runs, whatever its workload: mode, OCS, network, iterations."""
 
-    workload: WorkloadConfig
     name: str = "experiment"
     source: str = "<string>"
     text: str = ""
@@ -98,17 +99,16 @@ class ExperimentConfig:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
-    schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
-
-    def schedule(self) -> Schedule:
-        """The schedule to run: loaded from ``schedule_file``, else generated."""
-        path = Path(self.schedule_file) if self.schedule_file else None
-        return WorkloadSource(self.workload, path).schedule()
 
     @property
     def switching_delay_ms(self) -> float:
         return 0.0 if self.mode == "baseline" else resolve_switching_delay_ms(
             self.switching_delay)
+
+    @property
+    def timing_model(self) -> TimingModel:
+        """The alpha-beta model of the electrical rails: the modelled step and calibration."""
+        return TimingModel(rail_gbps=self.rail_gbps, latency_s=self.latency_us * 1e-6)
 
     @property
     def effective_ports_per_rank(self) -> int:
@@ -134,7 +134,7 @@ class ExperimentConfig:
     def total_iterations(self) -> int:
         return self.warmup + self.iterations
 
-    def replace(self, **changes: Any) -> ExperimentConfig:
+    def replace(self, **changes: Any) -> Self:
         """A copy with command-line overrides applied and validated."""
         out = dataclasses.replace(self, **changes)
         out.validate()
@@ -180,18 +180,18 @@ class ExperimentConfig:
                                       "call asks (every, or auto)", "ocs.request_points",
                                       self.source)
             return
-        par = self.workload.parallel
         problems = [
             ("mode", self.mode == "degree-aware", "degree-aware is a port-exact assignment "
              "policy; rail-state has no port matchings (use on-demand or provisioning)"),
             ("ocs.driver", self.driver != "emulated", "rail-state switches shadow rails of the "
-             "emulated OCS; use driver: emulated"),
-            ("workload.parallelism.pp_schedule", par.pp_schedule != "1f1b"
-             or par.virtual_stages != 1, "rail-state has one bit per pipeline stage and links "
-             "adjacent stages only: an interleaved schedule cannot be expressed (use 1f1b)")]
+             "emulated OCS; use driver: emulated"), *self._rail_state_problems()]
         for key, bad, why in problems:
             if bad:
                 raise ExperimentError(f"{why} (ocs.semantics is rail-state)", key, self.source)
+
+    def _rail_state_problems(self) -> list[tuple[str, bool, str]]:
+        """(key, refused, why) of what the workload asks that rail-state cannot carry."""
+        return []
 
     def to_json(self) -> dict[str, Any]:
         """The run-relevant settings (the workload is in the manifest's copy of the file)."""
@@ -203,7 +203,31 @@ class ExperimentConfig:
                 "request_points": self.effective_request_points,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed, "schedule_file": self.schedule_file}
+                "warmup": self.warmup, "seed": self.seed}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig(RunSettings):
+    """A validated experiment: what to train (a generated or a captured schedule), on which
+    fabric, how long."""
+
+    workload: WorkloadConfig
+    schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
+
+    def schedule(self) -> Schedule:
+        """The schedule to run: loaded from ``schedule_file``, else generated."""
+        path = Path(self.schedule_file) if self.schedule_file else None
+        return WorkloadSource(self.workload, path).schedule()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "schedule_file": self.schedule_file}
+
+    def _rail_state_problems(self) -> list[tuple[str, bool, str]]:
+        par = self.workload.parallel
+        return [("workload.parallelism.pp_schedule", par.pp_schedule != "1f1b"
+                 or par.virtual_stages != 1, "rail-state has one bit per pipeline stage and "
+                 "links adjacent stages only: an interleaved schedule cannot be expressed (use "
+                 "1f1b)")]
 
 
 def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
@@ -211,10 +235,20 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
     """Parse and validate a whole experiment document."""
     workload = parse_workload_source(text, source, base_dir)
     doc = _Doc(text, source)
-    top = _mapping(doc, doc.root, "", None)
-    kwargs: dict[str, Any] = {"workload": workload.config, "source": source, "text": text}
+    kwargs = run_settings(doc, _mapping(doc, doc.root, "", None), text)
     if workload.schedule_file is not None:
         kwargs["schedule_file"] = str(workload.schedule_file)
+    cfg = _validated(doc, ExperimentConfig(workload=workload.config, **kwargs))
+    if cfg.workload.calibrate_step_s is None:
+        return cfg
+    return dataclasses.replace(cfg, workload=calibrated(doc, cfg.workload, cfg.timing_model))
+
+
+def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
+    """The :class:`RunSettings` fields of experiment document ``doc`` (``name``, ``mode``,
+    ``ocs``, ``network``, ``run``), checked with their positions."""
+    source = doc.source
+    kwargs: dict[str, Any] = {"source": source, "text": text}
     if "name" in top:
         kwargs["name"] = _typed(doc, top["name"], "name", str)
     else:
@@ -261,7 +295,7 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    return _validated(doc, ExperimentConfig(**kwargs))
+    return kwargs
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

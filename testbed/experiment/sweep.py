@@ -214,14 +214,38 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
             summaries.append(_run_emu_point(cfg, p, run_dir, say))
             say(f"  {_label(p)}: {_brief(summaries[-1])}")
     rows = sweep_rows(points, summaries, dirs, backend)
+    calibration = sweep_calibration(cfg, points, summaries)
+    if calibration and calibration["far"]:
+        say(f"note: the measured baseline ({calibration['baseline_iteration_time_s']:.3f} s) is "
+            f"{calibration['gap_pct']:+.1f} % off the calibration target "
+            f"({calibration['calibrate_step_s']:g} s)")
     store.write_csv(out / "sweep.csv", rows)
     store.write_json(out / "sweep.json", {
         "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
-        "wall_s": time.monotonic() - t0, "families": fit_families(rows),
-        "reference": artifact_reference(), "points": rows})
+        "calibration": calibration, "wall_s": time.monotonic() - t0,
+        "families": fit_families(rows), "reference": artifact_reference(), "points": rows})
     store.render_sweep(out)
     return rows
+
+
+def sweep_calibration(cfg: ExperimentConfig, points: Sequence[Point],
+                      summaries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """``sweep.json``'s ``calibration``: the target, the compute scale, the modelled step and
+    the measured baseline against the target (None when the workload is not calibrated)."""
+    target = cfg.workload.calibrate_step_s
+    if target is None:
+        return None
+    from testbed.results.summary import CALIBRATION_GAP_PCT, calibration_gap_pct
+
+    modeled = next((s["modeled_iteration_s"] for s in summaries
+                    if s.get("modeled_iteration_s") is not None), None)
+    base = next((s.get("iteration_time_s") for (_, mode, _), s
+                 in zip(points, summaries, strict=True) if mode == "baseline"), None)
+    gap = None if base is None else calibration_gap_pct(base, target)
+    return {"calibrate_step_s": target, "compute_scale": cfg.workload.compute_scale,
+            "modeled_iteration_s": modeled, "baseline_iteration_time_s": base, "gap_pct": gap,
+            "far": gap is not None and abs(gap) > CALIBRATION_GAP_PCT}
 
 
 def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],

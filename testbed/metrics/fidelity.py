@@ -4,13 +4,17 @@ During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU 
 the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
 After the run :func:`judge` compares what was achieved with what was configured: a run is
 ``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved their
-bytes markedly slower than the configured link rate, or calls lost bytes; the summary says why
-and whom it blames (:class:`Verdict`):
+bytes markedly slower than the configured link rate, calls lost bytes, the OCS's dark periods
+overran the switching delay, or switches went missing (:mod:`testbed.metrics.darktime`); the
+summary says why and whom it blames (:class:`Verdict`):
 
-* ``machine`` -- the CPU was saturated or stolen (and slow collectives on such a machine are its
-  doing too): the emulation could not keep up, rerun on a quieter machine or with slower links;
-* ``run`` -- calls lost bytes, or collectives were slow on a quiet machine: nothing excuses it;
-  the emulator, the replayer or the controller misbehaved;
+* ``machine`` -- the CPU was saturated or stolen (and slow collectives or overrunning dark
+  periods on such a machine are its doing too), or dark periods overran while threads waited
+  for a core (CPU pressure, :data:`CPU_PRESSURE_PCT`): the emulation could not keep up, rerun
+  on a quieter machine or with slower links;
+* ``run`` -- calls lost bytes, collectives were slow or dark periods overran on a quiet machine
+  (no saturation, steal or CPU pressure), or the OCS app and the controller disagree on the
+  switches: nothing excuses it; the emulator, the replayer or the controller misbehaved;
 * ``none`` -- the run is ``ok``.
 
 A degraded run is never presented as a clean result, and a test may skip a run only when the
@@ -39,6 +43,7 @@ from typing import Any
 import psutil
 
 from emulator.naming import MAX_EMULATED_RANKS
+from testbed.metrics.darktime import DarkCheck
 
 AGGREGATE_MBPS_PER_CORE = 50.0
 MIN_LINK_MBPS = 2.0
@@ -51,6 +56,13 @@ CPU_SATURATED_PCT = 92.0
 #: own CPU use looks moderate (measured on this 2-core VM, 4 ranks at 8 Mbit/s: 14 % steal left
 #: iterations as on a quiet host, 30 % made them 1.4x as long, 47 % 2-3x).
 CPU_STEAL_PCT = 20.0
+#: Share of the run's time during which some thread waited for a core (Linux pressure stall
+#: information, ``/proc/pressure/cpu``) above which an overrun of the OCS's dark periods is the
+#: machine's: ovs-vswitchd and the OCS app's os-ken threads are ordinary threads, and the
+#: app's confirmation of a switch waits for each of them in turn (measured on this 2-core
+#: machine shared with other jobs: pressure 95-99 %, dark-period error p99 4-86 ms at 10 ms).
+CPU_PRESSURE_PCT = 10.0
+PSI_CPU = Path("/proc/pressure/cpu")
 THROUGHPUT_RATIO_MIN = 0.7
 RANK_MEMORY_MB = 70.0  # resident memory of one replayer (Python, ZeroMQ, threads), measured
 MAX_RANKS_PER_CORE = 24
@@ -101,6 +113,20 @@ class CpuSample:
     machine_pct: float
     emulator_pct: float
     steal_pct: float = 0.0  # time the hypervisor ran other guests (Linux VMs; else 0)
+    pressure_total_us: int | None = None  # PSI "some" stall total (None: no PSI)
+
+
+def cpu_pressure_total_us(path: Path = PSI_CPU) -> int | None:
+    """Microseconds some thread has waited for a core since boot (PSI), None if unavailable."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some "):
+            fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+            return int(fields["total"]) if "total" in fields else None
+    return None
 
 
 @dataclass
@@ -146,7 +172,8 @@ class CpuSampler:
             times = psutil.cpu_times_percent(None)
             busy = 100.0 - times.idle - getattr(times, "iowait", 0.0)
             steal = float(getattr(times, "steal", 0.0))
-            self.samples.append(CpuSample(time.time(), busy, total, steal))
+            self.samples.append(CpuSample(time.time(), busy, total, steal,
+                                          cpu_pressure_total_us()))
 
     def summary(self) -> dict[str, Any]:
         if not self.samples:
@@ -157,7 +184,17 @@ class CpuSampler:
         return {"samples": len(self.samples), "machine_cpu_mean_pct": sum(machine) / len(machine),
                 "machine_cpu_max_pct": max(machine),
                 "machine_steal_mean_pct": sum(steal) / len(steal),
+                "machine_cpu_pressure_pct": self._pressure_pct(),
                 "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count()}
+
+    def _pressure_pct(self) -> float | None:
+        """Share (%) of the sampled time during which some thread waited for a core."""
+        first, last = self.samples[0], self.samples[-1]
+        if first.pressure_total_us is None or last.pressure_total_us is None \
+                or last.t_s <= first.t_s:
+            return None
+        stalled_s = (last.pressure_total_us - first.pressure_total_us) / 1e6
+        return min(100.0, 100.0 * stalled_s / (last.t_s - first.t_s))  # clocks read apart
 
 
 def vswitchd_pids() -> list[int]:
@@ -213,8 +250,11 @@ SIMULATED = Verdict("simulated")
 
 
 def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
-          calls: int, calls_delivered: int) -> Verdict:
-    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring)."""
+          calls: int, calls_delivered: int, dark: DarkCheck | None = None) -> Verdict:
+    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring).
+
+    ``dark``: the run's dark periods (None: not an emulated OCS run, nothing to check).
+    """
     reasons = []
     mean = cpu.get("machine_cpu_mean_pct")
     saturated = mean is not None and mean > CPU_SATURATED_PCT
@@ -238,6 +278,21 @@ def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
     if calls_delivered < calls:
         reasons.append(Reason(RUN, f"{calls - calls_delivered} of {calls} calls did not "
                               "deliver every byte"))
+    overrun = dark.overrun() if dark is not None else None
+    if overrun:
+        pressure = cpu.get("machine_cpu_pressure_pct")
+        contended = pressure is not None and pressure > CPU_PRESSURE_PCT
+        if saturated or stolen or contended:
+            text = f"{overrun}: Open vSwitch and the OCS app waited for the CPU"
+            if contended:
+                text += f" (some thread waited for a core {pressure:.0f} % of the run)"
+            reasons.append(Reason(MACHINE, text))
+        else:
+            reasons.append(Reason(RUN, f"{overrun} although the machine's CPU was neither "
+                                  "saturated, stolen nor contended"))
+    missing = dark.missing() if dark is not None else None
+    if missing:
+        reasons.append(Reason(RUN, missing))
     return Verdict("degraded" if reasons else "ok", tuple(reasons))
 
 

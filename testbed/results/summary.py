@@ -9,20 +9,43 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from testbed.experiment.prepare import Prepared
+from testbed.experiment.config import RunSettings
 from testbed.metrics.compute import compute_metrics, rail_state_counts
+from testbed.metrics.darktime import DarkCheck, dark_text
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
 
-def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
+class RunFacts(Protocol):
+    """What the end of a run needs from its preparation (a generated schedule's
+    :class:`~testbed.experiment.prepare.Prepared`, or a torch job's)."""
+
+    @property
+    def config(self) -> RunSettings: ...
+
+    @property
+    def link_mbps(self) -> float: ...
+
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def modeled_iteration_s(self) -> float | None: ...
+
+
+def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
                wall_s: float, *, num_rails: int, ranks_rail0: list[int],
-               backend: str = "emu") -> dict[str, Any]:
-    """Metrics, fidelity verdict, tables, summary and plots of a finished run."""
+               backend: str = "emu", dark: DarkCheck | None = None) -> dict[str, Any]:
+    """Metrics, fidelity verdict, tables, summary and plots of a finished run.
+
+    ``dark``: the emulated OCS's dark periods (None on the sim backend, whose switches last
+    the delay exactly, and without an OCS).
+    """
     cfg = prep.config
+    workload = getattr(cfg, "workload", None)  # a torch job has none
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
                         scale=prep.scale, num_rails=num_rails)
     compute_rows = [{"rank": r["rank"], "it": r["it"], "op": r["i"], "t_start": r["t_start"],
@@ -33,19 +56,23 @@ def finish_run(out: Path, prep: Prepared, records: list[dict[str, Any]],
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
-    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"])
-               if backend == "emu" else SIMULATED)
+    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"],
+                     dark) if backend == "emu" else SIMULATED)
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
                "semantics": cfg.effective_semantics,
                "request_points": cfg.effective_request_points,
                "ports_per_rank": cfg.effective_ports_per_rank, "link_mbps": prep.link_mbps,
-               "scale": prep.scale, "world_size": prep.schedule.world_size,
+               "scale": prep.scale, "world_size": manifest["world_size"],
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
                **s, **verdict.to_summary(), "cpu": cpu,
-               "modeled_iteration_s": prep.modeled_iteration_s, "wall_s": wall_s,
+               "modeled_iteration_s": prep.modeled_iteration_s,
+               "calibrate_step_s": workload.calibrate_step_s if workload else None,
+               "compute_scale": workload.compute_scale if workload else None,
+               "dark_error_ms": dark.to_summary() if dark is not None else None,
+               "wall_s": wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
@@ -88,7 +115,38 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['link_mbps']:g} Mbit/s",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if summary["backend"] == "emu":
+        lines.insert(-1, f"dark periods        {dark_text(summary.get('dark_error_ms'))}")
+    if summary.get("calibrate_step_s") is not None:
+        lines.insert(2, f"calibration         {_calibration_text(summary)}")
+    if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run
+        lines.append(f"losses              max |rails - loopback| = "
+                     f"{summary['loss_max_abs_diff']} over {summary['losses_compared']} "
+                     "(rank, step) losses")
     return "\n".join(lines)
+
+
+#: A measured baseline further than this from the calibration target is pointed out.
+CALIBRATION_GAP_PCT = 3.0
+
+
+def calibration_gap_pct(baseline_s: float, target_s: float) -> float:
+    """How far a measured baseline step is from the calibration target, in %."""
+    return 100.0 * (baseline_s / target_s - 1.0)
+
+
+def _calibration_text(summary: dict[str, Any]) -> str:
+    """The compute scale, the modelled step it gives, and the measured baseline against it."""
+    target = summary["calibrate_step_s"]
+    text = (f"compute x{summary['compute_scale']:.4f}: modelled electrical step "
+            f"{summary['modeled_iteration_s']:.3f} s (target {target:g} s)")
+    base = summary.get("iteration_time_s" if summary["mode"] == "baseline"
+                       else "baseline_iteration_time_s")
+    if base is None:
+        return text
+    gap = calibration_gap_pct(base, target)
+    far = f", more than {CALIBRATION_GAP_PCT:g} % off" if abs(gap) > CALIBRATION_GAP_PCT else ""
+    return f"{text}; measured baseline {base:.3f} s ({gap:+.1f} %{far})"
 
 
 def _fidelity_text(summary: dict[str, Any]) -> str:

@@ -1,1 +1,2 @@
-"""PyTorch jobs on the emulated rails: capture of a torch run into the workload format."""
+"""PyTorch jobs on the emulated rails: the opus backend, its launcher and runner, and the
+capture of a torch run into the workload format."""
