@@ -226,7 +226,7 @@ class _State(enum.Enum):
     ACTIVE = "active"
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class _Instance:
     group: _Group
     seq: int
@@ -248,6 +248,24 @@ class _Instance:
     in_queue: bool = False
     in_ready: bool = False
     settled_tick: int = -1
+
+    def __init__(self, group: _Group, seq: int, t_first_s: float) -> None:
+        # the generated __init__ minus its factory calls and keyword handling (one per call)
+        self.group = group
+        self.seq = seq
+        self.t_first_s = t_first_s
+        self.kind = self.axis = ""
+        self.size_bytes = 0
+        self.real = {}
+        self.spec = set()
+        self.acked = set()
+        self.completed = set()
+        self.state = _State.GATHER
+        self.order = 0
+        self.circuits = frozenset()
+        self.decision_id = -1
+        self.spec_tried = self.in_queue = self.in_ready = False
+        self.settled_tick = -1
 
     @property
     def asked(self) -> int:
@@ -563,7 +581,8 @@ class OpusCore:
         completed.add(rank)
         done_seq = job.done_seq
         key = (rank, group_id)
-        done_seq[key] = max(seq, done_seq.get(key, -1))
+        if seq > done_seq.get(key, -1):
+            done_seq[key] = seq
         out.events.append({"event": "complete", "t_s": now, "job": job_id, "rank": rank,
                            "group": group_id, "seq": seq})
         if len(completed) >= grp.n_members:
@@ -780,7 +799,7 @@ class OpusCore:
         return job, grp
 
     def _new_instance(self, grp: _Group, seq: int, now: float) -> _Instance:
-        inst = _Instance(grp, seq, t_first_s=now)
+        inst = _Instance(grp, seq, now)
         grp.instances[seq] = inst
         return inst
 
@@ -805,8 +824,12 @@ class OpusCore:
         if n_real + len(inst.spec) >= n_members and (n_real or not inst.spec_tried):
             self._order += 1
             inst.order = self._order
-            self._enqueue(inst)
-            self._pump(now, out)
+            if self._queue:
+                self._enqueue(inst)
+                self._pump(now, out)
+            elif not self._serve(inst, now, out):  # alone: no wait lines unless it waits
+                self._enqueue(inst)
+                inst.settled_tick = self._tick
 
     def _queued_conflict(self, inst: _Instance) -> bool:
         """A queued call of the job with real asks shares a rank with ``inst``."""
@@ -1047,27 +1070,35 @@ class OpusCore:
             if self._blocked(inst) or self._settled(inst):
                 continue
             self._scan_key = (spec_only, order)
-            grp = inst.group
-            lit = self._lit(grp)
-            if lit is not None:
-                self._dequeue(inst)
-                inst.state = _State.GATHER
-                if len(inst.real) >= len(grp.members):
-                    self._activate(inst, lit, now, out, reconfigured=False)
-                else:
-                    inst.spec_tried = True  # provisioned already; ack once everyone asked
-                continue
-            plan = self._plan(grp, now)
-            if plan is None:
-                inst.settled_tick = self._tick  # waits until something it needs changes
-                continue
-            self._dequeue(inst)
-            self._dispatch(inst, plan, now, out)
+            self._serve(inst, now, out)
         self._scan_key = None
         if self._later:  # touched behind the scan's position: looked at by the next pump
             for entry in self._later:
                 heapq.heappush(ready, entry)
             self._later.clear()
+
+    def _serve(self, inst: _Instance, now: float, out: Output) -> bool:
+        """Serve a ready call if it can go now (a queued one leaves the queue): ack it when its
+        circuits are lit, switch them when a plan fits; False when it has to wait."""
+        grp = inst.group
+        lit = self._lit(grp)
+        if lit is not None:
+            if inst.in_queue:
+                self._dequeue(inst)
+            inst.state = _State.GATHER
+            if len(inst.real) >= grp.n_members:
+                self._activate(inst, lit, now, out, reconfigured=False)
+            else:
+                inst.spec_tried = True  # provisioned already; ack once everyone asked
+            return True
+        plan = self._plan(grp, now)
+        if plan is None:
+            inst.settled_tick = self._tick  # waits until something it needs changes
+            return False
+        if inst.in_queue:
+            self._dequeue(inst)
+        self._dispatch(inst, plan, now, out)
+        return True
 
     # ---------------------------------------------------------- FCFS queue
 
