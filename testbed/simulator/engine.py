@@ -139,11 +139,11 @@ class _Lane:
 
 
 class _Rank:
-    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "lanes_by_name", "left",
+    __slots__ = ("by_tag", "done", "expect", "first", "inbox", "lanes", "lanes_by_name", "left",
                  "mirror_box", "mirror_wait", "ops", "positions", "profile", "rank", "seq",
                  "started", "t_start", "wait_go", "waiters")
 
-    def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
+    def __init__(self, rank: int, ops: list[PlanOp], iterations: int, first: int = 0) -> None:
         self.rank = rank
         self.ops = ops
         self.positions: dict[int, tuple[int, int]] | None = None  # for predictions, lazily
@@ -153,13 +153,16 @@ class _Rank:
         for op in ops:
             by_lane.setdefault(op.lane, []).append(op)
         self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
+        self.first = first  # the iteration it starts at (after a failover: where it resumes)
+        for lane in self.lanes:
+            lane.it = first
         self.lanes_by_name = {ln.name: ln for ln in self.lanes}
         self.by_tag = {op.tag: op for op in ops if op.is_call}
         self.done = [bytearray(len(ops)) for _ in range(iterations)]
         self.left = [len(ops)] * iterations
         self.waiters: dict[tuple[int, int], list[_Lane]] = {}
         self.wait_go: list[_Lane] = []
-        self.started = -1
+        self.started = first - 1
         self.t_start = 0.0
         # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
         self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}
@@ -188,8 +191,7 @@ class PlanSimulation:
                  switching_delay: float | str, iterations: int, network: NetworkModel,
                  gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
                  mirrors: Mapping[int, Sequence[Mirror]] | None = None,
-                 semantics: str = PORT_EXACT) -> None:
-        self.clock = VirtualClock()
+                 semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
@@ -202,10 +204,14 @@ class PlanSimulation:
         data_mode = "electrical" if self.electrical or self.rail_state else "ocs"
         if self.rail_state:
             ports.update(dict.fromkeys(shadow_rails(*job_shape(job)), SHADOW_PORTS))
-        self.driver = SimOcsDriver(
-            ports, 0.0 if self.electrical else switching_delay, clock=self.clock,
+        # ``driver``: a prepared one (more ports than the job's: spares; faults), on a
+        # VirtualClock at 0
+        self.driver = driver or SimOcsDriver(
+            ports, 0.0 if self.electrical else switching_delay, clock=VirtualClock(),
             jitter_ms=jitter_ms, seed=seed, mode="ocs",
             mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
+        assert isinstance(self.driver.clock, VirtualClock)
+        self.clock: VirtualClock = self.driver.clock
         self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
@@ -338,7 +344,7 @@ class PlanSimulation:
         st.started += 1
         st.profile.mark_iteration()
         st.t_start = self.now
-        lanes = st.lanes if st.started == 0 else st.wait_go
+        lanes = st.lanes if st.started == st.first else st.wait_go
         st.wait_go = []
         for lane in lanes:
             self._advance(lane)

@@ -53,22 +53,27 @@ class CircuitInvariants:
     """Checks one job's run on one simulated OCS (see the module docstring)."""
 
     def __init__(self, job: JobSpec, driver: SimOcsDriver) -> None:
-        self.job = job
         self.driver = driver
         #: the circuits of every request sent (committed once the driver accepted it)
         self.circuits = CrossconnectState({d.rail: d.ports for d in driver.describe()})
         self._optical = frozenset(d.rail for d in driver.describe() if d.mode == "ocs")
         self._peers = {rail: self.circuits.peers(rail) for rail in self.circuits.rails}
-        self._ports = {r: rp.ports for r, rp in job.ranks.items()}
-        # (rail, port) -> (its rank, its index among the rank's ports)
-        self._owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
-                       for i, p in enumerate(rp.ports)}
         self._last_decision: dict[int, int] = {}  # rail -> id of the last decision sent
-        self._active: dict[CallKey, _ActiveCall] = {}
         # only a request changes a port's circuit or light: a group's check holds until one
         # touches a port of its members (group -> (requests so far, circuits' ports))
         self._requests = 0
         self._touched: dict[Port, int] = {}  # port -> requests so far when last touched
+        self.rebind(job)
+
+    def rebind(self, job: JobSpec) -> None:
+        """Check ``job`` from now on (a failover registered the job again, its failed rank on a
+        spare's ports); the calls before were abandoned, so none is active any more."""
+        self.job = job
+        self._ports = {r: rp.ports for r, rp in job.ranks.items()}
+        # (rail, port) -> (its rank, its index among the rank's ports)
+        self._owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
+                       for i, p in enumerate(rp.ports)}
+        self._active: dict[CallKey, _ActiveCall] = {}
         self._checked: dict[str, tuple[int, frozenset[Port]]] = {}
         self._member_ports: dict[str, tuple[Port, ...]] = {}
         self._users: dict[Port, int] = {}  # port -> active calls using its circuit
