@@ -7,7 +7,10 @@
 * ``core_intents_per_s``: decision throughput of the pure core for a 1024-rank job (8 GPUs per
   server, 8 rails, 2 ports per rank and rail) alternating DP rings and PP pairs, switching
   circuits at the first call of every phase (4 calls per phase, as per-layer collectives); the
-  driver is replaced by immediate light. Best of 3 runs (the machine is shared).
+  driver is replaced by immediate light. Best of 3 runs (the machine is shared);
+* ``queue``: the cost of the core's operations beside a queue of waiting calls, at two depths
+  (:func:`bench_queue`): equal figures at 100 and 10 000 calls mean completion, first-come-
+  first-served admission and the provisioning lookups do not grow with the queue.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import multiprocessing
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from controller.core import CoreConfig, Intent, OpusCore, Output
@@ -141,20 +145,99 @@ def bench_core(iterations: int = 4, calls_per_phase: int = 4,
             "decisions": float(core.counters["decisions"]), "acks": float(core.counters["acks"])}
 
 
+def _light_all(core: OpusCore, out: Output, now: float) -> None:
+    """Light every decision of ``out`` at once (and of the outputs lighting them produces)."""
+    pending = [out]
+    while pending:
+        for d in pending.pop().decisions:
+            pending.append(core.reconfig_done(d.decision_id, [_lit(rc, now) for rc in d.reconfs],
+                                              now))
+
+
+def bench_queue(depth: int, rounds: int = 500) -> dict[str, float]:
+    """Microseconds per core operation while ``depth`` calls wait in the queue.
+
+    One rail, one port per rank. Blocker pairs ``(2i+1, 2i+2)`` are lit and running (their
+    circuits protected); waiting pairs ``(2i, 2i+1)`` then ask (rank 2i+1 finished its part of
+    the blocker), so each needs a port a running call holds: ``depth`` calls queue. Beside
+    them a probe pair, lit, runs ``rounds`` calls with provisioning: two intents (admitted
+    first-come-first-served: no older queued call shares its ranks, so it is acked at once)
+    and two completions, each carrying the rank's predicted next call (a speculative ask).
+    Then every blocker finishes and the waiting calls are switched and lit (``served_us``: per
+    waiting call, completions and decisions included).
+    """
+    n_pairs = depth + 1
+    probe = (2 * n_pairs + 1, 2 * n_pairs + 2)
+    groups = [CommGroup(f"b{i}", "dp", (2 * i + 1, 2 * i + 2), "pairs") for i in range(depth)]
+    groups += [CommGroup(f"w{i}", "pp", (2 * i, 2 * i + 1), "pairs") for i in range(depth)]
+    groups.append(CommGroup("probe", "pp", probe, "pairs"))
+    job = JobSpec.rail_optimized("bench-queue", probe[1] + 1, 1, 1, groups)
+    from controller.ocs import RailDescription
+
+    rails = [RailDescription(rail, tuple(sorted(ps)), 10.0)
+             for rail, ps in sorted(job.ports_by_rail.items())]
+    core = OpusCore(rails, CoreConfig(provisioning=True))
+    jid = job.job_id
+    core.register_job(job, 0.0)
+    now = 0.0
+    for gid in [f"b{i}" for i in range(depth)] + ["probe"]:
+        for r in job.groups[gid].ranks:
+            _light_all(core, core.intent(Intent(jid, r, gid, 0), now), now)
+    for r in probe:
+        core.complete(jid, r, "probe", 0, now)
+    for i in range(depth):
+        core.complete(jid, 2 * i + 1, f"b{i}", 0, now)
+        for r in (2 * i, 2 * i + 1):
+            _light_all(core, core.intent(Intent(jid, r, f"w{i}", 0), now), now)
+    queued = sum(1 for p in core.pending() if p[3] == "queued")
+    if queued != depth:
+        raise RuntimeError(f"queue benchmark: {queued} calls queued, expected {depth}")
+    t0 = time.perf_counter()
+    for seq in range(1, rounds + 1):
+        for r in probe:
+            core.intent(Intent(jid, r, "probe", seq), now)
+    t_intents = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for seq in range(1, rounds + 1):
+        for r in probe:
+            _light_all(core, core.complete(jid, r, "probe", seq, now,
+                                           next_intent=Intent(jid, r, "probe", seq + 1)), now)
+    t_completes = time.perf_counter() - t0
+    acks = core.counters["acks"]
+    t0 = time.perf_counter()
+    for i in range(depth):
+        _light_all(core, core.complete(jid, 2 * i + 2, f"b{i}", 0, now), now)
+    t_served = time.perf_counter() - t0
+    served = core.counters["acks"] - acks
+    if served != 2 * depth:
+        raise RuntimeError(f"queue benchmark: {served} acks after the drain, expected {2 * depth}")
+    return {"depth": float(depth), "intent_us": t_intents / (2 * rounds) * 1e6,
+            "complete_us": t_completes / (2 * rounds) * 1e6,
+            "served_us": t_served / depth * 1e6 if depth else 0.0}
+
+
 def _lit(rc: Reconfiguration, now: float) -> ApplyResult:
     added: frozenset[Circuit] = rc.add
     return ApplyResult(rc.rail, added, rc.remove, now, now, now)
 
 
-def run_intents_bench(n_calls: int = 2000, iterations: int = 4,
-                      repeats: int = 3) -> dict[str, Any]:
-    """The figures of ``opus-testbed bench intents --json`` (core: best of ``repeats`` runs)."""
+QUEUE_DEPTHS = (100, 10_000)
+
+
+def run_intents_bench(n_calls: int = 2000, iterations: int = 4, repeats: int = 3,
+                      queue_depths: Sequence[int] = QUEUE_DEPTHS) -> dict[str, Any]:
+    """The figures of ``opus-testbed bench intents --json`` (core: best of ``repeats`` runs;
+    queue rows: one run per depth)."""
     ack = bench_ack_latency(n_calls)
     core = max((bench_core(iterations) for _ in range(repeats)),
                key=lambda r: r["intents_per_s"])
+    queue = [bench_queue(depth) for depth in queue_depths]
     return {
         "ack_ms": {"p50": round(ack["p50"], 4), "p99": round(ack["p99"], 4)},
         "core_intents_per_s": round(core["intents_per_s"]),
+        "queue": [{"depth": int(q["depth"]), "intent_us": round(q["intent_us"], 2),
+                   "complete_us": round(q["complete_us"], 2),
+                   "served_us": round(q["served_us"], 2)} for q in queue],
         "detail": {"ack_samples": int(ack["n"]), "ack_mean_ms": round(ack["mean"], 4),
                    "core_intents": int(core["intents"]), "core_decisions": int(core["decisions"]),
                    "core_acks": int(core["acks"]), "core_ranks": 1024},

@@ -55,6 +55,8 @@ acks and completions are shared; serving, switching and provisioning of a rail-s
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,7 +110,7 @@ class CoreConfig:
                    semantics=semantics)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Intent:
     """One rank's request for the circuits of one collective call."""
 
@@ -120,12 +122,24 @@ class Intent:
     size_bytes: int = 0
     axis: str = ""
 
+    def __init__(self, job_id: str, rank: int, group_id: str, seq: int, kind: str = "",
+                 size_bytes: int = 0, axis: str = "") -> None:
+        # the generated __init__ of a frozen class, at half its cost (one per intent)
+        s_job, s_rank, s_group, s_seq, s_kind, s_size, s_axis = _INTENT_SETTERS
+        s_job(self, job_id)
+        s_rank(self, rank)
+        s_group(self, group_id)
+        s_seq(self, seq)
+        s_kind(self, kind)
+        s_size(self, size_bytes)
+        s_axis(self, axis)
+
     def to_json(self) -> dict[str, object]:
         return {"job": self.job_id, "rank": self.rank, "group": self.group_id, "seq": self.seq,
                 "kind": self.kind, "size_bytes": self.size_bytes, "axis": self.axis}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Ack:
     """The circuits of ``group_id``'s call ``seq`` are lit: ``rank`` may start."""
 
@@ -135,6 +149,26 @@ class Ack:
     group_id: str
     seq: int
     reconfigured: bool
+
+    def __init__(self, ref: object, job_id: str, rank: int, group_id: str, seq: int,
+                 reconfigured: bool) -> None:
+        # the generated __init__ of a frozen class, at half its cost (one per acked rank)
+        s_ref, s_job, s_rank, s_group, s_seq, s_reconfigured = _ACK_SETTERS
+        s_ref(self, ref)
+        s_job(self, job_id)
+        s_rank(self, rank)
+        s_group(self, group_id)
+        s_seq(self, seq)
+        s_reconfigured(self, reconfigured)
+
+
+def _slot_setters(cls: type, names: str) -> tuple[Any, ...]:
+    """The ``__set__`` of each named slot of ``cls``: how a frozen class sets its own fields."""
+    return tuple(cls.__dict__[name].__set__ for name in names.split())
+
+
+_INTENT_SETTERS = _slot_setters(Intent, "job_id rank group_id seq kind size_bytes axis")
+_ACK_SETTERS = _slot_setters(Ack, "ref job_id rank group_id seq reconfigured")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +226,7 @@ class _State(enum.Enum):
     ACTIVE = "active"
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class _Instance:
     group: _Group
     seq: int
@@ -209,6 +243,29 @@ class _Instance:
     decision_id: int = -1
     spec_tried: bool = False
     t_first_s: float = 0.0
+    # FCFS bookkeeping while QUEUED (OpusCore._enqueue): in the queue; waiting in the heap of
+    # calls to look at again; the tick at which it last waited (plan None) with nothing changed
+    in_queue: bool = False
+    in_ready: bool = False
+    settled_tick: int = -1
+
+    def __init__(self, group: _Group, seq: int, t_first_s: float) -> None:
+        # the generated __init__ minus its factory calls and keyword handling (one per call)
+        self.group = group
+        self.seq = seq
+        self.t_first_s = t_first_s
+        self.kind = self.axis = ""
+        self.size_bytes = 0
+        self.real = {}
+        self.spec = set()
+        self.acked = set()
+        self.completed = set()
+        self.state = _State.GATHER
+        self.order = 0
+        self.circuits = frozenset()
+        self.decision_id = -1
+        self.spec_tried = self.in_queue = self.in_ready = False
+        self.settled_tick = -1
 
     @property
     def asked(self) -> int:
@@ -239,6 +296,7 @@ class _Group:
                      ...] = ()
     rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
     owns_last: bool = False  # every (rail, rank) of ours has us as its last group (_activate)
+    touch_tick: int = -1  # a port of a circuit in our cache that no member owns changed then
     alive: bool = True  # False once its job is unregistered (a decision may still be in flight)
 
     def __post_init__(self) -> None:
@@ -267,6 +325,28 @@ class _Job:
 
 
 @dataclass(eq=False, slots=True)
+class _WaitLine:
+    """The queued calls of one job that involve one rank: first-come-first-served is per rank.
+
+    ``reals``: a heap of ``(order, call)`` of the calls with real asks; entries of calls that
+    left the queue are dropped lazily. ``specs``: the calls only speculative asks made ready.
+    """
+
+    reals: list[tuple[int, _Instance]] = field(default_factory=list)
+    specs: dict[_Instance, None] = field(default_factory=dict)
+
+    def head(self) -> _Instance | None:
+        """The oldest queued call with real asks: it blocks every later call on this rank."""
+        reals = self.reals
+        while reals:
+            order, inst = reals[0]
+            if inst.in_queue and inst.order == order:
+                return inst
+            heapq.heappop(reals)
+        return None
+
+
+@dataclass(eq=False, slots=True)
 class _RailStateJob:
     """A rail-state job: its bit model, its groups' bit operations, its calls that switch."""
 
@@ -281,7 +361,16 @@ class _RailStateJob:
 
 
 class OpusCore:
-    """The pure Opus scheduler for one set of rails (one OCS driver)."""
+    """The pure Opus scheduler for one set of rails (one OCS driver).
+
+    FCFS in time that does not grow with the queue: a queued call is looked at again only when
+    something it depends on changed — a port of one of its ranks (a circuit added, removed,
+    darkened, lit, protected or released; ports name their owner rank), the port owners (a job
+    registered or unregistered), or an older call that blocked it on a shared rank left the
+    queue. Every other queued call would wait again if looked at (its plan fails as before, or
+    an older call still blocks it), so the full scan of the paper's FCFS rule and this one make
+    the same decisions in the same order (the golden traces pin it).
+    """
 
     def __init__(
         self,
@@ -303,9 +392,23 @@ class OpusCore:
         self._dark: dict[tuple[int, int], int] = {}  # (rail, port) -> decision id
         self._dark_keys: dict[int, list[tuple[int, int]]] = {}
         self._inflight: dict[int, tuple[Decision, _Instance]] = {}
-        self._queue: list[_Instance] = []
-        self._deferred: dict[_Instance, None] = {}  # lit-on-arrival asks waiting for FCFS
-        self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
+        self._queue: dict[_Instance, None] = {}  # the QUEUED calls
+        self._lines: dict[int, dict[str, _WaitLine]] = {}  # rank -> job -> its queued calls
+        # queued calls to look at again, as a heap in FCFS order ((not real, order), ...);
+        # a call touched during a scan before the scan's position waits for the next pump
+        self._ready: list[tuple[bool, int, int, _Instance]] = []
+        self._later: list[tuple[bool, int, int, _Instance]] = []
+        self._scan_key: tuple[bool, int] | None = None
+        self._entry_ids = itertools.count()
+        # change ticks: per rank (of any job: rank pairs index circuits), and of all ports
+        self._tick = 0
+        self._rank_tick: dict[int, int] = {}
+        self._all_tick = 0
+        # (rail, port) -> groups whose circuit cache holds a circuit on that port although no
+        # member owns it (rank pairs match ranks of any job): planning may reuse it
+        self._cached_at: dict[tuple[int, int], set[_Group]] = {}
+        # (job, rank) -> the calls it asked for speculatively, in the order it asked
+        self._spec_of: dict[tuple[str, int], dict[_Instance, None]] = {}
         self._last_used_s: dict[Circuit, float] = {}
         self._served_axis: dict[Circuit, str] = {}  # the parallelism a circuit last carried
         # circuits a failed decision could not restore (their port was claimed by a later
@@ -396,7 +499,13 @@ class OpusCore:
                                      f"job {job_id} was unregistered")
                 if inst.state is _State.ACTIVE:
                     self._unprotect(inst, now)
-        self._queue = [i for i in self._queue if i.group.job_id != job_id]
+        for inst in [i for i in self._queue if i.group.job_id == job_id]:
+            del self._queue[inst]  # (its state stays QUEUED: its group is dead)
+            inst.in_queue = inst.in_ready = False
+        for by_job in self._lines.values():
+            by_job.pop(job_id, None)
+        for groups in self._cached_at.values():
+            groups.difference_update(job.groups.values())
         for key in [k for k, v in self._owner.items() if v[0] == job_id]:
             del self._owner[key]
         self._rekey_pairs()
@@ -446,7 +555,10 @@ class OpusCore:
         inst.kind, inst.size_bytes, inst.axis = kind, size_bytes, axis
         if inst.spec:
             inst.spec.discard(rank)
+        turns_real = not inst.real and inst.in_queue
         inst.real[rank] = ref
+        if turns_real:
+            self._queued_turns_real(inst)
         state = inst.state
         if state is _State.ACTIVE:
             self._ack(inst, out, now)
@@ -472,14 +584,15 @@ class OpusCore:
         completed.add(rank)
         done_seq = job.done_seq
         key = (rank, group_id)
-        done_seq[key] = max(seq, done_seq.get(key, -1))
+        if seq > done_seq.get(key, -1):
+            done_seq[key] = seq
         out.events.append({"event": "complete", "t_s": now, "job": job_id, "rank": rank,
                            "group": group_id, "seq": seq})
         if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
         if next_intent is not None and self.config.provisioning and self._rs is None:
             self._speculate(next_intent, now, out, ref)
-        if self._queue or self._deferred:
+        if self._queue:
             self._pump(now, out)
         return out
 
@@ -707,7 +820,7 @@ class OpusCore:
         return job, grp
 
     def _new_instance(self, grp: _Group, seq: int, now: float) -> _Instance:
-        inst = _Instance(grp, seq, t_first_s=now)
+        inst = _Instance(grp, seq, now)
         grp.instances[seq] = inst
         return inst
 
@@ -723,28 +836,32 @@ class OpusCore:
         """A GATHER instance got a new ask: ack when all asked and lit, else queue when ready."""
         n_members = inst.group.n_members
         n_real = len(inst.real)
-        if n_real >= n_members:
-            if self._queue and self._queued_conflict(inst):
-                self._deferred[inst] = None  # an earlier request on its ranks goes first
-            else:
-                lit = self._lit(inst.group)
-                if lit is not None:
-                    self._activate(inst, lit, now, out, reconfigured=False)
-                    return
+        # lit on arrival: ack at once, unless an older queued call on its ranks goes first
+        if n_real >= n_members and not (self._queue and self._queued_conflict(inst)):
+            lit = self._lit(inst.group)
+            if lit is not None:
+                self._activate(inst, lit, now, out, reconfigured=False)
+                return
         if n_real + len(inst.spec) >= n_members and (n_real or not inst.spec_tried):
             self._order += 1
             inst.order = self._order
-            inst.state = _State.QUEUED
-            self._queue.append(inst)
-            self._pump(now, out)
+            if self._queue:
+                self._enqueue(inst)
+                self._pump(now, out)
+            elif not self._serve(inst, now, out):  # alone: no wait lines unless it waits
+                self._enqueue(inst)
+                inst.settled_tick = self._tick
 
     def _queued_conflict(self, inst: _Instance) -> bool:
-        if not self._queue:
-            return False
-        members = inst.group.members
+        """A queued call of the job with real asks shares a rank with ``inst``."""
         job_id = inst.group.job_id
-        return any(q.real and q.group.job_id == job_id and not members.isdisjoint(q.group.members)
-                   for q in self._queue)
+        lines = self._lines
+        for r in inst.group.members:
+            by_job = lines.get(r)
+            line = by_job.get(job_id) if by_job else None
+            if line is not None and line.head() is not None:
+                return True
+        return False
 
     def _lit(self, grp: _Group) -> frozenset[Circuit] | None:
         """The circuits that realise the group's demand now, or None if some are missing/dark."""
@@ -820,12 +937,20 @@ class OpusCore:
             avoided_rails.clear()
         for c in circuits:
             protect[c] = protect.get(c, 0) + 1
+        if self._queue:
+            self._touch_circuits(circuits)
         if reconfigured:
             owner = self._owner
+            cache = grp.cache
             for c in circuits:
-                a = owner[(c.rail, c.port_a)][1]
-                b = owner[(c.rail, c.port_b)][1]
-                grp.cache[(c.rail, (a, b) if a < b else (b, a))] = c
+                oa = owner[(c.rail, c.port_a)]
+                ob = owner[(c.rail, c.port_b)]
+                a, b = oa[1], ob[1]
+                cache_key = (c.rail, (a, b) if a < b else (b, a))
+                if cache.get(cache_key) != c:
+                    cache[cache_key] = c
+                    if oa[0] != grp.job_id or ob[0] != grp.job_id:
+                        self._cache_foreign(grp, c)
         if avoided_rails:
             self.counters["avoided_reconfigurations"] += len(avoided_rails)
             out.events.append({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
@@ -873,6 +998,8 @@ class OpusCore:
             else:
                 protect[c] = n
             last_used[c] = now
+        if self._queue:
+            self._touch_circuits(inst.circuits)
         inst.circuits = frozenset()
 
     def _drop(self, inst: _Instance) -> None:
@@ -880,14 +1007,12 @@ class OpusCore:
         instances = grp.instances
         if instances.get(inst.seq) is inst:
             del instances[inst.seq]
-        if inst.state is _State.QUEUED:
-            self._queue.remove(inst)
-        if self._deferred:
-            self._deferred.pop(inst, None)
+        if inst.in_queue:
+            self._dequeue(inst)
         for rank in inst.spec:
             s = self._spec_of.get((grp.job_id, rank))
             if s is not None:
-                s.discard(inst)
+                s.pop(inst, None)
 
     # ---------------------------------------------------------- speculation
 
@@ -913,7 +1038,7 @@ class OpusCore:
         if nxt.rank in inst.real or inst.state is _State.ACTIVE:
             return
         inst.spec.add(nxt.rank)
-        self._spec_of.setdefault((nxt.job_id, nxt.rank), set()).add(inst)
+        self._spec_of.setdefault((nxt.job_id, nxt.rank), {})[inst] = None
         out.events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
                            "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes})
@@ -929,17 +1054,16 @@ class OpusCore:
         if not insts:
             return
         for inst in list(insts):
+            insts.pop(inst, None)
             if inst.group is grp and inst.seq == seq:
-                insts.discard(inst)
                 continue
-            insts.discard(inst)
             inst.spec.discard(rank)
             self.counters["mispredictions"] += 1
             out.events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
                                "predicted_group": inst.group.group_id, "predicted_seq": inst.seq,
                                "actual_group": grp.group_id, "actual_seq": seq})
             if inst.state is _State.QUEUED and not inst.ready:
-                self._queue.remove(inst)
+                self._dequeue(inst)
                 inst.state = _State.GATHER
             if inst.state is _State.GATHER and not inst.real and not inst.spec:
                 self._drop(inst)
@@ -948,47 +1072,191 @@ class OpusCore:
 
     def _pump(self, now: float, out: Output) -> None:
         """Serve the queue in FCFS order; a waiting real request blocks later ones it overlaps."""
-        if self._queue:
+        if self._ready:
             self._serve_queue(now, out)
-        if self._deferred:
-            for inst in list(self._deferred):
-                if inst.state is not _State.GATHER or not inst.real:
-                    del self._deferred[inst]
-                elif not self._queued_conflict(inst):
-                    del self._deferred[inst]
-                    lit = self._lit(inst.group)
-                    if lit is not None:
-                        self._activate(inst, lit, now, out, reconfigured=False)
 
     def _serve_queue(self, now: float, out: Output) -> None:
-        blocked: dict[str, set[int]] = {}
-        queue = (sorted(self._queue, key=lambda i: (not i.real, i.order))
-                 if len(self._queue) > 1 else list(self._queue))
-        for inst in queue:
-            grp = inst.group
-            held = blocked.get(grp.job_id)
-            if held and not held.isdisjoint(grp.members):
-                if inst.real:
-                    held.update(grp.members)
+        """Look at the queued calls that may go now, oldest first (real asks before speculative).
+
+        A call that shares a rank with an older waiting call with real asks is blocked; one
+        that waited with nothing changed since would wait again: both are passed over.
+        """
+        ready = self._ready
+        heappop = heapq.heappop
+        while ready:
+            spec_only, order, _, inst = heappop(ready)
+            if not inst.in_queue or inst.order != order or (not inst.real) is not spec_only:
+                continue  # left the queue, or was pushed again under its new key
+            inst.in_ready = False
+            if self._blocked(inst) or self._settled(inst):
                 continue
-            if inst.state is not _State.QUEUED:
-                continue
-            lit = self._lit(grp)
-            if lit is not None:
-                self._queue.remove(inst)
-                inst.state = _State.GATHER
-                if len(inst.real) >= len(grp.members):
-                    self._activate(inst, lit, now, out, reconfigured=False)
+            self._scan_key = (spec_only, order)
+            self._serve(inst, now, out)
+        self._scan_key = None
+        if self._later:  # touched behind the scan's position: looked at by the next pump
+            for entry in self._later:
+                heapq.heappush(ready, entry)
+            self._later.clear()
+
+    def _serve(self, inst: _Instance, now: float, out: Output) -> bool:
+        """Serve a ready call if it can go now (a queued one leaves the queue): ack it when its
+        circuits are lit, switch them when a plan fits; False when it has to wait."""
+        grp = inst.group
+        lit = self._lit(grp)
+        if lit is not None:
+            if inst.in_queue:
+                self._dequeue(inst)
+            inst.state = _State.GATHER
+            if len(inst.real) >= grp.n_members:
+                self._activate(inst, lit, now, out, reconfigured=False)
+            else:
+                inst.spec_tried = True  # provisioned already; ack once everyone asked
+            return True
+        plan = self._plan(grp, now)
+        if plan is None:
+            inst.settled_tick = self._tick  # waits until something it needs changes
+            return False
+        if inst.in_queue:
+            self._dequeue(inst)
+        self._dispatch(inst, plan, now, out)
+        return True
+
+    # ---------------------------------------------------------- FCFS queue
+
+    def _enqueue(self, inst: _Instance) -> None:
+        """Queue a ready call (its ``order`` set): it waits in the line of each of its ranks."""
+        inst.state = _State.QUEUED
+        inst.in_queue = True
+        inst.in_ready = False
+        inst.settled_tick = -1
+        self._queue[inst] = None
+        grp = inst.group
+        job_id = grp.job_id
+        lines = self._lines
+        entry = (inst.order, inst)
+        real = bool(inst.real)
+        for r in grp.members:
+            by_job = lines.get(r)
+            if by_job is None:
+                by_job = lines[r] = {}
+            line = by_job.get(job_id)
+            if line is None:
+                line = by_job[job_id] = _WaitLine()
+            if real:
+                heapq.heappush(line.reals, entry)
+            else:
+                line.specs[inst] = None
+        self._reconsider(inst)
+
+    def _dequeue(self, inst: _Instance) -> None:
+        """Take a call out of the queue; the calls it blocked on its ranks may go now."""
+        del self._queue[inst]
+        inst.in_queue = inst.in_ready = False
+        grp = inst.group
+        job_id = grp.job_id
+        lines = self._lines
+        if inst.real:
+            for r in grp.members:
+                line = lines[r][job_id]
+                head = line.head()
+                if head is not None:
+                    self._reconsider(head)
                 else:
-                    inst.spec_tried = True  # provisioned already; ack once everyone asked
-                continue
-            plan = self._plan(grp, now)
-            if plan is None:
-                if inst.real:
-                    blocked.setdefault(grp.job_id, set()).update(grp.members)
-                continue
-            self._queue.remove(inst)
-            self._dispatch(inst, plan, now, out)
+                    for s in line.specs:
+                        self._reconsider(s)
+        else:
+            for r in grp.members:
+                del lines[r][job_id].specs[inst]
+
+    def _queued_turns_real(self, inst: _Instance) -> None:
+        """A queued call that only speculative asks made ready got its first real ask."""
+        job_id = inst.group.job_id
+        lines = self._lines
+        entry = (inst.order, inst)
+        for r in inst.group.members:
+            line = lines[r][job_id]
+            del line.specs[inst]
+            heapq.heappush(line.reals, entry)
+        inst.in_ready = False  # its entry under the speculative key is stale now
+        self._reconsider(inst)
+
+    def _reconsider(self, inst: _Instance) -> None:
+        """Look at a queued call again at the next scan (this one, if it is still ahead)."""
+        if inst.in_ready:
+            return
+        inst.in_ready = True
+        spec_only = not inst.real
+        entry = (spec_only, inst.order, next(self._entry_ids), inst)
+        scan = self._scan_key
+        if scan is not None and (spec_only, inst.order) <= scan:
+            self._later.append(entry)
+        else:
+            heapq.heappush(self._ready, entry)
+
+    def _blocked(self, inst: _Instance) -> bool:
+        """An older queued call with real asks shares a rank with ``inst`` (FCFS)."""
+        job_id = inst.group.job_id
+        lines = self._lines
+        for r in inst.group.members:
+            head = lines[r][job_id].head()
+            if head is not None and head is not inst:
+                return True
+        return False
+
+    def _settled(self, inst: _Instance) -> bool:
+        """``inst`` waited (no plan) and nothing its plan depends on changed since."""
+        t = inst.settled_tick
+        if t < self._all_tick or t < inst.group.touch_tick:
+            return False
+        rank_tick = self._rank_tick
+        return all(rank_tick.get(r, -1) <= t for r in inst.group.members)
+
+    def _touch_circuits(self, circuits: Iterable[Circuit]) -> None:
+        """Circuits changed (added, removed, protected, released): queued calls on the ranks
+        at their ends may go now (ports name their owner rank)."""
+        for c in circuits:
+            self._touch_port((c.rail, c.port_a))
+            self._touch_port((c.rail, c.port_b))
+
+    def _touch_port(self, key: tuple[int, int]) -> None:
+        """A port changed: look again at the queued calls whose plan may use it."""
+        o = self._owner.get(key)
+        if o is not None:
+            self._touch_rank(o[1])
+        groups = self._cached_at.get(key)
+        if groups:
+            for grp in groups:
+                self._tick += 1
+                grp.touch_tick = self._tick
+                for inst in grp.instances.values():
+                    if inst.in_queue:
+                        self._reconsider(inst)
+
+    def _cache_foreign(self, grp: _Group, c: Circuit) -> None:
+        """``grp`` cached a circuit on ports none of its members owns (another job's ranks of
+        the same numbers lit it): changes there concern its queued calls too."""
+        for key in ((c.rail, c.port_a), (c.rail, c.port_b)):
+            self._cached_at.setdefault(key, set()).add(grp)
+
+    def _touch_rank(self, rank: int) -> None:
+        self._tick += 1
+        self._rank_tick[rank] = self._tick
+        by_job = self._lines.get(rank)
+        if by_job:
+            for line in by_job.values():
+                head = line.head()
+                if head is not None:
+                    self._reconsider(head)  # any later call on this rank is blocked by it
+                else:
+                    for s in line.specs:
+                        self._reconsider(s)
+
+    def _touch_all(self) -> None:
+        """Every port may have changed (their owners did): look at every queued call again."""
+        self._tick += 1
+        self._all_tick = self._tick
+        for inst in self._queue:
+            self._reconsider(inst)
 
     def _dispatch(self, inst: _Instance, plan: list[Reconfiguration], now: float,
                   out: Output) -> None:
@@ -1028,9 +1296,17 @@ class OpusCore:
 
     def _undark(self, decision_id: int) -> None:
         dark = self._dark
-        for key in self._dark_keys.pop(decision_id, ()):
+        keys = self._dark_keys.pop(decision_id, ())
+        for key in keys:
             if dark.get(key) == decision_id:  # not re-targeted by a later decision
                 del dark[key]
+        if self._queue:
+            circ_at = self._circ_at
+            for key in keys:
+                self._touch_port(key)
+                c = circ_at.get(key)  # (maybe restored by an undo while the port was dark)
+                if c is not None:
+                    self._touch_port((c.rail, c.port_b if key[1] == c.port_a else c.port_a))
         self._version += 1
 
     def _commit(self, rc: Reconfiguration) -> None:
@@ -1064,6 +1340,9 @@ class OpusCore:
                 pairs[key] = {c}
             else:
                 s.add(c)
+        if self._queue:
+            self._touch_circuits(rc.remove)
+            self._touch_circuits(rc.add)
         self._version += 1
 
     def _rekey_pairs(self) -> None:
@@ -1073,6 +1352,8 @@ class OpusCore:
         for c in self.state.all_circuits():
             c = circ_at.get((c.rail, c.port_a), c)  # the object the other indexes hold
             self._pairs.setdefault(self._pair_key(c, self._owner), set()).add(c)
+        if self._queue:
+            self._touch_all()
         self._version += 1
 
     @staticmethod

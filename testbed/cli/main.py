@@ -71,7 +71,9 @@ def _print_bench(result: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(result, indent=1))
         return
     for key, value in result.items():
-        if key == "results":
+        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            if key != "results":
+                print(f"{key}:")
             for row in value:
                 print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
         else:

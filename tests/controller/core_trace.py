@@ -1,15 +1,17 @@
 """Golden traces of the Opus core: its inputs recorded from real runs, replayed into a new core.
 
 A trace is what a run fed :class:`~controller.core.OpusCore` — its rails and configuration, then
-every ``register_job``, ``intent``, ``complete``, ``reconfig_done`` and ``reconfig_failed`` with
-their arguments and times — as gzipped JSON lines. :func:`replay` feeds it to a fresh core and
+every ``register_job``, ``unregister_job``, ``intent``, ``complete``, ``reconfig_done``,
+``reconfig_failed``, ``rank_lost`` and ``rank_rejoined`` with their arguments and times — as
+gzipped JSON lines. :func:`replay` feeds it to a fresh core and
 returns a digest of everything the core answered (acks, rejects, decisions, events). The digest
 of the core as it was when the trace was recorded is stored beside the trace, so a change that
 alters one decision, ack or event fails the golden test, whatever the engine around the core
 does now (the inputs are fixed).
 
 Record again (only when a change of the core's behaviour is intended, and say so in the commit):
-``.venv/bin/python -m tests.controller.core_trace`` from the repository root.
+``.venv/bin/python tests/controller/core_trace.py [NAME ...]`` from the repository root (names:
+only those scenarios; the others keep their traces and digests).
 """
 
 from __future__ import annotations
@@ -41,6 +43,21 @@ SCENARIOS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("llama3-8b-on-demand-jitter", "llama3-8b.yaml",
      {"mode": "on-demand", "warmup": 1, "iterations": 1, "seed": 7}),
     ("bench-core-1024", "bench-core", {"iterations": 1}),
+    # random worlds (core_random.py): deep queues, lost ranks, failed switches, bad input
+    ("random-on-demand-k1", "random", {"seed": 1, "mode": "on-demand"}),
+    ("random-on-demand-k2", "random", {"seed": 2, "mode": "on-demand", "ports_per_rank": 2}),
+    ("random-provisioning-k1", "random", {"seed": 3, "mode": "provisioning"}),
+    ("random-provisioning-k2", "random", {"seed": 4, "mode": "provisioning",
+                                          "ports_per_rank": 2}),
+    ("random-degree-aware-k2", "random", {"seed": 5, "mode": "degree-aware",
+                                          "ports_per_rank": 2}),
+    ("random-degree-aware-k1", "random", {"seed": 6, "mode": "degree-aware"}),
+    ("random-deep-queue", "random", {"seed": 7, "mode": "provisioning", "ranks": [48, 8],
+                                     "groups": [60, 6], "steps": 4000, "ask_weight": 0.5}),
+    ("random-deep-queue-on-demand", "random", {"seed": 8, "mode": "on-demand",
+                                               "ranks": [48, 8], "groups": [60, 6],
+                                               "ports_per_rank": 2, "steps": 4000,
+                                               "ask_weight": 0.5}),
 )
 
 
@@ -90,6 +107,18 @@ class RecordingCore(OpusCore):
     def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
         self.log.append(["reconfig_failed", decision_id, error, now])
         return super().reconfig_failed(decision_id, error, now)
+
+    def unregister_job(self, job_id: str, now: float) -> Output:
+        self.log.append(["unregister_job", job_id, now])
+        return super().unregister_job(job_id, now)
+
+    def rank_lost(self, job_id: str, rank: int, now: float) -> Output:
+        self.log.append(["rank_lost", job_id, rank, now])
+        return super().rank_lost(job_id, rank, now)
+
+    def rank_rejoined(self, job_id: str, rank: int, now: float) -> Output:
+        self.log.append(["rank_rejoined", job_id, rank, now])
+        return super().rank_rejoined(job_id, rank, now)
 
 
 class _Digest:
@@ -143,6 +172,12 @@ def replay(lines: list[list[Any]]) -> dict[str, Any]:
             out = core.reconfig_done(line[1], [_result(r) for r in line[2]], line[3])
         elif kind == "reconfig_failed":
             out = core.reconfig_failed(line[1], line[2], line[3])
+        elif kind == "unregister_job":
+            out = core.unregister_job(line[1], line[2])
+        elif kind == "rank_lost":
+            out = core.rank_lost(line[1], line[2], line[3])
+        elif kind == "rank_rejoined":
+            out = core.rank_rejoined(line[1], line[2], line[3])
         else:
             raise ValueError(f"unknown trace line {kind!r}")
         digest.add(out)
@@ -184,10 +219,19 @@ def _recording(module: Any) -> Iterator[list[RecordingCore]]:
 def record(name: str, config: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """Run one scenario, store its trace; returns its digest.
 
-    ``config`` is an experiment file run on the sim backend, or ``bench-core``: the 1024-rank
-    job of ``opus-testbed bench intents`` (DP rings and PP pairs, deep FCFS queues).
+    ``config`` is an experiment file run on the sim backend, ``bench-core``: the 1024-rank
+    job of ``opus-testbed bench intents`` (DP rings and PP pairs), or ``random``: a random world
+    of :mod:`core_random` (``overrides``: seed, mode and :class:`core_random.WorldShape` fields).
     """
-    if config == "bench-core":
+    if config == "random":
+        from core_random import WorldShape, drive
+
+        params = dict(overrides)
+        seed, mode = params.pop("seed"), params.pop("mode")
+        shape = WorldShape(**{k: tuple(v) if isinstance(v, list) else v
+                              for k, v in params.items()})
+        cores = [drive(RecordingCore, seed, mode, shape)]
+    elif config == "bench-core":
         from controller import bench
 
         with _recording(bench) as cores:
@@ -209,14 +253,25 @@ def record(name: str, config: str, overrides: dict[str, Any]) -> dict[str, Any]:
     return replay(load_trace(name))
 
 
-def main() -> int:
-    digests = {name: record(name, config, overrides) for name, config, overrides in SCENARIOS}
-    (DATA / "core-trace-digests.json").write_text(json.dumps(digests, indent=1) + "\n")
-    for name, d in digests.items():
+def main(names: list[str]) -> int:
+    """Record the scenarios ``names`` (all when empty); the others keep their digests."""
+    unknown = set(names) - {s[0] for s in SCENARIOS}
+    if unknown:
+        print(f"unknown scenario(s) {sorted(unknown)}; known: {[s[0] for s in SCENARIOS]}",
+              file=sys.stderr)
+        return 2
+    path = DATA / "core-trace-digests.json"
+    old = json.loads(path.read_text()) if names and path.exists() else {}
+    fresh = {name: record(name, config, overrides) for name, config, overrides in SCENARIOS
+             if not names or name in names}
+    digests = {name: fresh.get(name, old.get(name)) for name, _, _ in SCENARIOS
+               if name in fresh or name in old}
+    path.write_text(json.dumps(digests, indent=1) + "\n")
+    for name, d in fresh.items():
         print(f"{name}: {d['inputs']} inputs, {d['decisions']} decisions, {d['acks']} acks",
               file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
