@@ -139,15 +139,15 @@ def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
                   seed: int = 0) -> dict[str, Any]:
     """``{"gpus", "wall_s", "peak_rss_mb", "windows_per_iteration", ...}`` for one size.
 
-    ``mirror`` (default: above 1024 GPUs) simulates one pipeline chain of rail 0 standing for
-    the whole rail instead of every rank of rail 0 (see the module docstring); ``rails``
-    simulates rails ``0..rails-1`` (without mirrors) to check that they are independent.
+    ``mirror`` (default: above 1024 GPUs, on one rail) simulates one pipeline chain of rail 0
+    standing for the whole rail instead of every rank of rail 0 (see the module docstring);
+    ``rails`` simulates every rank of rails ``0..rails-1`` (without mirrors).
     """
     t0 = time.perf_counter()
     cfg = bench_experiment(gpus, mode=mode, switching_delay_ms=switching_delay_ms)
     schedule = generate_schedule(cfg.workload)
     scale = LINK_MBPS * 1e6 / (RAIL_GBPS * 1e9)
-    mirror = gpus > 1024 if mirror is None else mirror
+    mirror = gpus > 1024 and rails == 1 if mirror is None else mirror
     bench = plan_bench(cfg, schedule, mirror=mirror, rails=rails)
     t_plan = time.perf_counter() - t0
     net = network_model(LINK_MBPS, cfg.latency_us, IDEAL_COSTS)

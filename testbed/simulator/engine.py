@@ -77,13 +77,19 @@ _NO_PORT = _Port()
 
 
 class _Conn:
-    """One TCP connection of a call to a peer: its flows go out one after the other."""
+    """One TCP connection of a call to a peer: its flows go out one after the other.
 
-    __slots__ = ("busy", "queue")
+    ``src``/``dst``: the ports its flows take, found for routing epoch ``epoch`` (routes change
+    only when a request is applied: :meth:`PlanSimulation._begin` starts a new epoch).
+    """
+
+    __slots__ = ("busy", "dst", "epoch", "queue", "src")
 
     def __init__(self) -> None:
         self.busy = False
         self.queue: list[_Flow] = []
+        self.epoch = -1
+        self.src = self.dst = _NO_PORT
 
 
 class _Flow:
@@ -220,6 +226,8 @@ class PlanSimulation:
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
+        self._flows = 0  # flows started (counters["flows"] at the end)
+        self._route_epoch = 0  # bumped when a request changes circuits (see _Conn)
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
         self._batcher = RailBatcher()
@@ -268,6 +276,7 @@ class PlanSimulation:
         except InvariantViolation as exc:
             raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
+        self.counters["flows"] = self._flows
         if self._finished < len(self.ranks):
             calls = [f"rank {c.rank.rank} {c.op.lane}#{c.seq} ({c.op.tag}, iteration {c.it}): "
                      + (f"step {c.k}, {c.waiting} receptions and {c.undelivered} sends open"
@@ -320,6 +329,7 @@ class PlanSimulation:
                 self._begin(b)
             return
         self.invariants.applied(batch.reconfs)
+        self._route_epoch += 1
         t_light = max((r.t_light_s for r in results), default=self.now)
         self._at(t_light + self.net.switch_overhead_s, self._lit, batch, results)
 
@@ -520,9 +530,9 @@ class PlanSimulation:
             return i, i
         return self.invariants.route(a % self.gpus, a, b) or (0, 0)
 
-    def _flow_start(self, flow: _Flow) -> None:
-        a = flow.call.rank.rank
-        b = flow.peer
+    def _flow_ports(self, a: int, b: int) -> tuple[_Port, _Port]:
+        """The egress port of ``a`` and the ingress port (of the rank standing for ``b``) that
+        carry ``a`` -> ``b`` now."""
         ia, ib = self._port_index(a, b)
         src = self.egress.get((a, ia))
         if src is None:
@@ -531,20 +541,30 @@ class PlanSimulation:
         dst = self.ingress.get(key)
         if dst is None:
             dst = self.ingress[key] = _Port()
-        flow.src, flow.dst = src, dst
+        return src, dst
+
+    def _flow_start(self, flow: _Flow) -> None:
+        conn = flow.conn
+        if conn.epoch != self._route_epoch:  # the circuits changed since its last flow
+            conn.src, conn.dst = self._flow_ports(flow.call.rank.rank, flow.peer)
+            conn.epoch = self._route_epoch
+        src_flows = conn.src.flows
+        dst_flows = conn.dst.flows
+        flow.src, flow.dst = conn.src, conn.dst
         flow.t_last = self.now
-        self.counters["flows"] += 1
-        src.flows.append(flow)
-        dst.flows.append(flow)
-        if len(src.flows) == 1 and len(dst.flows) == 1:
+        self._flows += 1
+        src_flows.append(flow)
+        dst_flows.append(flow)
+        if len(src_flows) == 1 and len(dst_flows) == 1:
             self._rate(flow)
         else:
-            self._rerate(src.flows, dst.flows)
+            self._rerate(src_flows, dst_flows)
 
     def _rate(self, flow: _Flow) -> None:
         flow.rate = self.net.payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
         flow.token += 1
-        self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
+        heapq.heappush(self._heap, (self.now + flow.bits / flow.rate, next(self._tick),
+                                    self._flow_sent, (flow, flow.token)))
 
     def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
         now = self.now
