@@ -455,8 +455,11 @@ class PlanSimulation:
                 flow = _Flow(call, peer, call.k, n, conn)
                 if t > now:
                     self._at(t, self._enqueue, flow)
+                elif conn.busy:
+                    conn.queue.append(flow)
                 else:
-                    self._enqueue(flow)
+                    conn.busy = True
+                    self._flow_start(flow)
             call.last = t
             if step.recvs:
                 call.waiting = len(step.recvs)
@@ -489,7 +492,8 @@ class PlanSimulation:
             call.last = self.now
         if not call.waiting:
             call.k += 1
-            self._at(call.last + self.net.step_s, self._step, call)
+            heapq.heappush(self._heap, (call.last + self.net.step_s, next(self._tick), self._step,
+                                        (call,)))
 
     def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
         """A reception from a mirrored rank: done when its representative's sends arrived."""
@@ -586,7 +590,8 @@ class PlanSimulation:
             self._flow_start(conn.queue.pop(0))
         else:
             conn.busy = False
-        self._at(self.now + self.net.latency_s, self._arrive, flow)
+        heapq.heappush(self._heap, (self.now + self.net.latency_s, next(self._tick),
+                                    self._arrive, (flow,)))
 
     def _arrive(self, flow: _Flow) -> None:
         call = flow.call
