@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
@@ -73,9 +74,10 @@ class PlanOp:
     def is_call(self) -> bool:
         return self.lane != COMPUTE_LANE
 
-    @property
+    @cached_property
     def expected_bytes(self) -> int:
-        """Scaled bytes this rank must receive in the call."""
+        """Scaled bytes this rank must receive in the call (summed once: the simulator asks at
+        the end of every call, and a ring call of a 16k-GPU run has hundreds of steps)."""
         return sum(n for s in self.steps for _, n in s.recvs)
 
     def to_json(self) -> dict[str, Any]:

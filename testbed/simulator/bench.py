@@ -137,13 +137,15 @@ def _mirrors(schedule: Schedule, planner: Planner, plan: ReplayPlan, mirrored: I
 def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
                   mode: str = "provisioning", switching_delay_ms: float = 25.0,
                   seed: int = 0) -> dict[str, Any]:
-    """``{"gpus", "wall_s", "peak_rss_mb", "windows_per_iteration", ...}`` for one size.
+    """``{"gpus", "wall_s", "cpu_s", "peak_rss_mb", "windows_per_iteration", ...}`` for one
+    size.
 
     ``mirror`` (default: above 1024 GPUs, on one rail) simulates one pipeline chain of rail 0
     standing for the whole rail instead of every rank of rail 0 (see the module docstring);
     ``rails`` simulates every rank of rails ``0..rails-1`` (without mirrors).
     """
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     cfg = bench_experiment(gpus, mode=mode, switching_delay_ms=switching_delay_ms)
     schedule = generate_schedule(cfg.workload)
     scale = LINK_MBPS * 1e6 / (RAIL_GBPS * 1e9)
@@ -165,6 +167,9 @@ def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
     s = m.summary
     return {
         "gpus": gpus, "wall_s": round(wall_s, 2),
+        # CPU time of the process: what wall_s would be on an idle machine (a shared one
+        # stretches wall_s, not this)
+        "cpu_s": round(time.process_time() - cpu0, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "windows_per_iteration": len(rank0_windows) / cfg.iterations,
         "parallelism": f"TP8(SP) PP16 FSDP{gpus // 128}, 16 micro-batches x 8192 tokens",

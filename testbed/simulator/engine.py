@@ -228,6 +228,7 @@ class PlanSimulation:
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._flows = 0  # flows started (counters["flows"] at the end)
         self._route_epoch = 0  # bumped when a request changes circuits (see _Conn)
+        self._routes: dict[tuple[int, int], tuple[int, _Port, _Port]] = {}  # (a, b) -> epoch, ports
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
         self._batcher = RailBatcher()
@@ -549,9 +550,14 @@ class PlanSimulation:
 
     def _flow_start(self, flow: _Flow) -> None:
         conn = flow.conn
-        if conn.epoch != self._route_epoch:  # the circuits changed since its last flow
-            conn.src, conn.dst = self._flow_ports(flow.call.rank.rank, flow.peer)
-            conn.epoch = self._route_epoch
+        epoch = self._route_epoch
+        if conn.epoch != epoch:  # a new connection, or the circuits changed since its last flow
+            pair = (flow.call.rank.rank, flow.peer)
+            route = self._routes.get(pair)
+            if route is None or route[0] != epoch:
+                route = self._routes[pair] = (epoch, *self._flow_ports(*pair))
+            _epoch, conn.src, conn.dst = route
+            conn.epoch = epoch
         src_flows = conn.src.flows
         dst_flows = conn.dst.flows
         flow.src, flow.dst = conn.src, conn.dst
