@@ -308,6 +308,9 @@ class OpusCore:
         self._spec_of: dict[tuple[str, int], set[_Instance]] = {}
         self._last_used_s: dict[Circuit, float] = {}
         self._served_axis: dict[Circuit, str] = {}  # the parallelism a circuit last carried
+        # circuits a failed decision could not restore (their port was claimed by a later
+        # decision): still on the switch; taken back once a later undo frees their ports
+        self._diverged: set[Circuit] = set()
         # (rail, job, rank) -> the group that used the rank's circuits on that rail last
         self._last_group: dict[tuple[int, str, int], _Group] = {}
         self._version = 0
@@ -602,6 +605,8 @@ class OpusCore:
                            "error": error})
         for rc in decision.reconfs:
             self._undo(decision_id, rc, now, out)
+        if self._diverged:
+            self._restore_diverged(decision_id, now, out)
         if not inst.group.alive:  # its ranks were told at unregister_job
             self._orphaned(decision_id, inst, "failed", now, out)
             self._pump(now, out)
@@ -626,12 +631,28 @@ class OpusCore:
         restore = frozenset(c for c in rc.remove
                             if peer(rc.rail, c.port_a) is None and peer(rc.rail, c.port_b) is None)
         self._commit(Reconfiguration(rc.rail, add=restore))
+        self._diverged.update(rc.remove - restore)
         out.events.append({
             "event": "state_diverged", "t_s": now, "decision": decision_id, "rail": rc.rail,
             "not_restored": [c.to_json() for c in sorted(rc.remove - restore,
                                                          key=_circuit_order)],
             "not_dropped": [c.to_json() for c in sorted(rc.add - present, key=_circuit_order)],
             "error": error})
+
+    def _restore_diverged(self, decision_id: int, now: float, out: Output) -> None:
+        """Take back the diverged circuits whose ports are free again (the decision that had
+        claimed them failed too): the state matches the switch once more."""
+        peer = self.state.peer
+        back = {c for c in self._diverged if peer(c.rail, c.port_a) is None
+                and peer(c.rail, c.port_b) is None and (c.rail, c.port_a) not in self._dark
+                and (c.rail, c.port_b) not in self._dark}
+        for rail in sorted({c.rail for c in back}):
+            mine = frozenset(c for c in back if c.rail == rail)
+            self._commit(Reconfiguration(rail, add=mine))
+            out.events.append({"event": "state_restored", "t_s": now, "decision": decision_id,
+                               "rail": rail, "restored": [c.to_json() for c in
+                                                          sorted(mine, key=_circuit_order)]})
+        self._diverged -= back
 
     @staticmethod
     def _end_events(decision_id: int, results: Sequence[ApplyResult], now: float,

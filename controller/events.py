@@ -3,7 +3,8 @@
 Event names: ``job_registered``, ``intent``, ``speculative_intent``, ``decision``,
 ``reconfig_start`` (rail, ports touched), ``reconfig_end`` (rail, driver timestamps, dark_ms),
 ``reconfig_failed``, ``state_diverged`` (a failed decision's undo that could not fully apply:
-rail, circuits left over, error), ``ack``, ``complete``, ``collective_done``, ``provisioned``,
+rail, circuits left over, error), ``state_restored`` (those circuits taken back once a later
+undo freed their ports), ``ack``, ``complete``, ``collective_done``, ``provisioned``,
 ``reconfig_avoided``, ``mispredict``, ``rank_lost``, ``rank_rejoined``, ``orphaned_decision``
 (a switch that ended after its job was unregistered), ``error``. The testbed turns them into
 metrics; :func:`read_events` reads a log back.

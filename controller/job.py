@@ -139,6 +139,45 @@ def rank_rail_ports(rank: int, gpus_per_server: int, ports_per_rank: int,
                      tuple(slot * ports_per_rank + k + 1 for k in range(ports_per_rank)))
 
 
+@dataclass(frozen=True)
+class SpareSlot:
+    """A spare GPU: dark until it takes over a failed rank on its rail.
+
+    ``server`` is the server it sits in (``servers`` and above for the spare servers); its K
+    ports on ``rail`` follow every rank's ports there (:func:`spare_slots`).
+    """
+
+    index: int
+    server: int
+    rail: int
+    ports: tuple[int, ...]
+
+
+def spare_slots(servers: int, gpus_per_server: int, ports_per_rank: int, rails: int | None = None,
+                *, spares_per_server: int = 0, spare_servers: int = 0) -> list[SpareSlot]:
+    """The spare GPUs of a cluster and their rail ports, in spare-index order.
+
+    Spare ``j`` of a server sits at local index ``gpus_per_server + j`` and so on rail
+    ``j % R`` (a GPU's NIC is on one rail); a spare server holds ``gpus_per_server`` spares laid
+    out as a server's GPUs. On each rail the spares' ports come after the ranks' (which end at
+    port ``servers * ceil(G / R) * K``), in spare order, K per spare.
+    """
+    n_rails = rails or gpus_per_server
+    per_rail_slots = servers * -(-gpus_per_server // n_rails)
+    placed: list[tuple[int, int]] = [(s, j % n_rails) for s in range(servers)
+                                     for j in range(spares_per_server)]
+    placed += [(servers + t, i % n_rails) for t in range(spare_servers)
+               for i in range(gpus_per_server)]
+    used: dict[int, int] = {}
+    out = []
+    for index, (server, rail) in enumerate(placed):
+        slot = per_rail_slots + used.get(rail, 0)
+        used[rail] = used.get(rail, 0) + 1
+        out.append(SpareSlot(index, server, rail,
+                             tuple(slot * ports_per_rank + k + 1 for k in range(ports_per_rank))))
+    return out
+
+
 def rail_job_ports(ranks: Iterable[int], gpus_per_server: int, ports_per_rank: int,
                    rails: int | None = None) -> dict[int, RankPorts]:
     """:func:`rank_rail_ports` of each of ``ranks``."""

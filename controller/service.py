@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +66,7 @@ class ControllerService:
         clock: Clock | None = None,
         heartbeat_timeout_s: float = 5.0,
         max_workers: int = 8,
+        on_rank_lost: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self.driver = driver
         self.clock: Clock = clock or WallClock()
@@ -75,6 +76,8 @@ class ControllerService:
                                        for c in driver.circuits(r.rail)])
         self.events = event_log or EventLog()
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        #: called (job, rank, t_s) from the service's thread when a rank's last session expires
+        self.on_rank_lost = on_rank_lost
         self.controller_id = uuid.uuid4().hex[:12]
         self._bind = bind
         self._ctx = zmq.Context()
@@ -321,10 +324,12 @@ class ControllerService:
         elif kind == "unregister":
             job_id = field_str(msg, "job_id")
             out = self.core.unregister_job(job_id, now)
-            if not out.rejects:
+            # rejects with a ref go to the job's waiting ranks; one without is the refusal
+            if all(r.ref is not None for r in out.rejects):
                 self._send(identity, {"type": "unregistered", "req": req, "job": job_id})
             else:
-                out.rejects[:] = [r.__class__((identity, req), r.code, r.message)
+                out.rejects[:] = [r if r.ref is not None else
+                                  r.__class__((identity, req), r.code, r.message)
                                   for r in out.rejects]
             self._emit(out)
         elif kind == "ping":
@@ -342,7 +347,10 @@ class ControllerService:
             s = self._sessions.pop(key)
             alive = any(o.job_id == s.job_id and o.rank == s.rank for o in self._sessions.values())
             if not alive:
-                self._emit(self.core.rank_lost(s.job_id, s.rank, self.clock.now()))
+                now = self.clock.now()
+                self._emit(self.core.rank_lost(s.job_id, s.rank, now))
+                if self.on_rank_lost is not None:
+                    self.on_rank_lost(s.job_id, s.rank, now)
 
 
 class ControllerClient:

@@ -102,6 +102,8 @@ class Shim:
         self._sock: zmq.Socket[bytes] | None = None
         self._last_pong = time.monotonic()
         self._closed = threading.Event()
+        self._cancelled = threading.Event()
+        self._hb_bye: str | None = None  # a session the heartbeat thread must end (retarget)
         self._hb_thread = threading.Thread(target=self._heartbeat, daemon=True,
                                            name=f"opus-shim-hb-{rank}")
         self._hb_thread.start()
@@ -146,6 +148,22 @@ class Shim:
                 nxt_msg = {"group": nxt.group_id, "seq": self._seq.get(nxt.group_id, 0),
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes, "axis": nxt.axis}
             self._post({"type": "complete", "group": group, "seq": seq, "next": nxt_msg})
+
+    def retarget(self, job_id: str, seqs: dict[str, int] | None = None) -> None:
+        """Serve job ``job_id`` from now on (a failover registered the job again): the old
+        session ends (a bye), a new one starts with fresh call numbers (``seqs``), the
+        connection stays, and a :meth:`cancel` is lifted. Call it between calls only."""
+        self._post({"type": "bye"})
+        self._hb_bye = self.session  # the heartbeat socket's session ends too
+        self.job_id = job_id
+        self.session = uuid.uuid4().hex
+        self._seq = seqs if seqs is not None else {}
+        self._cancelled.clear()
+
+    def cancel(self) -> None:
+        """Make a request in progress (and every later one) fail with :class:`ShimError` within
+        a poll slice (a quarter second): the caller abandons its calls (failover)."""
+        self._cancelled.set()
 
     def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
                 axis: str = "") -> None:
@@ -221,6 +239,9 @@ class Shim:
         deadline = t_start + timeout_s
         while True:
             now = time.monotonic()
+            if self._cancelled.is_set():
+                raise ShimError(f"rank {self.rank} of job {self.job_id}: cancelled while "
+                                f"waiting for {what}")
             if now >= deadline:
                 raise ControllerUnavailable(
                     f"rank {self.rank} of job {self.job_id}: no answer from the Opus controller "
@@ -256,15 +277,20 @@ class Shim:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no backlog of stale heartbeats while disconnected
         sock.connect(self.endpoint)
-        msg = encode(self._base({"type": "heartbeat"}))
         try:
             while not self._closed.is_set():
+                old, self._hb_bye = self._hb_bye, None
                 with contextlib.suppress(zmq.ZMQError):
-                    sock.send(msg, zmq.NOBLOCK)
+                    if old is not None:
+                        sock.send(encode({"type": "bye", "shim": old}), zmq.NOBLOCK)
+                    sock.send(encode(self._base({"type": "heartbeat"})), zmq.NOBLOCK)
                 t_next = time.monotonic() + self.heartbeat_interval_s
                 while (left := t_next - time.monotonic()) > 0 and not self._closed.is_set():
                     if sock.poll(int(min(left, 0.1) * 1000) + 1):
                         sock.recv()
                         self._last_pong = time.monotonic()
         finally:
-            sock.close(0)
+            # a shim that never made a request has only this socket's session: end it too
+            with contextlib.suppress(zmq.ZMQError):
+                sock.send(encode({"type": "bye", "shim": self.session}), zmq.NOBLOCK)
+            sock.close(linger=200)

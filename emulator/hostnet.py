@@ -35,11 +35,17 @@ def tcp_queue_limit_bytes(link_mbps: float) -> int:
     return max(TCP_QUEUE_MIN_BYTES, round(link_mbps * 1e6 / 8 * TCP_QUEUE_MS / 1e3))
 
 
-def interface_setup_commands(spec: RailSpec, prefix: str, rank: int) -> list[str]:
-    """Commands that prepare one rank's namespace: offloads, sysctls, rail addresses."""
-    intfs = [naming.frontend_intf(prefix, rank)] + [
-        naming.rail_intf(prefix, rank, p.port_index) for p in spec.rank_ports(rank)
-    ]
+def interface_setup_commands(spec: RailSpec, prefix: str, host: int) -> list[str]:
+    """Commands that prepare one host's namespace: offloads, sysctls, rail addresses.
+
+    ``host`` is a rank (which gets its address on every rail port) or a spare (host ``N + j``:
+    dark, no address until it takes over a rank, :meth:`HostRouter.assign`).
+    """
+    spare = host >= spec.num_ranks
+    fe = (naming.spare_frontend_intf(prefix, host - spec.num_ranks) if spare
+          else naming.frontend_intf(prefix, host))
+    intfs = [fe] + [spec.host_rail_intf(prefix, host, p.port_index)
+                    for p in spec.host_ports(host)]
     cmds = [
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
         "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
@@ -52,16 +58,34 @@ def interface_setup_commands(spec: RailSpec, prefix: str, rank: int) -> list[str
         # Userspace OVS forwards frames with partial checksums as they are: TCP would stall.
         cmds.append(f"ethtool -K {intf} tx off >/dev/null 2>&1")
         cmds.append(f"sysctl -qw net.ipv4.conf.{intf}.rp_filter=0")
-    addr = naming.rank_address(rank)
-    for p in spec.rank_ports(rank):
-        intf = naming.rail_intf(prefix, rank, p.port_index)
+    if spare:
+        return cmds
+    addr = naming.rank_address(host)
+    for p in spec.rank_ports(host):
+        intf = naming.rail_intf(prefix, host, p.port_index)
         cmds.append(f"ip addr replace {addr}/32 dev {intf}")
     return cmds
 
 
-def route_commands(prefix: str, local: RankPort, peer: RankPort) -> list[str]:
-    """Point ``local.rank``'s route to ``peer.rank`` through ``local``'s port."""
-    intf = naming.rail_intf(prefix, local.rank, local.port_index)
+def identity_commands(spec: RailSpec, prefix: str, host: int, rank: int) -> list[str]:
+    """Commands that make ``host`` answer as ``rank`` on its rail ports: ``rank``'s MACs and
+    address, nothing left of an earlier identity. Peers keep their routes and neighbour entries;
+    the circuits bring their frames here."""
+    lines = []
+    for p in spec.host_ports(host):
+        intf = spec.host_rail_intf(prefix, host, p.port_index)
+        lines += [f"addr flush dev {intf}", f"route flush dev {intf}", f"neigh flush dev {intf}",
+                  f"link set dev {intf} address {naming.rail_mac(rank, p.port_index)}",
+                  f"addr replace {naming.rank_address(rank)}/32 dev {intf}"]
+    # one `ip` process for all of them: on the failover's critical path
+    return ["printf '%s\\n' " + " ".join(f"'{line}'" for line in lines) + " | ip -batch -"]
+
+
+def route_commands(prefix: str, local: RankPort, peer: RankPort, intf: str | None = None
+                   ) -> list[str]:
+    """Point ``local.rank``'s route to ``peer.rank`` through ``local``'s port (``intf``: the
+    interface of that port when another host carries ``local.rank``'s identity)."""
+    intf = intf or naming.rail_intf(prefix, local.rank, local.port_index)
     dst = naming.rank_address(peer.rank)
     src = naming.rank_address(local.rank)
     mac = naming.rail_mac(peer.rank, peer.port_index)
@@ -95,8 +119,10 @@ def static_routes(spec: RailSpec) -> dict[int, list[tuple[RankPort, RankPort]]]:
 class HostRouter:
     """Keeps each rank's routes pointed at its current circuit peers.
 
-    ``run(rank, commands)`` executes shell commands in the rank's namespace (the Mininet host
-    shell); calls for one rank are serialised, different ranks proceed in parallel.
+    ``run(host, commands)`` executes shell commands in a host's namespace (the Mininet host
+    shell; hosts are ranks, then spares: :meth:`RailSpec.host_ports`); calls for one host are
+    serialised, different hosts proceed in parallel. A rank's identity lives on its own host
+    until :meth:`assign` moves it to a spare.
     """
 
     def __init__(self, spec: RailSpec, prefix: str,
@@ -104,45 +130,82 @@ class HostRouter:
         self.spec = spec
         self.prefix = prefix
         self._run = run
-        self._locks = {r: threading.Lock() for r in range(spec.num_ranks)}
-        self._route: dict[tuple[int, int], tuple[int, int]] = {}  # (rank, peer) -> ports
+        self._locks = {h: threading.Lock() for h in range(spec.num_hosts)}
+        self._route: dict[tuple[int, int], tuple[int, int]] = {}  # (host, peer) -> ports
+        self._host_of = {r: r for r in range(spec.num_ranks)}  # rank -> host carrying it
+        self._rank_on: dict[int, int] = dict(self._host_of)  # host -> the rank it carries
+        self._port_host = {(p.rail, p.port): (h, p.port_index) for h in range(spec.num_hosts)
+                           for p in spec.host_ports(h)}
+
+    def host_of(self, rank: int) -> int:
+        return self._host_of[rank]
 
     def install_static(self) -> None:
         for rank, pairs in static_routes(self.spec).items():
-            self._point(rank, pairs)
+            self._point(rank, [(local.port_index, peer) for local, peer in pairs])
+
+    def assign(self, rank: int, host: int) -> None:
+        """Move ``rank``'s identity to ``host`` (a spare, or a repaired host): its MACs and
+        address, and its static routes; the host it leaves answers as nobody."""
+        old = self._host_of[rank]
+        self._rank_on.pop(old, None)
+        self._rank_on.pop(host, None)
+        with self._locks[host]:
+            self._route = {k: v for k, v in self._route.items() if k[0] not in (old, host)}
+            self._run(host, identity_commands(self.spec, self.prefix, host, rank))
+        self._host_of[rank] = host
+        self._rank_on[host] = rank
+        pairs = static_routes(self.spec).get(rank, [])
+        self._point(host, [(local.port_index, peer) for local, peer in pairs])
+
+    def release(self, host: int) -> None:
+        """``host`` failed: no route is pointed from it any more (until :meth:`assign`)."""
+        self._rank_on.pop(host, None)
 
     def on_circuits(self, reconfs: Sequence[Reconfiguration]) -> None:
         """Repoint the routes of ranks whose ports get new circuits (driver hook)."""
         if self.spec.ports_per_rank == 1:
             return  # every route is static
-        per_rank: dict[int, list[tuple[RankPort, RankPort]]] = {}
+        per_host: dict[int, list[tuple[int, RankPort]]] = {}
         for reconf in reconfs:
             if reconf.rail >= self.spec.num_rails:
                 continue  # a rail-state shadow rail: no host behind its ports
             for circuit in reconf.add:
-                a = self.spec.port_owner(reconf.rail, circuit.port_a)
-                b = self.spec.port_owner(reconf.rail, circuit.port_b)
-                per_rank.setdefault(a.rank, []).append((a, b))
-                per_rank.setdefault(b.rank, []).append((b, a))
-        threads = [threading.Thread(target=self._point, args=(rank, pairs))
-                   for rank, pairs in per_rank.items()]
+                end_a = self._port_host.get((reconf.rail, circuit.port_a))
+                end_b = self._port_host.get((reconf.rail, circuit.port_b))
+                if end_a is None or end_b is None:
+                    continue
+                (ha, ka), (hb, kb) = end_a, end_b
+                ra, rb = self._rank_on.get(ha), self._rank_on.get(hb)
+                if ra is None or rb is None:
+                    continue  # a dark spare's port: nobody to route
+                per_host.setdefault(ha, []).append((ka, RankPort(rb, reconf.rail, kb, 0)))
+                per_host.setdefault(hb, []).append((kb, RankPort(ra, reconf.rail, ka, 0)))
+        threads = [threading.Thread(target=self._point, args=(host, pairs))
+                   for host, pairs in per_host.items()]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    def _point(self, rank: int, pairs: Iterable[tuple[RankPort, RankPort]]) -> None:
+    def _point(self, host: int, pairs: Iterable[tuple[int, RankPort]]) -> None:
+        """Routes of the rank on ``host``: (its local port index, the peer's port) each."""
         cmds: list[str] = []
-        with self._locks[rank]:
-            for local, peer in pairs:
-                key = (rank, peer.rank)
-                ports = (local.port_index, peer.port_index)
+        with self._locks[host]:
+            rank = self._rank_on.get(host)
+            if rank is None:
+                return
+            for k, peer in pairs:
+                key = (host, peer.rank)
+                ports = (k, peer.port_index)
                 if self._route.get(key) == ports:
                     continue
-                cmds += route_commands(self.prefix, local, peer)
+                local = RankPort(rank, peer.rail, k, 0)
+                cmds += route_commands(self.prefix, local, peer,
+                                       self.spec.host_rail_intf(self.prefix, host, k))
                 self._route[key] = ports
             if cmds:
-                self._run(rank, cmds)
+                self._run(host, cmds)
 
 
 #: Mininet types commands into a pty shell; a tty line holds at most 4096 bytes, and a longer

@@ -10,6 +10,7 @@ object             name                  notes
 rank host          ``ot1a2g<rank>``      a Mininet host (own network namespace) = one GPU rank
 frontend intf      ``ot1a2g<rank>-eth0`` control traffic only (controller, shims, logs)
 rail intf          ``ot1a2g<rank>-eth<1+k>``  NIC port ``k`` (0..K-1) of the rank on its rail
+spare host         ``ot1a2x<j>``         spare GPU ``j``; interfaces ``-eth0``, ``-eth<1+k>``
 rail bridge        ``ot1a2r<rail>``      OVS bridge acting as the rail's OCS
 rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1``
 shadow bridge      ``ot1a2s<id>``        rail-state only: the OCS of one (rail, bit), rail id
@@ -27,6 +28,9 @@ Addresses (RFC 2544 benchmarking ranges, so they never clash with a real network
   interfaces; a peer is reached by a /32 route through the interface whose circuit leads to it.
   Rail subnets exist only inside the rank namespaces.
 * MAC of rail port ``k`` of rank ``r``: ``02:0f:<r hi>:<r lo>:<k>:01``; frontend ``...:ff:01``.
+* spare ``j``: frontend ``198.18.<slot>.<ranks + j + 1>``; MACs ``02:0e:<j hi>:<j lo>:...`` while
+  dark. A spare that takes over rank ``r`` takes ``r``'s rail MACs and address, so its peers'
+  routes and neighbour entries stay as they are; only the circuits move.
 
 Rank ``r`` sits on server ``r // G`` with local index ``r % G`` (TP innermost, as TorchTitan and
 Megatron place ranks); its rail is ``(r % G) % R``.
@@ -40,7 +44,7 @@ from collections.abc import Iterable
 
 PREFIX_RE = re.compile(r"^ot[0-9a-f]{3}$")
 #: Any bridge or interface name the project can create (for `clean`).
-OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|s\d+|fe|root)(-eth\d+)?$")
+OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|s\d+|x\d+|fe|root)(-eth\d+)?$")
 #: Highest OpenFlow port number on a rail bridge: its interface ``ot1a2r15-eth999`` fills
 #: Linux's IFNAMSIZ (15 characters) with rails up to 15.
 MAX_PORTS_PER_RAIL = 999
@@ -67,6 +71,26 @@ def prefix_of(name: str) -> str | None:
 
 def host_name(prefix: str, rank: int) -> str:
     return f"{prefix}g{rank}"
+
+
+def spare_name(prefix: str, spare: int) -> str:
+    return f"{prefix}x{spare}"
+
+
+def spare_frontend_intf(prefix: str, spare: int) -> str:
+    return f"{spare_name(prefix, spare)}-eth0"
+
+
+def spare_rail_intf(prefix: str, spare: int, port_index: int) -> str:
+    return f"{spare_name(prefix, spare)}-eth{1 + port_index}"
+
+
+def spare_rail_mac(spare: int, port_index: int) -> str:
+    return f"02:0e:{spare >> 8:02x}:{spare & 0xFF:02x}:{port_index:02x}:01"
+
+
+def spare_frontend_mac(spare: int) -> str:
+    return f"02:0e:{spare >> 8:02x}:{spare & 0xFF:02x}:ff:01"
 
 
 def rail_bridge(prefix: str, rail: int) -> str:

@@ -97,6 +97,23 @@ class EmulatedRails:
     def host(self, rank: int) -> Any:
         return self.net.get(naming.host_name(self.prefix, rank))
 
+    def node(self, host: int) -> Any:
+        """The Mininet host of host number ``host`` (a rank's, or spare ``host - N``)."""
+        return self.net.get(self.spec.host_name(self.prefix, host))
+
+    def set_rail_links(self, host: int, up: bool) -> None:
+        """Bring the switch side of ``host``'s rail links down (a cut fibre, a dead NIC: the host
+        loses carrier) or up again, and, going up, the host side too."""
+        state = "up" if up else "down"
+        for p in self.spec.host_ports(host):
+            subprocess.run(["ip", "link", "set", "dev",
+                            naming.bridge_port_intf(self.prefix, p.rail, p.port), state],
+                           capture_output=True, check=False)
+        if up:
+            self.node(host).cmd(" ; ".join(
+                f"ip link set dev {self.spec.host_rail_intf(self.prefix, host, p.port_index)} up"
+                for p in self.spec.host_ports(host)))
+
     def rank_address(self, rank: int) -> str:
         return naming.rank_address(rank)
 
@@ -116,12 +133,18 @@ class EmulatedRails:
 
     def popen(self, rank: int, args: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Start a process inside ``rank``'s namespace; it is stopped at teardown."""
+        return self.popen_on(rank, args, **kwargs)
+
+    def popen_on(self, host: int, args: Sequence[str], **kwargs: Any
+                 ) -> subprocess.Popen[Any]:
+        """Start a process inside host ``host``'s namespace (rank or spare); stopped at
+        teardown."""
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         env = dict(os.environ)
         env.update(kwargs.pop("env", {}) or {})
         env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
-        proc = self.host(rank).popen(list(args), env=env, **kwargs)
+        proc = self.node(host).popen(list(args), env=env, **kwargs)
         self._procs.append(proc)
         # The host's mnexec execs the command itself, so /proc/<pid>/cmdline is exactly args.
         self.record.add_process(proc.pid, " ".join(args))
@@ -260,10 +283,10 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
                        check=False)
 
-        hosts = {r: net.get(naming.host_name(prefix, r)) for r in range(spec.num_ranks)}
+        hosts = {h: net.get(spec.host_name(prefix, h)) for h in range(spec.num_hosts)}
         run = shell_runner(hosts, config_path.parent)
-        for rank in hosts:
-            run(rank, interface_setup_commands(spec, prefix, rank))
+        for h in hosts:
+            run(h, interface_setup_commands(spec, prefix, h))
         router = HostRouter(spec, prefix, run)
         router.install_static()
         driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)

@@ -268,7 +268,9 @@ class OcsFabric:
         finally:
             with self._lock:
                 self._dark[rail] -= touched
-        self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark})
+        delay_ms = sum(op.delay_ms for op in job.operations if isinstance(op, WaitDelay))
+        self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark,
+                   "delay_ms": delay_ms})
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
         self._log({"event": "light", **result.to_json()})
         return result

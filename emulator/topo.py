@@ -1,12 +1,13 @@
 """Photonic-rail topology: the static description (pure) and its Mininet ``Topo``.
 
 :class:`RailSpec` is plain data (servers, GPUs per server, rails, ports per rank per rail, link
-rate, mode) and knows the mapping rank -> server/rail/ports. :class:`PhotonicRailTopo` turns it
-into Mininet nodes and links, using the names of :mod:`emulator.naming`. The running network
-lives in :mod:`emulator.network`; the topology object never starts anything. Under rail-state
-semantics a spec also has ``shadow_rails``: small OCS rails (ids after the data rails, three
-ports each, no hosts, OCS whatever the data rails' mode) on which the bits of the data rails
-switch (:mod:`controller.railstate`).
+rate, mode, spare GPUs) and knows the mapping rank -> server/rail/ports. Hosts are numbered:
+ranks ``0..N-1``, then spare ``j`` is host ``N + j`` (:meth:`RailSpec.host_ports`).
+:class:`PhotonicRailTopo` turns it into Mininet nodes and links, using the names of
+:mod:`emulator.naming`. The running network lives in :mod:`emulator.network`; the topology
+object never starts anything. Under rail-state semantics a spec also has ``shadow_rails``:
+small OCS rails (ids after the data rails, three ports each, no hosts, OCS whatever the data
+rails' mode) on which the bits of the data rails switch (:mod:`controller.railstate`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.job import rank_rail_ports
+from controller.job import SpareSlot, rank_rail_ports, spare_slots
 from controller.ocs import RailDescription, resolve_switching_delay_ms
 from controller.railstate import SHADOW_PORTS
 from emulator import naming
@@ -23,6 +24,8 @@ from emulator import naming
 #: ignores rates above 1000.
 EMULATOR_MAX_LINK_MBPS = 1000.0
 MODES = ("ocs", "electrical")
+#: hosts (ranks and spares) one network can hold: frontend addresses 198.18.<slot>.1..249
+MAX_FRONTEND_HOSTS = 249
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class RailSpec:
     switching_delay: float | str = 0.0  # ms, or a Table 3 technology name
     per_rail_delay: dict[int, float | str] = field(default_factory=dict)
     shadow_rails: int = 0  # rail-state: rails x bits shadow OCS rails after the data rails
+    spares_per_server: int = 0  # spare GPUs per server, dark until one takes over a rank
+    spare_servers: int = 0  # whole servers of spare GPUs
 
     def __post_init__(self) -> None:
         problems = []
@@ -73,6 +78,14 @@ class RailSpec:
         if ranks > naming.MAX_EMULATED_RANKS:
             problems.append(f"at most {naming.MAX_EMULATED_RANKS} ranks fit one emulated network, "
                             f"got {ranks}")
+        if self.spares_per_server < 0 or self.spare_servers < 0:
+            problems.append("spares_per_server and spare_servers must be >= 0")
+        elif self.spares_per_server or self.spare_servers:
+            last = max((p for s in self.spares for p in s.ports), default=0)
+            if last > naming.MAX_PORTS_PER_RAIL or self.num_hosts > MAX_FRONTEND_HOSTS:
+                problems.append(f"{len(self.spares)} spares do not fit: at most "
+                                f"{MAX_FRONTEND_HOSTS} hosts and {naming.MAX_PORTS_PER_RAIL} ports "
+                                "per rail")
         if problems:
             raise ValueError("; ".join(problems))
         delays: list[tuple[int | None, float | str]] = [(None, self.switching_delay)]
@@ -95,6 +108,40 @@ class RailSpec:
     @property
     def num_ranks(self) -> int:
         return self.servers * self.gpus_per_server
+
+    @property
+    def spares(self) -> list[SpareSlot]:
+        return spare_slots(self.servers, self.gpus_per_server, self.ports_per_rank,
+                           self.num_rails, spares_per_server=self.spares_per_server,
+                           spare_servers=self.spare_servers)
+
+    @property
+    def num_hosts(self) -> int:
+        """Ranks and spares: the Mininet hosts that run GPUs."""
+        return self.num_ranks + len(self.spares)
+
+    def host_ports(self, host: int) -> list[RankPort]:
+        """The rail ports of host ``host`` (a rank's own, or spare ``host - N``'s); ``rank`` of
+        each is the host number."""
+        if host < self.num_ranks:
+            return self.rank_ports(host)
+        spare = self.spares[host - self.num_ranks]
+        return [RankPort(host, spare.rail, k, p) for k, p in enumerate(spare.ports)]
+
+    def host_rail_intf(self, prefix: str, host: int, port_index: int) -> str:
+        if host < self.num_ranks:
+            return naming.rail_intf(prefix, host, port_index)
+        return naming.spare_rail_intf(prefix, host - self.num_ranks, port_index)
+
+    def host_name(self, prefix: str, host: int) -> str:
+        if host < self.num_ranks:
+            return naming.host_name(prefix, host)
+        return naming.spare_name(prefix, host - self.num_ranks)
+
+    def host_server(self, host: int) -> int:
+        if host < self.num_ranks:
+            return self.server_of(host)
+        return self.spares[host - self.num_ranks].server
 
     def server_of(self, rank: int) -> int:
         return rank // self.gpus_per_server
@@ -130,9 +177,13 @@ class RailSpec:
         return resolve_switching_delay_ms(self.per_rail_delay.get(rail, self.switching_delay))
 
     def describe(self) -> list[RailDescription]:
+        """Every rail with its ports: the ranks', then the spares' (dark until used)."""
+        spare_ports: dict[int, list[int]] = {}
+        for s in self.spares:
+            spare_ports.setdefault(s.rail, []).extend(s.ports)
         return [
-            RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail)),
-                            self.delay_ms(rail), self.mode)
+            RailDescription(rail, tuple(p.port for p in self.ports_of_rail(rail))
+                            + tuple(spare_ports.get(rail, ())), self.delay_ms(rail), self.mode)
             for rail in range(self.num_rails)
         ] + [RailDescription(s, SHADOW_PORTS, self.delay_ms(s), "ocs")  # always switched
              for s in self.shadow_ids]
@@ -179,5 +230,16 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
                                  intfName1=naming.rail_intf(prefix, rank, rp.port_index),
                                  intfName2=naming.bridge_port_intf(prefix, rp.rail, rp.port),
                                  addr1=naming.rail_mac(rank, rp.port_index), **link_opts)
+            for spare in spec.spares:
+                j = spare.index
+                host = self.addHost(naming.spare_name(prefix, j), ip=(
+                    f"{naming.frontend_address(slot, spec.num_ranks + j)}/24"))
+                self.addLink(host, fe, intfName1=naming.spare_frontend_intf(prefix, j),
+                             addr1=naming.spare_frontend_mac(j))
+                for k, port in enumerate(spare.ports):
+                    self.addLink(host, naming.rail_bridge(prefix, spare.rail), port2=port,
+                                 intfName1=naming.spare_rail_intf(prefix, j, k),
+                                 intfName2=naming.bridge_port_intf(prefix, spare.rail, port),
+                                 addr1=naming.spare_rail_mac(j, k), **link_opts)
 
     return PhotonicRailTopo()

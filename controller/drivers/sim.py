@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from controller.clock import Clock, WallClock
+from controller.drivers.faults import OcsFaults
 from controller.ocs import (
     ApplyResult,
     Circuit,
@@ -43,6 +44,7 @@ class SimOcsDriver(OcsDriver):
         seed: int = 0,
         mode: str = "ocs",
         delay_by_rail: Mapping[int, float | str] | None = None,
+        faults: OcsFaults | None = None,
         mode_by_rail: Mapping[int, str] | None = None,
     ) -> None:
         self.clock: Clock = clock or WallClock()
@@ -57,6 +59,7 @@ class SimOcsDriver(OcsDriver):
         if jitter_ms < 0:
             raise ValueError(f"jitter_ms must be >= 0, got {jitter_ms}")
         self.jitter_ms = jitter_ms
+        self.faults = faults  # FAILED ports and refusals (controller.drivers.faults)
         self._rng = random.Random(seed)
         self._state = CrossconnectState(ports)
         self._dark_until: dict[tuple[int, int], float] = {}
@@ -115,6 +118,8 @@ class SimOcsDriver(OcsDriver):
     def begin(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:
         """Check and commit a batch now; return when each rail's light comes back (no wait)."""
         t_s = self.clock.now()
+        if self.faults is not None:
+            self.faults.check(reconfs)
         with self._lock:
             self._state.check_all(reconfs)
             results = []

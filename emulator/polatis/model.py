@@ -15,7 +15,7 @@ across every session and protocol.
 Light: every ingress carries ``input_power_dbm`` (the rank's transmitter is always on); an
 egress reads its ingress's power minus ``insertion_loss_db`` when connected and settled, else
 ``DARK_DBM`` (about -60 dBm, a typical monitor floor). A FAILED port (fault injection) reads
-dark and reports status FAILED.
+dark, reports status FAILED and refuses new cross-connects (deleting the one it had is allowed).
 """
 
 from __future__ import annotations
@@ -238,6 +238,13 @@ class PolatisDevice:
                 raise DeviceError(
                     "in-use", f"egress port {egress} is already in use by ingress {keep}",
                     path=_path(self.list_name, other, "egress"), ports=(other, egress, keep))
+        failed = self.faults.failed_ports
+        for i, e in sorted(work.items()):
+            if before.get(i) != e and (i in failed or e in failed):
+                port = i if i in failed else e
+                raise DeviceError("operation-failed", f"port {port} is FAILED: no "
+                                  "cross-connect can use it",
+                                  path=_path(self.list_name, i), ports=(i, e))
         self.backend.validate(before, work)
         return Change(before, work)
 

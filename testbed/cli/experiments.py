@@ -39,6 +39,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--link-mbps", type=float,
                    help="emulated per-port rate in Mbit/s (default: calibrated for this machine)")
     p.add_argument("--ports-per-rank", type=int, help="OCS ports per GPU (K)")
+    p.add_argument("--no-spares", action="store_true",
+                   help="run without the config's spare GPUs: a failed rank makes every rank "
+                   "restart from the last completed iteration (after failover."
+                   "migration_delay_s), as a job moved to a new rack would")
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -65,6 +69,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
+    if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
+        changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg
 
 

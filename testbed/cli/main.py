@@ -25,6 +25,7 @@ examples:
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
   opus-testbed bench tcp --json      # TCP between two ranks vs the link rate (root)
+  opus-testbed bench failover --json # spare-GPU failover: recovery per switching delay (root)
   opus-testbed workload examples/llama3-8b-workload.yaml
   opus-testbed workload compare A.yaml B.json   # two schedules side by side
   opus-testbed import kineto rank*.json.gz --out imported/   # profiler traces -> workload
@@ -143,6 +144,18 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
                            switching_delay_ms=args.delay, mirror=mirror, rails=args.rails)
 
 
+def _bench_failover(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.emulated.bench import CONFIG, run_failover_bench
+
+    return run_failover_bench(Path(args.config) if args.config else CONFIG,
+                              tuple(_floats(args.delays)),
+                              no_spares_delay_ms=None if args.no_spares_delay < 0
+                              else args.no_spares_delay, backend=args.backend,
+                              work_dir=Path(args.keep) if args.keep else None)
+
+
 def _floats(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -226,6 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
                    "config's)")
     b.set_defaults(bench_fn=_bench_crossval)
+    b = bench.add_parser("failover", help="spare-GPU failover: recovery time per switching "
+                         "delay, against restarting every rank (emu: root)")
+    b.add_argument("--delays", default="1,25,100", help="switching delays in ms")
+    b.add_argument("--config", help="experiment with spares and faults (default "
+                   "examples/failover-16.yaml: 16 ranks, one spare, five kills)")
+    b.add_argument("--no-spares-delay", type=float, default=25.0,
+                   help="the delay of the --no-spares comparison run (negative: skip it)")
+    b.add_argument("--backend", choices=("emu", "sim"), default="emu",
+                   help="emu (root; the sim's prediction is reported beside it) or sim only")
+    b.add_argument("--keep", metavar="DIR", help="keep the runs' results under DIR")
+    b.set_defaults(bench_fn=_bench_failover)
     b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
     b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")
     b.add_argument("--mode", default="provisioning",

@@ -15,18 +15,41 @@ the rank's groups. Under rail-state semantics a call the plan does not gate runs
 and after a call with ``predict`` the rank names that call to the controller
 (:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
 :mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
-(only there: the circuits are lit), filler bytes counted by the receiving rank's listener per
-(iteration, collective, sender, step), so a receiving step just waits for its count. Records go
-to the ``out`` file as JSON lines: ``call``, ``compute``, ``iteration``, ``error`` and
-``finished``; on any failure the process records the rank, iteration and op and exits with
-status 1. Fault injection for tests: ``OPUS_FAULT_CRASH=RANK:ITERATION`` makes that rank exit
-abruptly (status 7) as the iteration starts.
+(only there: the circuits are lit), introduced with the iteration, collective id, sender and
+epoch, filler bytes counted by the receiving rank's listener per (iteration, collective, sender,
+step) in the epoch's inbox, so a receiving step just waits for its count.
+A call the controller refuses because its switch failed (``reconfig_failed``) is asked for again,
+up to :data:`CALL_RETRIES` times. Records go to the ``out`` file as JSON lines: ``call``,
+``compute``, ``iteration``, ``error`` and ``finished``; on any failure the process records the
+rank, iteration and op and exits with status 1.
+
+**Failover** (``failover`` in the plan: the run has spares or restarts ranks). The iterations run
+in *epochs*: one epoch is one attempt at the remaining iterations with its own job id, shims,
+sequence numbers, inbox and sockets. The runner steers epochs through a control file (JSON,
+replaced atomically) that every replayer polls every :data:`CONTROL_POLL_S`:
+``{"epoch": E, "state": "abort" | "run", "job": J, "start_it": K, "takeover": {HOST: {...}}}``.
+A newer epoch aborts the running one at once (lanes stop, sockets are shut, shims cancelled); with
+``state: run`` the replayer starts epoch E from iteration K. A lane that fails inside an epoch
+(a peer died: refused calls, I/O errors) records ``stalled`` and waits for the runner instead of
+exiting. A spare runs in *standby* (``standby`` in its plan): it waits for a control naming its
+host under ``takeover``, then loads that rank's plan and runs as that rank. A NIC watchdog checks
+the rail interfaces (``watch_intfs``) every :data:`WATCHDOG_S`: without carrier the rank records
+``fault`` and exits with status :data:`NIC_DOWN_STATUS`, as a job whose NIC died would. Faults
+scheduled for this rank (``faults``: kill, link_down, hang at an iteration) fire as that
+iteration starts. ``OPUS_FAULT_CRASH=RANK:ITERATION`` (tests) makes that rank exit abruptly
+(status 7) as the iteration starts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
+import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -34,20 +57,140 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from controller.profile import CallProfile
-from controller.shim import Shim
+from controller.shim import IntentRejected, Shim
 from testbed.emulated.transport import Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 
 POLL_S = 0.25
+CONTROL_POLL_S = 0.02
+WATCHDOG_S = 0.02
+CALL_RETRIES = 3
+NIC_DOWN_STATUS = 8
+_SIOCGIFFLAGS = 0x8913
+_IFF_UP, _IFF_RUNNING = 0x1, 0x40
+
+
+class EpochInbox(Inbox):
+    """An epoch's inbox: once the epoch is aborted, its connections' errors are the abort's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = threading.Event()
+
+    def fail(self, message: str) -> None:
+        if not self.closed.is_set():
+            super().fail(message)
+
+    def close(self) -> None:
+        self.closed.set()
+        self.wake()
+
+
+class Epoch:
+    """One attempt at iterations ``start..`` under job ``job``: abortable as a whole.
+
+    :meth:`abort` wakes every waiter at once (each event is set; waiters then see ``aborted``),
+    shuts the epoch's sockets so that blocked sends and receives return, and cancels its shims.
+    """
+
+    def __init__(self, number: int, job: str, start: int, iterations: int, ops: list[PlanOp],
+                 inbox: EpochInbox) -> None:
+        self.number = number
+        self.job = job
+        self.start = start
+        self.aborted = threading.Event()
+        self.inbox = inbox
+        self.done = {(it, op.index): threading.Event()
+                     for it in range(start, iterations) for op in ops}
+        self.go = {it: threading.Event() for it in range(start, iterations)}
+        self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
+        self.failure: dict[str, Any] | None = None
+        self._socks: set[socket.socket] = set()
+        self._shims: list[Shim] = []
+        self._lock = threading.Lock()
+
+    def track(self, sock: socket.socket) -> None:
+        """Shut ``sock`` when the epoch aborts (at once if it already has)."""
+        with self._lock:
+            self._socks.add(sock)
+        if self.aborted.is_set():
+            _shut(sock)
+
+    def untrack(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+
+    def add_shim(self, shim: Shim) -> None:
+        with self._lock:
+            self._shims.append(shim)
+        if self.aborted.is_set():
+            shim.cancel()
+
+    def fail(self, failure: dict[str, Any]) -> None:
+        """The first real failure of the epoch (not one the abort itself caused)."""
+        with self._lock:
+            if self.failure is None and not self.aborted.is_set():
+                self.failure = failure
+        self.abort()
+
+    def abort(self) -> None:
+        if self.aborted.is_set():
+            return
+        self.aborted.set()
+        for ev in list(self.done.values()) + list(self.go.values()):
+            ev.set()
+        self.inbox.close()
+        with self._lock:
+            socks, shims = list(self._socks), list(self._shims)
+        for sock in socks:
+            _shut(sock)
+        for shim in shims:
+            shim.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def link_up(intf: str) -> bool:
+    """True while ``intf`` (in this namespace) is up and has carrier."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            raw = fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, struct.pack("16s24x", intf.encode()))
+        except OSError:
+            return False
+    flags = struct.unpack("16sH22x", raw[:40])[1]
+    return flags & (_IFF_UP | _IFF_RUNNING) == (_IFF_UP | _IFF_RUNNING)
 
 
 class Replayer:
-    """One rank's replay; :meth:`run` returns the exit status."""
+    """One rank's replay (or a standby spare's wait for a rank); :meth:`run` returns the exit
+    status."""
 
-    def __init__(self, plan: dict[str, Any], out: IO[str]) -> None:
+    def __init__(self, plan: dict[str, Any], opener: Callable[..., IO[str]] = open) -> None:
         self.plan = plan
+        self._opener = opener
+        fo = plan.get("failover")
+        self.failover: dict[str, Any] | None = dict(fo) if fo else None
+        self.out: IO[str] = opener(plan["out"], "a", encoding="utf-8")
+        self._out_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._inboxes: dict[int, EpochInbox] = {}
+        self._inbox_lock = threading.Lock()
+        self.current: Epoch | None = None
+        self._shims: dict[str, Shim] = {}  # per lane, kept across epochs (retargeted)
+        self._control: dict[str, Any] = {}
+        self._control_cv = threading.Condition()
+        self.profile = CallProfile()
+        if not plan.get("standby"):
+            self._adopt(plan)
+
+    def _adopt(self, plan: dict[str, Any]) -> None:
+        """Become the rank of ``plan``."""
+        self.plan = {**plan, "failover": self.failover} if self.failover else plan
         self.rank = int(plan["rank"])
         self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
         self.positions = lane_positions(self.ops)  # for predictions (rail-state)
@@ -56,71 +199,118 @@ class Replayer:
         self.port = int(plan["port"])
         self.io_timeout_s = float(plan.get("io_timeout_s", 60.0))
         self.ack_timeout_s = float(plan.get("ack_timeout_s", 120.0))
-        self.out = out
-        self._out_lock = threading.Lock()
-        self.inbox = Inbox()
-        self.aborted = threading.Event()
-        self.profile = CallProfile()
-        self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
-        self.done = {(it, op.index): threading.Event()
-                     for it in range(self.iterations) for op in self.ops}
-        self.go = [threading.Event() for _ in range(self.iterations)]
-        self.failure: dict[str, Any] | None = None
+        self.job = str(plan["job"])
 
     def emit(self, **record: Any) -> None:
-        line = json.dumps({**record, "rank": self.rank}, separators=(",", ":"))
+        rank = getattr(self, "rank", None)
+        line = json.dumps({**record, "rank": rank}, separators=(",", ":"))
         with self._out_lock:
             self.out.write(line + "\n")
             self.out.flush()
 
+    def _epoch_fields(self, ep: Epoch) -> dict[str, Any]:
+        return {"epoch": ep.number} if self.failover else {}
+
+    def _inbox(self, epoch: int) -> EpochInbox | None:
+        """The inbox of ``epoch`` (made when a peer got there first); None for a past one."""
+        with self._inbox_lock:
+            cur = self.current.number if self.current is not None else -1
+            if epoch < cur:
+                return None
+            if epoch not in self._inboxes:
+                self._inboxes[epoch] = EpochInbox()
+            for old in [e for e in self._inboxes if e < cur]:
+                del self._inboxes[old]
+            return self._inboxes[epoch]
+
     # ------------------------------------------------------------------ lanes
 
-    def _wait(self, ev: threading.Event) -> None:
+    @staticmethod
+    def _wait(ep: Epoch, ev: threading.Event) -> None:
         while not ev.wait(POLL_S):
-            if self.aborted.is_set():
+            if ep.aborted.is_set():
                 raise Abort
+        if ep.aborted.is_set():
+            raise Abort
 
-    def _lane(self, name: str, ops: list[PlanOp]) -> None:
+    def _lane(self, ep: Epoch, name: str, ops: list[PlanOp]) -> None:
         shim: Shim | None = None
         current: tuple[int, PlanOp] | None = None
         try:
             if name != COMPUTE_LANE:
-                shim = Shim(str(self.plan["endpoint"]), str(self.plan["job"]), self.rank,
-                            ack_timeout_s=self.ack_timeout_s, profile=self.profile,
-                            seqs=self.seqs)
-            for it in range(self.iterations):
-                self._wait(self.go[it])
+                shim = self._shim(ep, name)
+                ep.add_shim(shim)
+            for it in range(ep.start, self.iterations):
+                self._wait(ep, ep.go[it])
                 for op in ops:
                     current = (it, op)
                     for d in op.deps:
-                        self._wait(self.done[(it, d)])
+                        self._wait(ep, ep.done[(it, d)])
                     if shim is None:
-                        self._compute(it, op)
+                        self._compute(ep, it, op)
                     else:
-                        self._call(shim, it, op)
-                    self.done[(it, op.index)].set()
+                        self._call(ep, shim, it, op)
+                    ep.done[(it, op.index)].set()
         except Abort:
             pass
-        except BaseException as exc:  # record and stop the whole rank
+        except BaseException as exc:  # record and stop the whole epoch
             it, failed = current if current else (-1, None)
-            self.failure = {"it": it, "i": failed.index if failed else -1,
-                            "tag": failed.tag if failed else "", "lane": name,
-                            "error": f"{type(exc).__name__}: {exc}"}
-            self.aborted.set()
-        finally:
-            if shim is not None:
-                shim.close()
+            ep.fail({"it": it, "i": failed.index if failed else -1,
+                     "tag": failed.tag if failed else "", "lane": name,
+                     "error": f"{type(exc).__name__}: {exc}"})
 
-    def _compute(self, it: int, op: PlanOp) -> None:
+    def _shim(self, ep: Epoch, lane: str) -> Shim:
+        """The lane's shim, retargeted to ``ep``'s job if an earlier epoch used it: a failover
+        then costs no new connection per lane."""
+        shim = self._shims.get(lane)
+        if shim is None:
+            shim = self._shims[lane] = Shim(
+                str(self.plan["endpoint"]), ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
+                profile=self.profile, seqs=ep.seqs)
+        elif shim.job_id != ep.job:
+            shim.retarget(ep.job, ep.seqs)
+        return shim
+
+    def _close_shims(self) -> None:
+        for shim in self._shims.values():
+            with contextlib.suppress(Exception):  # the end of a rank must not fail on its bye
+                shim.close()
+        self._shims.clear()
+
+    def _compute(self, ep: Epoch, it: int, op: PlanOp) -> None:
         t0 = time.time()
         end = time.monotonic() + op.duration_s
         while (left := end - time.monotonic()) > 0:
-            if self.aborted.wait(min(left, POLL_S)):
+            if ep.aborted.wait(min(left, POLL_S)):
                 raise Abort
-        self.emit(ev="compute", it=it, i=op.index, t_start=t0, t_end=time.time())
+        self.emit(ev="compute", it=it, i=op.index, t_start=t0, t_end=time.time(),
+                  **self._epoch_fields(ep))
 
-    def _call(self, shim: Shim, it: int, op: PlanOp) -> None:
+    def _call(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
+        retries = 0
+        while True:
+            try:
+                sent, received, grant, t_ack = self._exchange(ep, shim, it, op)
+                break
+            except IntentRejected as exc:
+                if exc.code != "reconfig_failed" or retries >= CALL_RETRIES:
+                    raise
+                retries += 1  # the switch refused; the controller undid it: ask again
+        extra: dict[str, Any] = {"retries": retries} if retries else {}
+        self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
+                  cid=op.collective_id, tag=op.tag, seq=grant.seq,
+                  reconfigured=grant.reconfigured, t_intent=t_intent, t_ack=t_ack,
+                  t_end=time.time(), sent=sent, received=received,
+                  expected=op.expected_bytes, size_bytes=op.size_bytes,
+                  wire_bytes=op.wire_bytes, **extra, **self._epoch_fields(ep))
+        if op.predict >= 0:  # call numbers restart with each epoch's job
+            seq, target_it = predicted_call(self.positions, op.index, op.predict, it - ep.start)
+            if target_it + ep.start < self.iterations:
+                target = self.ops[op.predict]
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
+
+    def _exchange(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> tuple[int, int, Any, float]:
         sent = received = 0
         with shim.collective(op.lane, op.kind, op.size_bytes, op.axis, op.gated) as grant:
             t_ack = time.time()
@@ -131,81 +321,212 @@ class Replayer:
                         if peer not in conns:
                             conns[peer] = Outgoing(
                                 (self.peers[peer], self.port),
-                                {"it": it, "cid": op.collective_id, "src": self.rank},
-                                self.io_timeout_s)
+                                {"it": it, "cid": op.collective_id, "src": self.rank,
+                                 "epoch": ep.number}, self.io_timeout_s, ep.aborted)
+                            ep.track(conns[peer].sock)
                         conns[peer].send_step(k, n)
                         sent += n
                     for peer, n in step.recvs:
-                        if self.inbox.errors:
-                            raise ReplayError(self.inbox.errors[0])
-                        received += self.inbox.wait((it, op.collective_id, peer, k), n,
-                                                    self.io_timeout_s, self.aborted)
+                        if ep.inbox.errors:
+                            raise ReplayError(ep.inbox.errors[0])
+                        received += ep.inbox.wait((it, op.collective_id, peer, k), n,
+                                                  self.io_timeout_s, ep.aborted)
                 for conn in conns.values():
                     conn.finish()
             finally:
                 for conn in conns.values():
+                    ep.untrack(conn.sock)
                     conn.sock.close()
-        self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
-                  cid=op.collective_id, tag=op.tag, seq=grant.seq,
-                  reconfigured=grant.reconfigured, t_intent=t_intent, t_ack=t_ack,
-                  t_end=time.time(), sent=sent, received=received,
-                  expected=op.expected_bytes, size_bytes=op.size_bytes,
-                  wire_bytes=op.wire_bytes)
-        if op.predict >= 0:
-            seq, target_it = predicted_call(self.positions, op.index, op.predict, it)
-            if target_it < self.iterations:
-                target = self.ops[op.predict]
-                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
+        return sent, received, grant, t_ack
+
+    # -------------------------------------------------------------- listener
+
+    def _route(self, hello: dict[str, Any]) -> Inbox | None:
+        """An incoming connection's inbox: its epoch's (None: an abandoned epoch's)."""
+        return self._inbox(int(hello.get("epoch", 0)))
+
+    # ------------------------------------------------------------ failover
+
+    def _read_control(self) -> dict[str, Any] | None:
+        assert self.failover is not None
+        try:
+            with open(self.failover["control"], encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _watch_control(self) -> None:
+        """Poll the control file; a newer epoch aborts the running one at once."""
+        seen = -1
+        while not self._stop.is_set():
+            ctl = self._read_control()
+            if ctl is not None and int(ctl.get("epoch", 0)) >= seen:
+                seen = int(ctl.get("epoch", 0))
+                with self._control_cv:
+                    changed = ctl != self._control
+                    self._control = ctl
+                    self._control_cv.notify_all()
+                cur = self.current
+                if changed and cur is not None and seen > cur.number:
+                    cur.abort()
+            time.sleep(CONTROL_POLL_S)
+
+    def _await_control(self, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        with self._control_cv:
+            while not predicate(self._control):
+                self._control_cv.wait(POLL_S)
+            return dict(self._control)
+
+    def _watchdog(self, intfs: list[str]) -> None:
+        """No carrier on a rail interface: record it and exit, as a rank whose NIC died."""
+        while not self._stop.is_set():
+            for intf in intfs:
+                if not link_up(intf):
+                    self.emit(ev="fault", kind="nic_down", intf=intf, t=time.time())
+                    self.out.flush()
+                    os._exit(NIC_DOWN_STATUS)
+            time.sleep(WATCHDOG_S)
+
+    def _iteration_faults(self, it: int) -> None:
+        """Faults that fire as iteration ``it`` starts (test hook, then planned faults)."""
+        if os.environ.get("OPUS_FAULT_CRASH", "") == f"{self.rank}:{it}":  # "RANK:ITERATION"
+            self.out.flush()
+            os._exit(7)  # a crash: no record, no goodbye
+        if not self.failover:
+            return
+        for fault in self.failover.get("faults", []):
+            if fault.get("at_iteration") != it:
+                continue
+            self.emit(ev="fault", kind=fault["kind"], index=fault.get("index"), it=it,
+                      t=time.time())
+            self.out.flush()
+            if fault["kind"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif fault["kind"] == "hang":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            elif fault["kind"] == "link_down":
+                for intf in self.failover.get("watch_intfs", []):
+                    subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=False)
+                time.sleep(10 * WATCHDOG_S)  # the watchdog ends the process
+
+    def _standby(self) -> None:
+        """A spare: wait until the runner names this host to take over a rank, then become it."""
+        assert self.failover is not None
+        host = str(self.failover["host"])
+        after = int(self.failover.get("after_epoch", 0))
+        self.emit(ev="standby", host=int(host), t=time.time())
+        ctl = self._await_control(lambda c: host in c.get("takeover", {})
+                                  and int(c.get("epoch", 0)) > after)
+        take = ctl["takeover"][host]
+        self.failover.update(epoch=int(ctl["epoch"]), start_it=int(ctl["start_it"]),
+                             job=str(ctl["job"]))
+        with open(take["plan"], encoding="utf-8") as fh:
+            rank_plan = json.load(fh)
+        self.failover["faults"] = take.get("faults", [])
+        self._adopt(rank_plan)
+        self.out.close()
+        self.out = self._opener(rank_plan["out"], "a", encoding="utf-8")
+        self.emit(ev="takeover", host=int(host), t=time.time(), epoch=int(ctl["epoch"]))
 
     # -------------------------------------------------------------------- run
 
-    def run(self) -> int:
-        listener = Listener((str(self.plan["addr"]), self.port), self.inbox, self.io_timeout_s)
+    def _run_epoch(self, ep: Epoch) -> str:
+        """Run ``ep``: ``done``, ``aborted`` (the runner moved on) or ``failed``."""
         lanes: dict[str, list[PlanOp]] = {}
         for op in self.ops:
             lanes.setdefault(op.lane, []).append(op)
-        threads = [threading.Thread(target=self._lane, args=(name, ops), daemon=True,
+        if ep.start == 0 and ep.number > 0:
+            self.profile = CallProfile()  # the profiled iteration runs again
+        threads = [threading.Thread(target=self._lane, args=(ep, name, ops), daemon=True,
                                     name=f"lane-{name}") for name, ops in lanes.items()]
         for t in threads:
             t.start()
-        self.emit(ev="started", t=time.time(), lanes=list(lanes))
-        status = 0
+        if ep.number == 0:
+            self.emit(ev="started", t=time.time(), lanes=list(lanes))
+        else:
+            self.emit(ev="resumed", t=time.time(), epoch=ep.number, it=ep.start,
+                      host=self.failover.get("host") if self.failover else None)
         try:
-            crash_at = os.environ.get("OPUS_FAULT_CRASH", "")  # "RANK:ITERATION", for tests
-            for it in range(self.iterations):
-                if crash_at == f"{self.rank}:{it}":
-                    self.out.flush()
-                    os._exit(7)  # a crash: no record, no goodbye
+            for it in range(ep.start, self.iterations):
+                self._iteration_faults(it)
                 with self.profile.lock:
                     self.profile.mark_iteration()
                 t_start = time.time()
-                self.go[it].set()
+                ep.go[it].set()
                 for op in self.ops:
-                    self._wait(self.done[(it, op.index)])
-                self.emit(ev="iteration", it=it, t_start=t_start, t_end=time.time())
+                    self._wait(ep, ep.done[(it, op.index)])
+                self.emit(ev="iteration", it=it, t_start=t_start, t_end=time.time(),
+                          **self._epoch_fields(ep))
         except Abort:
-            status = 1
+            pass
         for t in threads:
             t.join(5.0)
-        if self.failure is not None:
-            self.emit(ev="error", **self.failure)
-            status = 1
-        else:
-            self.emit(ev="finished", t=time.time(),
-                      mispredictions=self.profile.mispredictions)
+            if t.is_alive():  # stuck in its shim: that shim is not used again
+                self._shims.pop(t.name.removeprefix("lane-"), None)
+        if ep.failure is not None:
+            return "failed"
+        return "aborted" if ep.aborted.is_set() else "done"
+
+    def run(self) -> int:
+        fo = self.failover
+        if fo:
+            threading.Thread(target=self._watch_control, daemon=True).start()
+            if self.plan.get("standby"):
+                self._standby()
+            if fo.get("watch_intfs"):
+                threading.Thread(target=self._watchdog, args=(list(fo["watch_intfs"]),),
+                                 daemon=True).start()
+        listener = Listener((str(self.plan["addr"]), self.port), self._route, self.io_timeout_s)
+        number = int(fo.get("epoch", 0)) if fo else 0
+        start = int(fo.get("start_it", 0)) if fo else 0
+        job = str(fo.get("job", self.job)) if fo else self.job
+        status = 0
+        while True:
+            inbox = self._inbox(number)
+            assert inbox is not None
+            ep = Epoch(number, job, start, self.iterations, self.ops, inbox)
+            self.current = ep
+            if fo:  # a newer control may have come while we were getting here
+                with self._control_cv:
+                    if int(self._control.get("epoch", 0)) > number:
+                        ep.abort()
+            outcome = self._run_epoch(ep)
+            if outcome == "done":
+                self.emit(ev="finished", t=time.time(),
+                          mispredictions=self.profile.mispredictions)
+                break
+            if outcome == "failed" and not fo:
+                self.emit(ev="error", **(ep.failure or {}))
+                status = 1
+                break
+            if outcome == "failed":
+                self.emit(ev="stalled", **(ep.failure or {}), epoch=ep.number, t=time.time())
+            else:
+                self.emit(ev="aborted", epoch=ep.number, t=time.time())
+            ctl = self._await_control(_resume_after(ep.number))
+            number, job, start = int(ctl["epoch"]), str(ctl["job"]), int(ctl["start_it"])
+        self._close_shims()
+        self._stop.set()
         listener.close()
         return status
+
+
+def _resume_after(epoch: int) -> Callable[[dict[str, Any]], bool]:
+    """Does a control say: run an epoch later than ``epoch``?"""
+    return lambda c: int(c.get("epoch", 0)) > epoch and c.get("state") == "run"
 
 
 def main(argv: list[str] | None = None, opener: Callable[..., IO[str]] = open) -> int:
     args = sys.argv[1:] if argv is None else argv
     with open(args[0]) as fh:
         plan = json.load(fh)
-    with opener(plan["out"], "a", encoding="utf-8") as out:
-        status = Replayer(plan, out).run()
+    replayer = Replayer(plan, opener)
+    status = replayer.run()
+    replayer.out.close()
     sys.stdout.flush()
     os._exit(status)  # lanes blocked in a failed call must not keep the process alive
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,14 +3,17 @@
 Order of work, from a :class:`~testbed.experiment.prepare.Prepared` run: build the emulated
 rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the baseline), start
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
-launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host, follow
-their progress, and on success hand the records and the OCS app's dark periods
+launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host (and a
+standby one per spare), follow them (:mod:`testbed.emulated.supervisor`: progress, injected
+faults, failover), and on success hand the records and the OCS app's dark periods
 (:mod:`testbed.metrics.darktime`) to :func:`testbed.results.summary.finish_run`.
 Under rail-state semantics the data rails are packet-switched (as the baseline's) and the
 network also has the shadow OCS rails on which the bits switch (:mod:`controller.railstate`).
-A rank that fails ends the run: the error names the rank and its last op, and teardown still
-happens (the network's context manager stops every process we started). :func:`run_on_rails`
-is that sequence for any rank process; torch jobs (:mod:`testbed.torchjob.runner`) use it too.
+A rank that fails ends the run unless the run has spares (or ``--no-spares``' restart): the
+error names the rank and its last op, and teardown still happens (the network's context manager
+stops every process we started). :func:`run_on_rails` is that sequence for any rank processes;
+torch jobs (:mod:`testbed.torchjob.runner`) use it too, through :func:`processes` (start every
+rank, follow them to their exit, no failover).
 """
 
 from __future__ import annotations
@@ -18,18 +21,20 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from controller.core import CoreConfig
 from controller.drivers import DRIVERS, HARDWARE_DRIVERS
+from controller.drivers.faults import FaultInjectingDriver, OcsFaults
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
 from controller.railstate import RAIL_STATE
+from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
@@ -40,23 +45,55 @@ from testbed.results import store
 from testbed.results.summary import RunFacts, finish_run
 
 if TYPE_CHECKING:
+    from controller.service import ControllerService
     from emulator.network import EmulatedRails
     from emulator.topo import RailSpec
 
-REPLAYER_PORT = 7100
 POLL_S = 0.5
 
 #: (network, Opus controller endpoint, rank) -> the rank process's command line
 RankLauncher = Callable[["EmulatedRails", str, int], list[str]]
 
 
+@dataclass(frozen=True)
+class RailsRun:
+    """What a run's rank processes are started against: the network, Opus (its service, its
+    endpoint and event log), the OCS fault injector and the Polatis fronts (None: none)."""
+
+    net: EmulatedRails
+    service: ControllerService
+    events: EventLog
+    ocs_faults: OcsFaults
+    fronts: Any
+    out: Path
+    say: Say
+
+
+class RankFollower(Protocol):
+    """Starts a run's rank processes and follows them until every rank finished."""
+
+    @property
+    def pids(self) -> list[int]: ...
+
+    def launch(self) -> None: ...
+
+    def follow(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: builds the follower of a run once the rails and Opus are up
+StartRanks = Callable[[RailsRun], RankFollower]
+
+
 @contextlib.contextmanager
-def _controller_driver(cfg: RunSettings, emulated: OcsDriver) -> Iterator[OcsDriver]:
-    """The OCS driver Opus uses: the emulated one, or a Polatis driver (NETCONF or TL1) talking
-    to a front of that protocol on each emulated rail (the lab driver, against real OVS
-    circuits)."""
+def _controller_driver(cfg: RunSettings, emulated: OcsDriver
+                       ) -> Iterator[tuple[OcsDriver, Any]]:
+    """The OCS driver Opus uses, and the Polatis fronts if any: the emulated driver, or a
+    Polatis driver (NETCONF or TL1) talking to a front of that protocol on each emulated rail
+    (the lab driver, against real OVS circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
-        yield emulated
+        yield emulated, None
         return
     if cfg.driver not in HARDWARE_DRIVERS:
         raise RunRefused(f"{cfg.source}: ocs.driver {cfg.driver!r} cannot drive the emulated "
@@ -74,15 +111,17 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver) -> Iterator[OcsDri
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
                              env={"OPUS_FRONT_PASSWORD": password})
         try:
-            yield driver
+            yield driver, fronts
         finally:
             driver.close()
 
 
 def rail_spec(cfg: RunSettings, servers: int, gpus_per_server: int, link_mbps: float,
-              shadow_rails: int = 0) -> RailSpec:
+              shadow_rails: int = 0, spares_per_server: int = 0, spare_servers: int = 0
+              ) -> RailSpec:
     """The emulated network of a run: electrical rails for the baseline and under rail-state
-    semantics (whose bits switch on ``shadow_rails`` small OCS rails), else OCS rails."""
+    semantics (whose bits switch on ``shadow_rails`` small OCS rails), else OCS rails; spare
+    GPUs' ports sit on the rails too, dark until one takes over a rank."""
     from emulator.topo import RailSpec
 
     electrical = cfg.mode == "baseline" or cfg.effective_semantics == RAIL_STATE
@@ -90,7 +129,8 @@ def rail_spec(cfg: RunSettings, servers: int, gpus_per_server: int, link_mbps: f
                     ports_per_rank=cfg.effective_ports_per_rank, link_mbps=link_mbps,
                     mode="electrical" if electrical else "ocs",
                     switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
-                    shadow_rails=shadow_rails)
+                    shadow_rails=shadow_rails, spares_per_server=spares_per_server,
+                    spare_servers=spare_servers)
 
 
 def spec_ports(spec: RailSpec) -> dict[int, RankPorts]:
@@ -104,10 +144,13 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cfg, plan = prep.config, prep.plan
     require_empty_dir(out)
     cluster = cfg.workload.cluster
+    spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
     spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
-                     if rail_state else 0)
+                     if rail_state else 0,
+                     spares_per_server=cfg.spares_per_server if spares else 0,
+                     spare_servers=cfg.spare_servers if spares else 0)
     try:
         job = plan.job("train", spec_ports(spec))
     except PlanError as exc:
@@ -118,42 +161,40 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     manifest = store.start_manifest(
         out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
-        modeled_iteration_s=prep.modeled_iteration_s)
+        modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares))
+    spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
-        f"{spec.num_ranks} ranks on {spec.num_rails} rails, K={spec.ports_per_rank}, "
-        f"{cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), "
+        f"{spec.num_ranks} ranks on {spec.num_rails} rails{spare_text}, "
+        f"K={spec.ports_per_rank}, {cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s "
+        f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
 
-    def replayer(net: EmulatedRails, endpoint: str, rank: int) -> list[str]:
-        rank_plan = {
-            "rank": rank, "job": job.job_id, "endpoint": endpoint,
-            "addr": net.rank_address(rank), "port": REPLAYER_PORT,
-            "peers": {r: net.rank_address(r) for r in range(spec.num_ranks)},
-            "iterations": cfg.total_iterations, "ack_timeout_s": cfg.ack_timeout_s,
-            "io_timeout_s": max(30.0, 10 * prep.modeled_iteration_s),
-            "out": str((out / "ranks" / f"rank{rank}.jsonl").resolve()),
-            "ops": [op.to_json() for op in plan.programs[rank]]}
-        path = out / "ranks" / f"rank{rank}.plan.json"
-        path.write_text(json.dumps(rank_plan))
-        return [sys.executable, "-m", "testbed.emulated.replayer", str(path.resolve())]
+    def supervise(run: RailsRun) -> Supervisor:
+        sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
+                         prep=prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
+                         say=say, fronts=run.fronts)
+        run.service.on_rank_lost = sup.on_rank_lost
+        return sup
 
-    return run_on_rails(prep, spec, job, out, manifest, replayer, say)
+    return run_on_rails(prep, spec, job, out, manifest, supervise, say,
+                        heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
 
 
 def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
-                 manifest: dict[str, Any], launch: RankLauncher, say: Say) -> dict[str, Any]:
-    """Build the rails, start Opus with ``job`` registered, start every rank's process in its
-    host (``launch`` writes the rank's plan and returns its command line; its log and records
-    go to ``out/ranks/``), follow them to the end and finish the run."""
+                 manifest: dict[str, Any], start: StartRanks, say: Say,
+                 heartbeat_timeout_s: float = 5.0) -> dict[str, Any]:
+    """Build the rails, start Opus with ``job`` registered (a rank silent for
+    ``heartbeat_timeout_s`` is lost), start and follow every rank's process in its host
+    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run."""
     from controller.service import ControllerService
     from emulator.network import emulated_rails
 
     cfg = prep.config
     t_start = time.monotonic()
-    procs: dict[int, Any] = {}
-    logs: list[IO[str]] = []
-    sampler = CpuSampler(lambda: [p.pid for p in procs.values()] + vswitchd_pids())
+    follower: RankFollower | None = None
+    sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
+                         + vswitchd_pids())
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
@@ -161,32 +202,67 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             store.write_json(out / "manifest.json", manifest)
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
                 f"{net.datapath} datapath)")
-            driver = stack.enter_context(_controller_driver(cfg, net.driver))
+            ocs_faults = OcsFaults(seed=cfg.seed)
+            driver, fronts = stack.enter_context(_controller_driver(
+                cfg, FaultInjectingDriver(net.driver, ocs_faults)))
+            events = EventLog(out / "controller-events.jsonl")
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
                                     config=CoreConfig.for_mode(cfg.mode,
                                                                cfg.effective_semantics),
-                                    event_log=EventLog(out / "controller-events.jsonl"))
+                                    event_log=events, heartbeat_timeout_s=heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)
-                for rank in range(spec.num_ranks):
-                    args = launch(net, svc.endpoint, rank)
-                    log = (out / "ranks" / f"rank{rank}.log").open("w")
-                    logs.append(log)
-                    procs[rank] = net.popen(rank, args, stdout=log, stderr=log)
-                sampler.start()
-                _follow(out, procs, cfg, prep, say)
-                sampler.stop()
+                follower = start(RailsRun(net, svc, events, ocs_faults, fronts, out, say))
+                try:
+                    follower.launch()
+                    sampler.start()
+                    follower.follow()
+                    sampler.stop()
+                finally:
+                    follower.close()
     finally:
         sampler.stop()
-        for fh in logs:
-            fh.close()
     wall_s = time.monotonic() - t_start
     records = [r for rank in range(spec.num_ranks)
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
-    events = store.read_jsonl(out / "controller-events.jsonl")
-    return finish_run(out, prep, records, events, sampler.summary(), manifest, wall_s,
+    events_read = store.read_jsonl(out / "controller-events.jsonl")
+    return finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
                       num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0),
-                      dark=_dark_check(out, cfg, events))
+                      dark=_dark_check(out, cfg, events_read))
+
+
+class _RankProcesses:
+    """One process per rank, started with a :data:`RankLauncher` and followed to its exit."""
+
+    def __init__(self, launch: RankLauncher, run: RailsRun, prep: RunFacts) -> None:
+        self.launch_args, self.run, self.prep = launch, run, prep
+        self.procs: dict[int, Any] = {}
+        self.logs: list[IO[str]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def launch(self) -> None:
+        run = self.run
+        for rank in range(run.net.spec.num_ranks):
+            args = self.launch_args(run.net, run.service.endpoint, rank)
+            log = (run.out / "ranks" / f"rank{rank}.log").open("w")
+            self.logs.append(log)
+            self.procs[rank] = run.net.popen(rank, args, stdout=log, stderr=log)
+
+    def follow(self) -> None:
+        _follow(self.run.out, self.procs, self.prep.config, self.prep, self.run.say)
+
+    def close(self) -> None:
+        for fh in self.logs:
+            fh.close()
+
+
+def processes(launch: RankLauncher, prep: RunFacts) -> StartRanks:
+    """The follower of rank processes started with ``launch`` (no failover: a rank that fails
+    ends the run)."""
+    return lambda run: _RankProcesses(launch, run, prep)
 
 
 def _dark_check(out: Path, cfg: RunSettings,

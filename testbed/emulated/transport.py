@@ -11,6 +11,8 @@ peer, not only queued.
 
 Two sinks: a counting inbox (the replayer's filler bytes: only their number matters) and a
 payload inbox (``keep_payload``: a torch job's tensors, handed to the receiving call whole).
+A listener may route each connection by its hello (:data:`Route`): the replayer's epochs of a
+failover run each have their own inbox, and a connection of an abandoned epoch is dropped.
 An :data:`Address` is a (host, port) pair for TCP or the path of a Unix socket: pathname Unix
 sockets work across network namespaces, so the GPUs of one server exchange their scale-up
 (NVLink) traffic through them, never through a rail or the frontend.
@@ -25,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 STEP_HEADER = struct.Struct("!IQ")  # step index, payload bytes
@@ -54,7 +57,7 @@ class TransportError(RuntimeError):
 
 
 class Abort(Exception):
-    """Another lane of the rank failed; this one stops."""
+    """Another lane of the rank failed (or the run moved on to a new epoch); this one stops."""
 
 
 class Inbox:
@@ -77,6 +80,11 @@ class Inbox:
     def fail(self, message: str) -> None:
         with self._cv:
             self.errors.append(message)
+            self._cv.notify_all()
+
+    def wake(self) -> None:
+        """Wake every waiter (they then see their abort event)."""
+        with self._cv:
             self._cv.notify_all()
 
     def wait(self, key: Key, expected: int, timeout_s: float, aborted: threading.Event) -> int:
@@ -123,8 +131,14 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> None:
-    """Drain one incoming connection into ``inbox``; close it at the sender's EOF."""
+#: an incoming connection's hello -> the inbox its bytes go to (None: drop the connection)
+Route = Callable[[dict[str, Any]], Inbox | None]
+
+
+def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: float) -> None:
+    """Drain one incoming connection into ``inbox`` (or the one its hello is routed to); close
+    it at the sender's EOF."""
+    sink: Inbox | None = inbox if isinstance(inbox, Inbox) else None
     with conn:
         try:
             conn.settimeout(io_timeout_s)
@@ -136,6 +150,11 @@ def serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> 
                 line += ch
             hello = json.loads(line)
             it, cid, src = int(hello["it"]), str(hello["cid"]), int(hello["src"])
+            if sink is None:
+                assert not isinstance(inbox, Inbox)
+                sink = inbox(hello)
+                if sink is None:
+                    return  # a connection nobody waits for (an abandoned epoch's)
             view = memoryview(bytearray(1 << 18))
             while True:
                 head = _recv_exact(conn, STEP_HEADER.size)
@@ -151,17 +170,19 @@ def serve_connection(conn: socket.socket, inbox: Inbox, io_timeout_s: float) -> 
                         raise TransportError(f"rank {src} closed {cid} step {step} with {left} "
                                              f"of {length} bytes unsent")
                     left -= n
-                    inbox.post((it, cid, src, step), view[:n])
+                    sink.post((it, cid, src, step), view[:n])
                 if length == 0:
-                    inbox.post((it, cid, src, step), b"")
+                    sink.post((it, cid, src, step), b"")
         except (OSError, ValueError, KeyError, TransportError) as exc:
-            inbox.fail(f"incoming connection: {type(exc).__name__}: {exc}")
+            if sink is not None:
+                sink.fail(f"incoming connection: {type(exc).__name__}: {exc}")
 
 
 class Listener:
-    """Accepts connections on ``address`` and drains each into ``inbox`` (a thread each)."""
+    """Accepts connections on ``address`` and drains each into ``inbox`` (or the inbox its hello
+    is routed to; a thread each)."""
 
-    def __init__(self, address: Address, inbox: Inbox, io_timeout_s: float) -> None:
+    def __init__(self, address: Address, inbox: Inbox | Route, io_timeout_s: float) -> None:
         self.address = address
         self.inbox = inbox
         self.io_timeout_s = io_timeout_s
@@ -201,9 +222,12 @@ class Listener:
 class Outgoing:
     """One connection to a peer for one call: steps out, then wait for the peer's EOF."""
 
-    def __init__(self, address: Address, hello: dict[str, Any], timeout_s: float) -> None:
+    def __init__(self, address: Address, hello: dict[str, Any], timeout_s: float,
+                 aborted: threading.Event | None = None) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
+            if aborted is not None and aborted.is_set():
+                raise Abort
             sock = _socket(address)
             sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
             try:

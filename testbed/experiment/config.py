@@ -36,6 +36,8 @@ Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated O
 ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on every
 emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
 not with a driver.
+Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
+``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -50,6 +52,16 @@ from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
+from testbed.experiment.faults import (
+    FAILOVER_KEYS,
+    FAULT_KEYS,
+    ClusterShape,
+    FailoverSettings,
+    Fault,
+    FaultSpecError,
+    check_fault,
+    spare_shortage,
+)
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import (
@@ -165,6 +177,7 @@ class RunSettings:
             raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
                                   "ocs.driver", self.source)
         self._validate_semantics()
+        self._validate_faults()
 
     def _validate_semantics(self) -> None:
         if self.semantics not in SEMANTICS:
@@ -193,6 +206,9 @@ class RunSettings:
         """(key, refused, why) of what the workload asks that rail-state cannot carry."""
         return []
 
+    def _validate_faults(self) -> None:
+        """Spares and faults need a replayed schedule (:class:`ExperimentConfig`); none here."""
+
     def to_json(self) -> dict[str, Any]:
         """The run-relevant settings (the workload is in the manifest's copy of the file)."""
         return {"name": self.name, "source": self.source, "mode": self.mode,
@@ -213,14 +229,54 @@ class ExperimentConfig(RunSettings):
 
     workload: WorkloadConfig
     schedule_file: str | None = None  # workload: {schedule: FILE} replays this schedule
+    spares_per_server: int = 0
+    spare_servers: int = 0
+    faults: tuple[Fault, ...] = ()
+    failover: FailoverSettings = field(default_factory=FailoverSettings)
+    no_spares: bool = False  # --no-spares: no spare hosts; a failure restarts every rank
+    spares_position: str = ""  # file:line:column of the spares setting, for late refusals
 
     def schedule(self) -> Schedule:
         """The schedule to run: loaded from ``schedule_file``, else generated."""
         path = Path(self.schedule_file) if self.schedule_file else None
         return WorkloadSource(self.workload, path).schedule()
 
+    @property
+    def shape(self) -> ClusterShape:
+        """The cluster as faults see it (spares only when the run uses them)."""
+        cluster = self.workload.cluster
+        spares = not self.no_spares
+        return ClusterShape(cluster.servers, cluster.gpus_per_server,
+                            self.effective_ports_per_rank, self.total_iterations,
+                            self.spares_per_server if spares else 0,
+                            self.spare_servers if spares else 0)
+
+    def _validate_faults(self) -> None:
+        """Faults against the cluster as overridden (iterations, K, --no-spares)."""
+        shape = self.shape
+        if self.effective_semantics != PORT_EXACT and (shape.spares or self.faults):
+            raise ExperimentError("spares and faults need port-exact semantics (a spare takes "
+                                  "over a rank's ports, which rail-state does not own)",
+                                  "ocs.semantics", self.source)
+        for fault in self.faults:
+            try:
+                check_fault(fault.to_json(), fault.index, shape)
+            except FaultSpecError as exc:
+                raise ExperimentError(str(exc), exc.field, fault.position or self.source
+                                      ) from exc
+        if not self.no_spares and self.failover.repair_s is None:
+            short = spare_shortage(self.faults, shape)
+            if short is not None:
+                fault, why = short
+                raise ExperimentError(f"not enough spares: {why}", fault.field,
+                                      fault.position or self.source)
+
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "schedule_file": self.schedule_file}
+        return {**super().to_json(), "schedule_file": self.schedule_file,
+                "spares_per_server": self.spares_per_server,
+                "spare_servers": self.spare_servers, "no_spares": self.no_spares,
+                "faults": [f.to_json() for f in self.faults],
+                "failover": self.failover.to_json()}
 
     def _rail_state_problems(self) -> list[tuple[str, bool, str]]:
         par = self.workload.parallel
@@ -235,10 +291,13 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
     """Parse and validate a whole experiment document."""
     workload = parse_workload_source(text, source, base_dir)
     doc = _Doc(text, source)
-    kwargs = run_settings(doc, _mapping(doc, doc.root, "", None), text)
+    top = _mapping(doc, doc.root, "", None)
+    kwargs = run_settings(doc, top, text)
+    kwargs["workload"] = workload.config
     if workload.schedule_file is not None:
         kwargs["schedule_file"] = str(workload.schedule_file)
-    cfg = _validated(doc, ExperimentConfig(workload=workload.config, **kwargs))
+    _parse_failover(doc, top, kwargs)
+    cfg = _validated(doc, ExperimentConfig(**kwargs))
     if cfg.workload.calibrate_step_s is None:
         return cfg
     return dataclasses.replace(cfg, workload=calibrated(doc, cfg.workload, cfg.timing_model))
@@ -296,6 +355,48 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
     return kwargs
+
+
+_FAULT_TYPES: dict[str, type] = {"kind": str, "rank": int, "rail": int, "port": int,
+                                 "at_iteration": int, "at_s": float, "jitter_ms": float,
+                                 "count": int}
+
+
+def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """``cluster.spares_per_server``, ``cluster.spare_servers``, ``faults`` and ``failover``."""
+    cluster = top["cluster"]
+    for key in ("spares_per_server", "spare_servers"):
+        if key in cluster:
+            value = _typed(doc, cluster[key], f"cluster.{key}", int)
+            if value < 0:
+                raise doc.error(f"cluster.{key}", f"must be >= 0, got {value}")
+            kwargs[key] = value
+            kwargs["spares_position"] = doc.pos(f"cluster.{key}")
+    fo = _mapping(doc, top.get("failover", {}), "failover", FAILOVER_KEYS)
+    settings: dict[str, Any] = {}
+    for key in FAILOVER_KEYS:
+        if fo.get(key) is not None:
+            value = settings[key] = _typed(doc, fo[key], f"failover.{key}", float)
+            positive = key == "heartbeat_timeout_s"
+            if value < 0 or (positive and value == 0):
+                raise doc.error(f"failover.{key}",
+                                f"must be {'> 0' if positive else '>= 0'}, got {value}")
+    kwargs["failover"] = FailoverSettings(**settings)
+    raw_faults = top.get("faults", [])
+    if not isinstance(raw_faults, list):
+        raise doc.error("faults", "must be a list of faults")
+    cfg = ExperimentConfig(**{k: v for k, v in kwargs.items() if k != "faults"})
+    shape = cfg.shape
+    faults = []
+    for i, item in enumerate(raw_faults):
+        path = f"faults[{i}]"
+        entry = _mapping(doc, item, path, FAULT_KEYS)
+        typed = {k: _typed(doc, v, f"{path}.{k}", _FAULT_TYPES[k]) for k, v in entry.items()}
+        try:
+            faults.append(check_fault(typed, i, shape, doc.pos(path)))
+        except FaultSpecError as exc:
+            raise doc.error(exc.field, str(exc)) from exc
+    kwargs["faults"] = tuple(faults)
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

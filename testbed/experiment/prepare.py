@@ -58,6 +58,13 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True) -> Prepared:
         if problem is not None:
             raise RunRefused(f"{cfg.source}: cannot emulate this cluster here: "
                              f"{problem.message}")
+        spares = len(cfg.shape.spares)
+        problem = capacity_problem(world + spares) if spares else None
+        if problem is not None:
+            raise RunRefused(f"{cfg.spares_position or cfg.source}: cluster.spares_per_server/"
+                             f"spare_servers: {spares} spares (each a standby rank process) do "
+                             f"not fit beside {world} ranks: {problem.message}; use fewer "
+                             "spares")
     link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
     scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
     if scale > 1:

@@ -5,7 +5,8 @@ of the machine, for emulated runs; the virtual clock for simulated ones):
 
 * **iteration time**: iteration ``i`` ends when its last rank finishes it; its time is the end
   of ``i`` minus the end of ``i - 1`` (the first one runs from the first rank's start). The
-  mean is over the measured iterations (after the warm-up).
+  mean is over the measured iterations (after the warm-up). After a failover a rank runs some
+  iterations again in a new epoch (records carry ``epoch``); its last epoch's record counts.
 * **exposed reconfiguration**: for every call instance (comm group, sequence number) the time
   from its last member's intent to its first ack, when positive: the collective was ready but
   its circuits were not. The union of these intervals, per measured iteration, is the time
@@ -63,17 +64,26 @@ def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def final_records(records: Sequence[Record], ev: str) -> list[Record]:
+    """Records of kind ``ev`` from each rank's last attempt at each iteration (highest epoch)."""
+    last: dict[tuple[int, int], int] = {}
+    chosen = [r for r in records if r.get("ev") == ev]
+    for r in chosen:
+        key = (int(r["rank"]), int(r["it"]))
+        last[key] = max(last.get(key, 0), int(r.get("epoch", 0)))
+    return [r for r in chosen if int(r.get("epoch", 0)) == last[(int(r["rank"]), int(r["it"]))]]
+
+
 def iteration_table(records: Sequence[Record], warmup: int) -> list[dict[str, Any]]:
     """One row per iteration: start, end, time, whether it is measured."""
     ends: dict[int, float] = {}
     starts: dict[int, float] = {}
     ranks: dict[int, int] = defaultdict(int)
-    for r in records:
-        if r.get("ev") == "iteration":
-            it = int(r["it"])
-            ends[it] = max(ends.get(it, -math.inf), float(r["t_end"]))
-            starts[it] = min(starts.get(it, math.inf), float(r["t_start"]))
-            ranks[it] += 1
+    for r in final_records(records, "iteration"):
+        it = int(r["it"])
+        ends[it] = max(ends.get(it, -math.inf), float(r["t_end"]))
+        starts[it] = min(starts.get(it, math.inf), float(r["t_start"]))
+        ranks[it] += 1
     rows = []
     prev_end: float | None = None
     for it in sorted(ends):
@@ -86,34 +96,36 @@ def iteration_table(records: Sequence[Record], warmup: int) -> list[dict[str, An
 
 
 def exposed_intervals(events: Sequence[Record]) -> list[tuple[float, float, str, int]]:
-    """(ready, first ack, group, seq) of call instances whose ack came after the last intent."""
-    last_intent: dict[tuple[str, int], float] = {}
-    first_ack: dict[tuple[str, int], float] = {}
+    """(ready, first ack, group, seq) of call instances whose ack came after the last intent
+    (instances are per job: a failover registers the job again, and call numbers restart)."""
+    last_intent: dict[tuple[str, str, int], float] = {}
+    first_ack: dict[tuple[str, str, int], float] = {}
     for e in events:
         kind = e.get("event")
         if kind == "intent":
-            key = (str(e["group"]), int(e["seq"]))
+            key = (str(e.get("job", "")), str(e["group"]), int(e["seq"]))
             last_intent[key] = max(last_intent.get(key, -math.inf), float(e["t_s"]))
         elif kind == "ack":
-            key = (str(e["group"]), int(e["seq"]))
+            key = (str(e.get("job", "")), str(e["group"]), int(e["seq"]))
             first_ack[key] = min(first_ack.get(key, math.inf), float(e["t_s"]))
     out = []
     for key, t_ack in first_ack.items():
         t_ready = last_intent.get(key)
         if t_ready is not None and t_ack > t_ready:
-            out.append((t_ready, t_ack, key[0], key[1]))
+            out.append((t_ready, t_ack, key[1], key[2]))
     return out
 
 
 def call_table(records: Sequence[Record], link_mbps: float, scale: float
                ) -> list[dict[str, Any]]:
     """One row per rank's call, with its wait, duration and achieved rate."""
-    all_acked: dict[tuple[int, str], float] = {}
+    all_acked: dict[tuple[int, int, str], float] = {}
     for r in records:
         if r.get("ev") == "call":
-            key = (int(r["it"]), str(r["cid"]))
+            key = (int(r.get("epoch", 0)), int(r["it"]), str(r["cid"]))
             all_acked[key] = max(all_acked.get(key, -math.inf), float(r["t_ack"]))
     rows = []
+    final = {id(r) for r in final_records(records, "call")}
     for r in records:
         if r.get("ev") != "call":
             continue
@@ -121,7 +133,8 @@ def call_table(records: Sequence[Record], link_mbps: float, scale: float
         # the bytes can only flow once every member is in: rate over that span (ring
         # collectives; a send/recv pair's two calls need not overlap, so they are not rated)
         ring = str(r["kind"]) not in ("send", "recv")
-        data_s = float(r["t_end"]) - all_acked[(int(r["it"]), str(r["cid"]))]
+        data_s = float(r["t_end"]) - all_acked[(int(r.get("epoch", 0)), int(r["it"]),
+                                                 str(r["cid"]))]
         sent = int(r["sent"])
         ideal_s = sent * 8 / (link_mbps * 1e6) if link_mbps > 0 else 0.0
         rows.append({
@@ -138,6 +151,7 @@ def call_table(records: Sequence[Record], link_mbps: float, scale: float
             "achieved_mbps": sent * 8 / data_s / 1e6 if data_s > 0 and sent else 0.0,
             "configured_mbps": link_mbps,
             "real_gbps_equivalent": (sent * 8 / dur / 1e9 / scale) if dur > 0 and sent else 0.0,
+            "epoch": int(r.get("epoch", 0)), "superseded": id(r) not in final,
         })
     return rows
 
@@ -146,7 +160,7 @@ def window_table(calls: Sequence[Mapping[str, Any]], warmup: int) -> list[dict[s
     """Windows between phases of each rank in the measured iterations (paper §3.1)."""
     by_rank: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for c in calls:
-        if int(c["iteration"]) >= warmup:
+        if int(c["iteration"]) >= warmup and c.get("superseded") in (None, False, "False"):
             by_rank[int(c["rank"])].append(c)
     rows = []
     for rank, cs in sorted(by_rank.items()):

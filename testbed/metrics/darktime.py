@@ -37,8 +37,13 @@ def dark_tolerance_ms(delay_ms: float) -> float:
 
 
 def dark_errors_ms(ocs_events: Sequence[Record], delay_ms: float) -> list[float]:
-    """Achieved dark period minus the injected delay (ms) of every ``light`` record, in order."""
-    return [(float(e["t_light_s"]) - float(e["t_dark_s"])) * 1e3 - delay_ms
+    """Achieved dark period minus the injected delay (ms) of every ``light`` record, in order.
+    The injected delay is the one its ``dark`` record names when it does (a jittery switch,
+    fault injection: each switch draws its own), else ``delay_ms``."""
+    injected = {(int(e["rail"]), float(e["t_s"])): float(e["delay_ms"]) for e in ocs_events
+                if e.get("event") == "dark" and e.get("delay_ms") is not None}
+    return [(float(e["t_light_s"]) - float(e["t_dark_s"])) * 1e3
+            - injected.get((int(e["rail"]), float(e["t_dark_s"])), delay_ms)
             for e in ocs_events if e.get("event") == "light"]
 
 

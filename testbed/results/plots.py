@@ -6,6 +6,7 @@ so values may be strings) and a path, so ``opus-testbed report`` redraws them fr
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,22 +32,34 @@ def _f(v: Any) -> float:
 
 def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Row],
              iteration: Row, ranks: Sequence[int], rails: Sequence[int], path: Path,
-             title: str) -> None:
-    """Collectives per rank and dark periods per rail during one iteration (paper Fig. 3/5)."""
+             title: str, marks: Sequence[tuple[float, str, str]] = (),
+             highlight: Sequence[tuple[int, float, float]] = ()) -> None:
+    """Collectives per rank and dark periods per rail during one iteration (paper Fig. 3/5).
+
+    ``iteration`` is an iterations-table row; with ``iteration: -1`` every call and compute block
+    overlapping its ``t_start_s``..``t_end_s`` is drawn, whatever its iteration (a failover's
+    span). ``marks`` are vertical lines (time, label, colour); ``highlight`` are dark periods
+    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare).
+    """
     t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
     it = int(iteration["iteration"])
+
+    def shown(row_it: Any, a: float, b: float) -> bool:
+        return int(row_it) == it if it >= 0 else (b >= t0 and a <= t1)
+
     rows = len(ranks) + len(rails)
     fig, ax = plt.subplots(figsize=(12, 0.45 * rows + 1.6))
     ylabels = []
     for y, rank in enumerate(ranks):
         ylabels.append(f"rank {rank}")
         spans = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
-                 if int(c["rank"]) == rank and int(c["it"]) == it]
+                 if int(c["rank"]) == rank and shown(c["it"], _f(c["t_start"]), _f(c["t_end"]))]
         ax.broken_barh(spans, (y - 0.35, 0.7), color="0.85")
         by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
         waits = []
         for c in calls:
-            if int(c["rank"]) != rank or int(c["iteration"]) != it:
+            if int(c["rank"]) != rank or not shown(c["iteration"], _f(c["t_intent_s"]),
+                                                   _f(c["t_end_s"])):
                 continue
             axis = AXIS_FAMILY.get(str(c["axis"]), str(c["axis"]))
             a, b = _f(c["t_ack_s"]) - t0, _f(c["t_end_s"]) - t0
@@ -65,6 +78,12 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
                 for c in circuits if int(c["rail"]) == rail and c["t_dark_s"] not in (None, "")
                 and _f(c["t_light_s"]) >= t0 and _f(c["t_dark_s"]) <= t1]
         ax.broken_barh(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
+        moved = [(a - t0, b - a) for r, a, b in highlight if r == rail]
+        if moved:
+            ax.broken_barh(moved, (y - 0.35, 0.7), color="tab:red",
+                           label="dark (circuits moving to the spare)")
+    for t_s, label, color in marks:
+        ax.axvline(t_s - t0, color=color, lw=1.2, ls="--", label=label)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=False))
     uniq.setdefault("compute", plt.Rectangle((0, 0), 1, 1, color="0.85"))
@@ -74,12 +93,38 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
               bbox_to_anchor=(0.5, -0.12))
     ax.set_yticks(range(rows), ylabels)
     ax.set_xlim(0, t1 - t0)
-    ax.set_xlabel(f"time in iteration {it} (s)")
+    ax.set_xlabel(f"time in iteration {it} (s)" if it >= 0 else "time (s)")
     ax.set_title(title)
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def failover_timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Row],
+                      failover: Row, ranks: Sequence[int], path: Path, title: str) -> None:
+    """The span of one recovery: the failure, its detection, the circuits moving to the spare
+    (red dark periods), the resumption and the first collective with the spare."""
+    t_fail, t_first = _f(failover["t_fail_s"]), failover.get("t_first_s")
+    t_end = _f(t_first) if t_first not in (None, "") else _f(failover["t_resume_s"]) + 1.0
+    pad = max(0.25, 0.3 * (t_end - t_fail))
+    rail = int(failover["rail"]) if failover.get("rail") not in (None, "") else 0
+    ports = {int(p) for p in str(failover.get("new_ports") or "").split()}
+    t_resume = _f(failover["t_resume_s"])
+    highlight = []
+    for c in circuits:
+        if int(c["rail"]) != rail or c["t_dark_s"] in (None, ""):
+            continue
+        ends = {int(x) for x in re.findall(r"\d+", f"{c['added']} {c['removed']}")}
+        if ports & ends and _f(c["t_light_s"]) >= t_resume and _f(c["t_dark_s"]) <= t_end:
+            highlight.append((rail, _f(c["t_dark_s"]), _f(c["t_light_s"])))
+    marks = [(t_fail, f"failure (rank {failover['rank']})", "tab:red"),
+             (_f(failover["t_detect_s"]), "detected", "tab:orange"),
+             (t_resume, "resumed", "tab:green")]
+    if t_first not in (None, ""):
+        marks.append((_f(t_first), "first collective with the spare", "tab:blue"))
+    span = {"iteration": -1, "t_start_s": t_fail - pad, "t_end_s": t_end + pad}
+    timeline(calls, compute, circuits, span, ranks, [rail], path, title, marks, highlight)
 
 
 def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:

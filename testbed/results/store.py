@@ -134,6 +134,13 @@ def render_run(run_dir: Path, title: str = "") -> list[Path]:
         plots.timeline(calls, compute, circuits, measured[-1], ranks, rails, path,
                        f"{title}: collectives per rank and circuits per rail")
         written.append(path)
+    failovers = read_csv(run_dir / "failovers.csv")
+    for i, row in enumerate(failovers):
+        ranks = sorted({int(r) for r in summary.get("timeline_ranks", [])} | {int(row["rank"])})
+        path = run_dir / f"failover{i}.png"
+        plots.failover_timeline(calls, compute, circuits, row, ranks[:9], path,
+                                f"{title}: recovery {i} (rank {row['rank']}, {row['policy']})")
+        written.append(path)
     path = run_dir / "windows_cdf.png"
     plots.window_cdf(windows, path, f"{title}: windows between phases (paper §3.1)")
     written.append(path)

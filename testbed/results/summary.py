@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.experiment.config import RunSettings
+from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import compute_metrics, rail_state_counts
 from testbed.metrics.darktime import DarkCheck, dark_text
+from testbed.metrics.failover import failover_summary, failover_table
 from testbed.metrics.fidelity import SIMULATED, judge
 from testbed.results import store
 
@@ -79,11 +81,44 @@ def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
     counts = rail_state_counts(events)
     if counts is not None:
         summary["rail_state"] = counts
+    summary.update(_failover_keys(out, prep, records, events, m.iterations))
     store.write_json(out / "summary.json", summary)
     manifest.update(status="done", finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     store.write_json(out / "manifest.json", manifest)
     store.render_run(out)
     return summary
+
+
+def _failover_keys(out: Path, prep: RunFacts, records: list[dict[str, Any]],
+                   events: list[dict[str, Any]], iterations: list[dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """Failover figures and ``failovers.csv``, for runs with faults or recoveries (a torch job
+    has neither: it runs no replay plan)."""
+    if not isinstance(prep, Prepared):
+        return {}
+    rows, keys = failover_keys(prep, records, events, iterations)
+    if rows or prep.config.faults:
+        store.write_csv(out / "failovers.csv", rows)
+    return keys
+
+
+def failover_keys(prep: Prepared, records: list[dict[str, Any]], events: list[dict[str, Any]],
+                  iterations: list[dict[str, Any]]
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The recoveries (:func:`~testbed.metrics.failover.failover_table`) and the summary's
+    failover keys; none for a run without faults or recoveries."""
+    members = {gid: g.ranks for gid, g in prep.plan.groups.items()}
+    rows = failover_table(events, members)
+    if not rows and not prep.config.faults:
+        return rows, {}
+    calls = {r: sum(1 for op in ops if op.is_call) for r, ops in prep.plan.programs.items()}
+    keys = failover_summary(rows, iterations, records, calls, prep.config.total_iterations)
+    keys["faults_injected"] = sum(1 for e in events if e.get("event") == "fault")
+    keys["reconfigurations_refused"] = sum(1 for e in events
+                                           if e.get("event") == "reconfig_failed")
+    keys["call_retries"] = sum(int(r.get("retries", 0)) for r in records
+                               if r.get("ev") == "call")
+    return rows, keys
 
 
 def summary_text(summary: dict[str, Any]) -> str:
@@ -115,6 +150,8 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{summary['link_mbps']:g} Mbit/s",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if "recovery" in summary:
+        lines.insert(-1, _failover_text(summary))
     if summary["backend"] == "emu":
         lines.insert(-1, f"dark periods        {dark_text(summary.get('dark_error_ms'))}")
     if summary.get("calibrate_step_s") is not None:
@@ -147,6 +184,21 @@ def _calibration_text(summary: dict[str, Any]) -> str:
     gap = calibration_gap_pct(base, target)
     far = f", more than {CALIBRATION_GAP_PCT:g} % off" if abs(gap) > CALIBRATION_GAP_PCT else ""
     return f"{text}; measured baseline {base:.3f} s ({gap:+.1f} %{far})"
+
+
+def _failover_text(summary: dict[str, Any]) -> str:
+    def f(key: str) -> str:
+        v = summary.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    kind = (f"{summary['failovers']} failover(s) to spares" if summary.get("failovers")
+            else f"{summary.get('restarts', 0)} restart(s) of every rank")
+    return (f"failover            {kind}; recovery {f('recovery_s')} s (detection "
+            f"{f('detection_s')}, rewiring {f('rewiring_s')}, restart {f('restart_s')}); "
+            f"iteration {f('iteration_time_before_s')} s before, "
+            f"{f('iteration_time_after_s')} s after; after resumption "
+            f"{summary['calls_after_resume']}/{summary['calls_after_resume_expected']} calls, "
+            f"{'all bytes delivered' if summary['after_resume_delivered'] else 'BYTES MISSING'}")
 
 
 def _fidelity_text(summary: dict[str, Any]) -> str:

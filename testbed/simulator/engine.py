@@ -79,8 +79,9 @@ _NO_PORT = _Port()
 class _Conn:
     """One TCP connection of a call to a peer: its flows go out one after the other.
 
-    ``src``/``dst``: the ports its flows take, found for routing epoch ``epoch`` (routes change
-    only when a request is applied: :meth:`PlanSimulation._begin` starts a new epoch).
+    ``src``/``dst``: the ports its flows take, found in routing epoch ``epoch`` (routes change
+    only when a request is applied or the job is registered again:
+    :attr:`~testbed.simulator.invariants.CircuitInvariants.routes_epoch`).
     """
 
     __slots__ = ("busy", "dst", "epoch", "queue", "src")
@@ -145,11 +146,11 @@ class _Lane:
 
 
 class _Rank:
-    __slots__ = ("by_tag", "done", "expect", "inbox", "lanes", "lanes_by_name", "left",
+    __slots__ = ("by_tag", "done", "expect", "first", "inbox", "lanes", "lanes_by_name", "left",
                  "mirror_box", "mirror_wait", "ops", "positions", "profile", "rank", "seq",
                  "started", "t_start", "wait_go", "waiters")
 
-    def __init__(self, rank: int, ops: list[PlanOp], iterations: int) -> None:
+    def __init__(self, rank: int, ops: list[PlanOp], iterations: int, first: int = 0) -> None:
         self.rank = rank
         self.ops = ops
         self.positions: dict[int, tuple[int, int]] | None = None  # for predictions, lazily
@@ -159,13 +160,16 @@ class _Rank:
         for op in ops:
             by_lane.setdefault(op.lane, []).append(op)
         self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
+        self.first = first  # the iteration it starts at (after a failover: where it resumes)
+        for lane in self.lanes:
+            lane.it = first
         self.lanes_by_name = {ln.name: ln for ln in self.lanes}
         self.by_tag = {op.tag: op for op in ops if op.is_call}
         self.done = [bytearray(len(ops)) for _ in range(iterations)]
         self.left = [len(ops)] * iterations
         self.waiters: dict[tuple[int, int], list[_Lane]] = {}
         self.wait_go: list[_Lane] = []
-        self.started = -1
+        self.started = first - 1
         self.t_start = 0.0
         # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
         self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}
@@ -194,8 +198,7 @@ class PlanSimulation:
                  switching_delay: float | str, iterations: int, network: NetworkModel,
                  gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
                  mirrors: Mapping[int, Sequence[Mirror]] | None = None,
-                 semantics: str = PORT_EXACT) -> None:
-        self.clock = VirtualClock()
+                 semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
@@ -208,10 +211,14 @@ class PlanSimulation:
         data_mode = "electrical" if self.electrical or self.rail_state else "ocs"
         if self.rail_state:
             ports.update(dict.fromkeys(shadow_rails(*job_shape(job)), SHADOW_PORTS))
-        self.driver = SimOcsDriver(
-            ports, 0.0 if self.electrical else switching_delay, clock=self.clock,
+        # ``driver``: a prepared one (more ports than the job's: spares; faults), on a
+        # VirtualClock at 0
+        self.driver = driver or SimOcsDriver(
+            ports, 0.0 if self.electrical else switching_delay, clock=VirtualClock(),
             jitter_ms=jitter_ms, seed=seed, mode="ocs",
             mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
+        assert isinstance(self.driver.clock, VirtualClock)
+        self.clock: VirtualClock = self.driver.clock
         self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
@@ -227,7 +234,6 @@ class PlanSimulation:
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._flows = 0  # flows started (counters["flows"] at the end)
-        self._route_epoch = 0  # bumped when a request changes circuits (see _Conn)
         self._routes: dict[tuple[int, int], tuple[int, _Port, _Port]] = {}  # (a, b) -> epoch, ports
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
@@ -330,7 +336,6 @@ class PlanSimulation:
                 self._begin(b)
             return
         self.invariants.applied(batch.reconfs)
-        self._route_epoch += 1
         t_light = max((r.t_light_s for r in results), default=self.now)
         self._at(t_light + self.net.switch_overhead_s, self._lit, batch, results)
 
@@ -349,7 +354,7 @@ class PlanSimulation:
         st.started += 1
         st.profile.mark_iteration()
         st.t_start = self.now
-        lanes = st.lanes if st.started == 0 else st.wait_go
+        lanes = st.lanes if st.started == st.first else st.wait_go
         st.wait_go = []
         for lane in lanes:
             self._advance(lane)
@@ -550,7 +555,7 @@ class PlanSimulation:
 
     def _flow_start(self, flow: _Flow) -> None:
         conn = flow.conn
-        epoch = self._route_epoch
+        epoch = self.invariants.routes_epoch
         if conn.epoch != epoch:  # a new connection, or the circuits changed since its last flow
             pair = (flow.call.rank.rank, flow.peer)
             route = self._routes.get(pair)

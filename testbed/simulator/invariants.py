@@ -53,21 +53,29 @@ class CircuitInvariants:
     """Checks one job's run on one simulated OCS (see the module docstring)."""
 
     def __init__(self, job: JobSpec, driver: SimOcsDriver) -> None:
-        self.job = job
         self.driver = driver
         #: the circuits of every request sent (committed once the driver accepted it)
         self.circuits = CrossconnectState({d.rail: d.ports for d in driver.describe()})
         self._optical = frozenset(d.rail for d in driver.describe() if d.mode == "ocs")
         self._peers = {rail: self.circuits.peers(rail) for rail in self.circuits.rails}
+        self._last_decision: dict[int, int] = {}  # rail -> id of the last decision sent
+        # only a request changes a port's circuit or light: a group's check holds until one
+        # touches a port of its members, which drops it (see rebind)
+        #: bumped whenever :meth:`route` may answer otherwise (a request applied, a new job)
+        self.routes_epoch = 0
+        self.rebind(job)
+
+    def rebind(self, job: JobSpec) -> None:
+        """Check ``job`` from now on (a failover registered the job again, its failed rank on a
+        spare's ports); the calls before were abandoned, so none is active any more."""
+        self.job = job
+        self.routes_epoch += 1
         self._ports = {r: rp.ports for r, rp in job.ranks.items()}
         # (rail, port) -> (its rank, its index among the rank's ports)
         self._owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
                        for i, p in enumerate(rp.ports)}
-        self._last_decision: dict[int, int] = {}  # rail -> id of the last decision sent
         self._active: dict[CallKey, _ActiveCall] = {}
-        # only a request changes a port's circuit or light: a group's check holds until one
-        # touches a port of its members, which drops it (group -> its circuits' ports)
-        self._checked: dict[str, frozenset[Port]] = {}
+        self._checked: dict[str, frozenset[Port]] = {}  # group -> its circuits' ports
         self._groups_at: dict[Port, list[str]] = {}  # port -> groups with a member on it
         self._indexed: set[str] = set()  # groups in _groups_at
         self._users: dict[Port, int] = {}  # port -> active calls using its circuit
@@ -99,6 +107,7 @@ class CircuitInvariants:
     def applied(self, reconfs: Sequence[Reconfiguration]) -> None:
         """The driver accepted ``reconfs``: routing follows their circuits from now on, and the
         checks of the groups with a member on a touched port must be redone."""
+        self.routes_epoch += 1
         checked = self._checked
         groups_at = self._groups_at
         for rc in reconfs:

@@ -30,6 +30,17 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
                            cfg.effective_ports_per_rank)
     job = prep.plan.job("train", ports)
     net = network or network_model(prep.link_mbps, cfg.latency_us)
+    spares = cfg.shape.spares
+    if cfg.faults or spares:
+        from testbed.simulator.failover import FailoverSimulation
+
+        return FailoverSimulation(
+            prep.plan.programs, job, mode=cfg.mode, switching_delay=cfg.switching_delay,
+            iterations=cfg.total_iterations, network=net,
+            gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed,
+            faults=cfg.faults, spares=spares, no_spares=cfg.no_spares,
+            heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s,
+            migration_delay_s=cfg.failover.migration_delay_s, repair_s=cfg.failover.repair_s)
     return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
                           switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
                           network=net, gpus_per_server=cluster.gpus_per_server,

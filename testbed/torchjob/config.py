@@ -86,6 +86,12 @@ def parse_torch_experiment(text: str, source: str = "<string>", base_dir: Path |
         if key not in top:
             raise doc.error(key, "required top-level mapping is missing")
     cluster = _mapping(doc, top["cluster"], "cluster", None)
+    for key in ("faults", "failover", "cluster.spares_per_server", "cluster.spare_servers"):
+        parent, _, leaf = key.rpartition(".")
+        if leaf in (cluster if parent else top):
+            raise doc.error(key, "a torch job cannot fail over (the script's state lives in its "
+                            "processes): spares and faults need a replayed schedule; replay "
+                            "the job's capture (replay.yaml) with them instead")
     sizes = {}
     for key in ("servers", "gpus_per_server"):
         if key not in cluster:

@@ -48,7 +48,7 @@ import yaml
 
 from controller.job import JobError, JobSpec
 from emulator.network import free_tcp_port
-from testbed.emulated.runner import _follow, rail_spec, run_on_rails, spec_ports
+from testbed.emulated.runner import _follow, processes, rail_spec, run_on_rails, spec_ports
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.results import store
@@ -124,7 +124,8 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
                                   endpoint=endpoint, scale_up_dir=sockets,
                                   gloo_ifname=net.rail_intf(rank))
 
-        summary = run_on_rails(prep, spec, job, out, manifest, launcher, say)
+        summary = run_on_rails(prep, spec, job, out, manifest, processes(launcher, prep),
+                               say)
     comparison = compare_losses(_losses(out, exp.world_size),
                                 _losses(out / "reference", exp.world_size))
     store.write_csv(out / "losses.csv", comparison.rows)

@@ -344,7 +344,7 @@ def test_failed_decision_is_undone_and_its_ranks_rejected() -> None:
     assert not core.state.all_circuits() and not core.dark_ports() and core.pending() == []
 
 
-def test_failed_decision_whose_freed_ports_were_claimed_reports_the_divergence() -> None:
+def _diverged() -> tuple[OpusCore, Decision]:
     """Decision A swaps 1-2 and 3-4 for 2-3; while it switches, decision B takes the freed
     ports 1 and 4 for 1-4. A fails: its 2-3 is dropped, but 1-2 and 3-4 cannot come back."""
     groups = [CommGroup("a", "dp", (0, 1)), CommGroup("d", "ep", (2, 3)),
@@ -374,3 +374,20 @@ def test_failed_decision_whose_freed_ports_were_claimed_reports_the_divergence()
     # what could be undone was: 2-3 is gone; 1-4 stays with decision B, still switching
     assert core.state.all_circuits() == {Circuit(0, 1, 4)}
     assert core.dark_ports() == {(0, 1), (0, 4)}
+    return core, b
+
+
+def test_failed_decision_whose_freed_ports_were_claimed_reports_the_divergence() -> None:
+    _diverged()
+
+
+def test_circuits_left_by_a_failed_decision_come_back_when_the_claimant_fails_too() -> None:
+    """The switch refused A, so 1-2 and 3-4 are still on it; B, which took their ports in the
+    core's view, fails too (the switch says port 1 has a peer): the core takes 1-2 and 3-4
+    back and matches the switch again, so later plans can use them."""
+    core, b = _diverged()
+    out = core.reconfig_failed(b.decision_id, "port 1 already has peer 2", 0.06)
+    (restored,) = [e for e in out.events if e["event"] == "state_restored"]
+    assert restored["restored"] == [[1, 2], [3, 4]] and restored["rail"] == 0
+    assert core.state.all_circuits() == {Circuit(0, 1, 2), Circuit(0, 3, 4)}
+    assert not core.dark_ports()

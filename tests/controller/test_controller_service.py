@@ -224,6 +224,89 @@ def test_lost_rank_fails_later_calls_at_once_until_it_shows_up_again(tmp_path: P
         service.stop()
 
 
+def _watched_service() -> tuple[ControllerService, list[tuple[str, int]]]:
+    """A started service with job ``j`` registered, a 0.5 s heartbeat timeout, and the list
+    its ``on_rank_lost`` appends (job, rank) to."""
+    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
+    lost: list[tuple[str, int]] = []
+    service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0),
+                                event_log=EventLog(keep=True), heartbeat_timeout_s=0.5,
+                                on_rank_lost=lambda job_id, rank, _t: lost.append((job_id, rank)))
+    service.start()
+    service.register_job(job)
+    return service, lost
+
+
+def test_a_shim_closed_before_its_first_call_is_not_declared_lost() -> None:
+    """Its heartbeats opened a session: closing it must end that session (a bye), or the
+    controller would declare the rank lost a timeout later and refuse its peers' calls."""
+    service, lost = _watched_service()
+    try:
+        with Shim(service.endpoint, "j", 2, heartbeat_interval_s=0.05):
+            wait_for(lambda: bool(service._sessions), what="the heartbeat's session")
+        wait_for(lambda: not service._sessions, what="the session ended by the bye")
+        deadline = time.monotonic() + 1.0  # two timeouts: an expiry would be reported by then
+        while time.monotonic() < deadline:
+            assert lost == [], "a closed shim's session expired as a lost rank"
+            time.sleep(0.02)
+        assert not any(e["event"] == "rank_lost" for e in service.events.records)
+    finally:
+        service.stop()
+
+
+def test_a_retargeted_shim_serves_the_job_registered_again() -> None:
+    """A failover registers the job again under a new id; the ranks' shims move over on
+    their connection: fresh call numbers, the old sessions ended (no rank declared lost)."""
+    service, lost = _watched_service()
+    try:
+        with Shim(service.endpoint, "j", 0, heartbeat_interval_s=0.05) as a, \
+                Shim(service.endpoint, "j", 1, heartbeat_interval_s=0.05) as b:
+            b_grant = grant_in_thread(b, "dp0")
+            with a.collective("dp0") as grant:
+                assert grant.seq == 0
+            assert b_grant(10).seq == 0
+            with ControllerClient(service.endpoint) as client:
+                client.unregister_job("j")
+            service.register_job(JobSpec.rail_optimized("j-e1", 4, 1, 1, GROUPS))
+            a.cancel()  # as an aborted epoch leaves it
+            for shim in (a, b):
+                shim.retarget("j-e1")
+            b_grant = grant_in_thread(b, "dp0")
+            with a.collective("dp0") as grant:
+                assert grant.seq == 0  # numbering starts again for the new job
+            assert b_grant(10).seq == 0
+            wait_for(lambda: len(service._sessions) == 2, what="only the new sessions")
+            assert {s.job_id for s in service._sessions.values()} == {"j-e1"}
+        assert lost == []
+    finally:
+        service.stop()
+
+
+def test_unregistering_a_job_with_waiting_ranks_answers_the_unregistering_client() -> None:
+    job = JobSpec.rail_optimized("j", 4, 1, 1, GROUPS)
+    service = ControllerService(SimOcsDriver(job.ports_by_rail, 0.0)).start()
+    try:
+        service.register_job(job)
+        with Shim(service.endpoint, "j", 0, ack_timeout_s=20) as shim:
+            errors: list[BaseException] = []
+
+            def ask() -> None:  # rank 1 never asks: rank 0 waits
+                try:
+                    shim.collective("dp0").__enter__()
+                except IntentRejected as exc:
+                    errors.append(exc)
+
+            waiting = threading.Thread(target=ask, daemon=True)
+            waiting.start()
+            wait_for(lambda: bool(service.core.pending()), what="rank 0's call pending")
+            with ControllerClient(service.endpoint) as client:
+                client.unregister_job("j")  # an answer, not the waiting rank's rejection
+            waiting.join(10)
+            assert [str(e) for e in errors] == ["job_unregistered: job j was unregistered"]
+    finally:
+        service.stop()
+
+
 class GatedDriver(SimOcsDriver):
     """The simulated OCS, whose first request holds until the test opens the gate."""
 

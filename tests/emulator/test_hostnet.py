@@ -230,6 +230,59 @@ def test_on_circuits_with_one_port_sends_nothing() -> None:
     assert run.calls == []
 
 
+# --- spares taking a rank over ----------------------------------------------------------------
+
+
+def test_a_spare_gets_no_address_until_it_takes_a_rank_over() -> None:
+    spec = RailSpec(2, 1, spare_servers=1)
+    cmds = interface_setup_commands(spec, P, 2)  # host 2 = spare 0
+    assert not any(c.startswith("ip addr") for c in cmds)
+    assert any(c.startswith("ethtool -K ot1a2x0-eth1 tx off") for c in cmds)
+
+
+def test_assign_gives_the_spare_the_ranks_identity_and_routes() -> None:
+    spec = RailSpec(3, 1, spare_servers=1)  # ranks 0-2 on ports 1-3; spare host 3 on port 4
+    run = FakeRun()
+    router = HostRouter(spec, P, run)
+    router.install_static()
+    run.calls.clear()
+    router.release(1)
+    router.assign(1, 3)
+    got = run.by_rank()
+    assert set(got) == {3}, "only the spare is touched: peers keep routes and neighbours"
+    cmds = got[3]
+    identity = cmds[0]  # one `ip -batch` for the whole identity
+    assert identity.endswith("| ip -batch -")
+    assert "'link set dev ot1a2x0-eth1 address 02:0f:00:01:00:01'" in identity
+    assert "'addr replace 198.19.0.2/32 dev ot1a2x0-eth1'" in identity
+    assert identity.index("'addr flush dev ot1a2x0-eth1'") < identity.index(
+        "'addr replace 198.19.0.2/32")
+    for peer in (0, 2):  # rank 1's routes, from the spare's interface
+        assert (f"ip route replace {naming.rank_address(peer)}/32 dev ot1a2x0-eth1 src "
+                "198.19.0.2") in cmds
+    assert router.host_of(1) == 3
+
+
+def test_circuits_to_a_spare_route_as_the_rank_it_carries() -> None:
+    spec = RailSpec(2, 1, ports_per_rank=2, spare_servers=1)  # spare host 2: ports 5, 6
+    run = FakeRun()
+    router = HostRouter(spec, P, run)
+    router.on_circuits([Reconfiguration.of(0, add=[(1, 5)])])
+    assert run.calls == [], "a dark spare carries nobody: no route"
+    router.release(1)
+    router.assign(1, 2)
+    run.calls.clear()
+    router.on_circuits([Reconfiguration.of(0, add=[(1, 6)])])  # rank 0 port 0 <-> spare port 1
+    got = run.by_rank()
+    assert got[0] == route_to(P, 0, 0, 1, 1)  # to rank 1's MAC of port 1: the spare has it
+    assert got[2] == [
+        f"ip neigh replace 198.19.0.1 lladdr {naming.rail_mac(0, 0)} dev ot1a2x0-eth2 "
+        "nud permanent",
+        "ip route replace 198.19.0.1/32 dev ot1a2x0-eth2 src 198.19.0.2"]
+    router.on_circuits([Reconfiguration.of(0, add=[(3, 5)])])  # the failed host's port 3
+    assert 1 not in run.by_rank(), "the failed host carries nobody any more"
+
+
 def test_on_circuits_ignores_shadow_rails() -> None:
     """A rail-state shadow rail has no host behind its ports: its flips route nothing."""
     spec = RailSpec(2, 1, ports_per_rank=2, shadow_rails=2)  # (an OCS data rail, to route)

@@ -44,6 +44,16 @@ def test_largest_names_fit_ifnamsiz(prefix: str) -> None:
         assert len(name) <= IFNAMSIZ_MAX, name
 
 
+def test_spare_names_are_ours_and_fit() -> None:
+    for name in (naming.spare_name("otfff", 248), naming.spare_frontend_intf("otfff", 248),
+                 naming.spare_rail_intf("otfff", 248, 3)):
+        assert len(name) <= IFNAMSIZ_MAX and naming.prefix_of(name) == "otfff"
+    assert naming.spare_rail_intf("ot1a2", 0, 1) == "ot1a2x0-eth2"
+    macs = {naming.spare_rail_mac(j, k) for j in range(249) for k in range(4)}
+    assert len(macs) == 249 * 4
+    assert not macs & {naming.rail_mac(r, k) for r in range(249) for k in range(4)}
+
+
 def test_names_are_as_documented() -> None:
     assert naming.host_name("ot1a2", 7) == "ot1a2g7"
     assert naming.frontend_intf("ot1a2", 7) == "ot1a2g7-eth0"
@@ -81,7 +91,7 @@ def test_names_of_different_objects_differ() -> None:
 @pytest.mark.parametrize(
     "name",
     ["eth0", "lo", "ovs-system", "br-int", "br0", "otherbr", "ot12-eth0", "ot1234g1", "ot1a2",
-     "OT1A2g1", "ot1a2x1", "ot1a2g", "ot1a2r-eth1", "ot1a2g1-eth", "ot1a2g1-ens3", "xot1a2g1",
+     "OT1A2g1", "ot1a2q1", "ot1a2g", "ot1a2r-eth1", "ot1a2g1-eth", "ot1a2g1-ens3", "xot1a2g1",
      "ot1a2g1-eth0.5", "ot1g2g1", "docker0", "virbr0", "s1-eth1", "h1-eth0", "veth1a2b3c"],
 )
 def test_foreign_names_are_not_ours(name: str) -> None:

@@ -161,6 +161,29 @@ def test_describe_uses_numeric_delay_and_mode() -> None:
     assert len(d.ports) == 6
 
 
+def test_spares_are_hosts_after_the_ranks_with_dark_ports_on_their_rail() -> None:
+    spec = RailSpec(3, 2, ports_per_rank=2, spares_per_server=1, spare_servers=1)
+    assert spec.num_ranks == 6 and len(spec.spares) == 5 and spec.num_hosts == 11
+    described = {d.rail: d.ports for d in spec.describe()}
+    for host in range(spec.num_ranks, spec.num_hosts):
+        ports = spec.host_ports(host)
+        assert [p.port_index for p in ports] == [0, 1] and {p.rank for p in ports} == {host}
+        assert all(p.port in described[p.rail] for p in ports)
+        assert spec.host_name("ot1a2", host) == f"ot1a2x{host - 6}"
+        assert spec.host_rail_intf("ot1a2", host, 1) == f"ot1a2x{host - 6}-eth2"
+    rank_ports = {(p.rail, p.port) for r in range(6) for p in spec.rank_ports(r)}
+    spare_ports = {(p.rail, p.port) for h in range(6, 11) for p in spec.host_ports(h)}
+    assert not rank_ports & spare_ports
+    assert [spec.host_server(h) for h in range(6, 11)] == [0, 1, 2, 3, 3]  # spare server: 3
+
+
+def test_too_many_spares_are_refused() -> None:
+    with pytest.raises(ValueError, match="spares do not fit"):
+        RailSpec(200, 1, spare_servers=100)
+    with pytest.raises(ValueError, match=">= 0"):
+        RailSpec(2, 1, spares_per_server=-1)
+
+
 def test_shadow_rails_follow_the_data_rails_with_three_ports() -> None:
     """Rail-state: rails x bits shadow rails after the data rails, each switching at its data
     rail's delay (shadow id = rails + rail * bits + bit)."""

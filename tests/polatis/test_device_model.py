@@ -109,3 +109,15 @@ def test_replace_on_the_container_replaces_every_pair() -> None:
     ops, clear = parse_edit(config, list_name="pair", revision="2017-08-04")
     device.perform(ops, clear_first=clear)
     assert device.pairs() == {4: 5}
+
+
+def test_a_failed_port_refuses_new_cross_connects_but_deletes_its_own() -> None:
+    device = _device()  # pairs 1->6 and 2->5 on a 4x4 switch
+    device.faults.failed_ports.add(7)
+    with pytest.raises(DeviceError) as err:
+        device.perform([EditOp("merge", 3, 7)])
+    assert err.value.tag == "operation-failed" and "port 7 is FAILED" in err.value.message
+    assert device.pairs() == {1: 6, 2: 5}
+    device.faults.failed_ports.add(1)
+    device.perform([EditOp("delete", 1)])  # taking a failed port's pair down is allowed
+    assert device.pairs() == {2: 5}

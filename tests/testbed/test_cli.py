@@ -114,15 +114,41 @@ def test_workload_json_has_the_paper_volumes() -> None:
     assert pp_sizes["sendrecv"] == 1 * 8192 * 4096 * 2  # one micro-batch's bf16 activation
 
 
-def test_run_refuses_a_bad_experiment_and_starts_nothing(tmp_path: Path) -> None:
+def assert_run_refused(tmp_path: Path, text: str, *messages: str) -> None:
+    """``run`` on experiment ``text`` exits 2 naming each message, and creates nothing."""
     bad = tmp_path / "bad.yaml"
-    bad.write_text("cluster: {servers: 2, gpus_per_server: 1}\n"
-                   "workload: {model: llama3-8b, parallelism: {fsdp: 2}}\nmode: warp\n")
+    bad.write_text(text)
     out = tmp_path / "out"
     res = run_cli("run", str(bad), "--out", str(out))
     assert res.returncode == 2
-    assert "bad.yaml:3:7: mode: must be one of" in res.stderr
+    for message in messages:
+        assert message in res.stderr
     assert not out.exists()
+
+
+def test_run_refuses_a_bad_experiment_and_starts_nothing(tmp_path: Path) -> None:
+    assert_run_refused(tmp_path, "cluster: {servers: 2, gpus_per_server: 1}\n"
+                       "workload: {model: llama3-8b, parallelism: {fsdp: 2}}\nmode: warp\n",
+                       "bad.yaml:3:7: mode: must be one of")
+
+
+FAILOVER_BASE = """\
+cluster: {servers: 4, gpus_per_server: 1, spare_servers: 1}
+workload: {model: llama3-8b, seq_len: 1024, parallelism: {fsdp: 2, pp: 2}}
+"""
+
+
+def test_run_refuses_a_fault_on_a_missing_rank_and_starts_nothing(tmp_path: Path) -> None:
+    assert_run_refused(tmp_path, FAILOVER_BASE + "faults:\n  - {kind: kill, rank: 7, "
+                       "at_iteration: 1}\n",
+                       "bad.yaml:4:24: faults[0].rank: rank 7 does not exist")
+
+
+def test_run_refuses_more_spares_than_the_machine_hosts(tmp_path: Path) -> None:
+    """Each spare is a standby rank process: 4 ranks fit, 4 + 200 do not."""
+    assert_run_refused(tmp_path, FAILOVER_BASE.replace("spare_servers: 1", "spare_servers: 200"),
+                       "bad.yaml:1:58: cluster.spares_per_server/spare_servers: 200 spares",
+                       "use fewer spares")
 
 
 def test_run_refuses_a_cluster_too_big_for_this_machine(tmp_path: Path) -> None:

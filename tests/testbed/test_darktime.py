@@ -54,6 +54,13 @@ def test_errors_are_dark_period_minus_delay() -> None:
     assert errors == pytest.approx([0.5, 1.0, 30.0], abs=1e-6)
 
 
+def test_a_switch_that_names_its_injected_delay_is_judged_against_it() -> None:
+    """Jitter (fault injection) draws each switch's delay: the dark record names it."""
+    records = switches(100.0, [0.5, -20.0])
+    records[2]["delay_ms"] = 80.0  # the second switch was injected 80 ms: 0.0 ms late
+    assert dark_errors_ms(records, 100.0) == pytest.approx([0.5, 0.0], abs=1e-6)
+
+
 def test_statistics_are_linear_percentiles() -> None:
     check = check_dark_periods(switches(100.0, [0.5, 1.0, 30.0]), 100.0, ends(3))
     # numpy's linear percentiles of (0.5, 1, 30): p50 = 1, p99 = 1 + 0.98 * 29 = 29.42

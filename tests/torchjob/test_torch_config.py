@@ -53,6 +53,10 @@ def test_a_torch_experiment_names_its_script_and_fills_placeholders(tmp_path: Pa
     ("--lr, 0.5]", "--lr, [0.5]]", "exp.yaml:6:56", "must be a string or a number"),
     ("mode: provisioning", "mode: provisioning\nocs: {semantics: rail-state}", "exp.yaml:8:18",
      "a torch job runs port-exact"),
+    ("mode: provisioning", "mode: provisioning\nfaults: [{kind: kill, rank: 0, at_iteration: 1}]",
+     "exp.yaml:8:9", "a torch job cannot fail over"),
+    ("gpus_per_server: 1}", "gpus_per_server: 1, spares_per_server: 1}", "exp.yaml:2:62",
+     "a torch job cannot fail over"),
 ])
 def test_bad_files_are_refused_at_the_key(tmp_path: Path, old: str, new: str, where: str,
                                          says: str) -> None:
