@@ -14,7 +14,10 @@ own, so rail 0 alone gives the same times as all eight rails. At 1024 GPUs every
 (one per stage, 16) run their plans and each stands for the 127 other ranks of its DP ring on
 rail 0 (:class:`~testbed.simulator.engine.Mirror`): the controller still sees every intent and
 completion of all 2048 ranks and switches all their circuits, but transfers are simulated for
-the 16 only. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran.
+the 16 only. ``--mirror off`` runs all 2048 ranks of rail 0; ``--rails N`` runs every rank of
+rails ``0..N-1``. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran;
+``cpu_s`` is the process's CPU time, which a loaded machine does not stretch as it does
+``wall_s``.
 
 A figure it gave: at 1024 GPUs, on demand at 25 ms (``--gpus 1024 --mode on-demand``), the base
 mode's rule to keep idle circuits of the same parallelism (:mod:`controller.core`) took the rail
