@@ -139,8 +139,13 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.simulator.bench import run_sim_benches
 
     mirror = {"auto": None, "on": True, "off": False}[args.mirror]
+    if args.rails < 1 or args.rails > 8:
+        raise SystemExit(f"opus-testbed: error: --rails must be in 1..8, got {args.rails}")
+    if mirror and args.rails > 1:
+        raise SystemExit(f"opus-testbed: error: --mirror on simulates rail 0 only, got --rails "
+                         f"{args.rails}")
     return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
-                           switching_delay_ms=args.delay, mirror=mirror)
+                           switching_delay_ms=args.delay, mirror=mirror, rails=args.rails)
 
 
 def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
@@ -326,7 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("baseline", "on-demand", "provisioning", "degree-aware"))
     b.add_argument("--delay", type=float, default=25.0, help="switching delay in ms")
     b.add_argument("--mirror", choices=("auto", "on", "off"), default="auto",
-                   help="simulate one rank per stage and mirror the others (auto: large runs)")
+                   help="simulate one rank per stage and mirror the others (auto: large runs "
+                   "of one rail)")
+    b.add_argument("--rails", type=int, default=1,
+                   help="simulate every rank of rails 0..N-1 (1..8; default 1: rail 0)")
     b.set_defaults(bench_fn=_bench_sim)
     _add_collective_benches(bench)
     for b in bench.choices.values():

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
@@ -142,9 +143,10 @@ class PlanOp:
         """The segments the call runs, the implicit one included."""
         return self.segments or (PlanSegment(self.lane, 0, len(self.steps)),)
 
-    @property
+    @cached_property
     def expected_bytes(self) -> int:
-        """Scaled bytes this rank must receive in the call."""
+        """Scaled bytes this rank must receive in the call (summed once: the simulator asks at
+        the end of every call, and a ring call of a 16k-GPU run has hundreds of steps)."""
         return sum(n for s in self.steps for _, n in s.recvs)
 
     def to_json(self) -> dict[str, Any]:
@@ -277,6 +279,9 @@ class Planner:
         self._rings: dict[str, _Ring] = {}
         self._one_rail: set[str] = set()  # ring groups whose ranks share one rail
         self._meshes: dict[str, dict[int, tuple[Step, ...]]] = {}
+        # ring steps by (kind, position, sizes, to, from), and distinct steps (see _ring_steps)
+        self._ring_cache: dict[tuple[str, int, tuple[int, ...], int, int], tuple[Step, ...]] = {}
+        self._steps: dict[tuple[int, int, int, int], Step] = {}
 
     def plan(self, ranks: Iterable[int] | None = None) -> ReplayPlan:
         """The plans of ``ranks`` (default: every rank) and the comm groups named so far."""
@@ -445,12 +450,28 @@ class Planner:
                 op.kind, ranks, sizes, chunks, {r: i for i, r in enumerate(ranks)})
         n = len(ring.ranks)
         i = ring.position[op.rank]
-        sent = ring_sends(ring.kind, n, i, ring.sizes, ring.chunks)
-        received = ring_sends(ring.kind, n, (i - 1) % n, ring.sizes, ring.chunks)
         to, frm = ring.ranks[(i + 1) % n], ring.ranks[(i - 1) % n]
-        return tuple(Step(((to, scaled_bytes(a, self.scale)),),
-                          ((frm, scaled_bytes(b, self.scale)),))
-                     for a, b in zip(sent, received, strict=True))
+        # a member's steps follow from (kind, position, sizes) and its two neighbours: ranks
+        # reuse them over the calls of a group, and share the Step objects (a 16k-GPU rail's
+        # plans hold millions of steps but only thousands of distinct ones)
+        key = (ring.kind, i, ring.sizes, to, frm)
+        steps = self._ring_cache.get(key)
+        if steps is None:
+            sent = ring_sends(ring.kind, n, i, ring.sizes, ring.chunks)
+            received = ring_sends(ring.kind, n, (i - 1) % n, ring.sizes, ring.chunks)
+            steps = self._ring_cache[key] = tuple(
+                self._ring_step(to, a, frm, b) for a, b in zip(sent, received, strict=True))
+        return steps
+
+    def _ring_step(self, to: int, sent_bytes: int, frm: int, received_bytes: int) -> Step:
+        """The step sending ``sent_bytes`` (unscaled) to ``to`` and receiving
+        ``received_bytes`` from ``frm``, one object per distinct step."""
+        key = (to, sent_bytes, frm, received_bytes)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = Step(((to, scaled_bytes(sent_bytes, self.scale)),),
+                                           ((frm, scaled_bytes(received_bytes, self.scale)),))
+        return step
 
     def _mesh_steps(self, lane: str, op: Op) -> tuple[Step, ...]:
         per_rank = self._meshes.get(op.collective_id)

@@ -77,13 +77,20 @@ _NO_PORT = _Port()
 
 
 class _Conn:
-    """One TCP connection of a call to a peer: its flows go out one after the other."""
+    """One TCP connection of a call to a peer: its flows go out one after the other.
 
-    __slots__ = ("busy", "queue")
+    ``src``/``dst``: the ports its flows take, found in routing epoch ``epoch`` (routes change
+    only when a request is applied or the job is registered again:
+    :attr:`~testbed.simulator.invariants.CircuitInvariants.routes_epoch`).
+    """
+
+    __slots__ = ("busy", "dst", "epoch", "queue", "src")
 
     def __init__(self) -> None:
         self.busy = False
         self.queue: list[_Flow] = []
+        self.epoch = -1
+        self.src = self.dst = _NO_PORT
 
 
 class _Flow:
@@ -235,6 +242,8 @@ class PlanSimulation:
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
+        self._flows = 0  # flows started (counters["flows"] at the end)
+        self._routes: dict[tuple[int, int], tuple[int, _Port, _Port]] = {}  # (a, b) -> epoch, ports
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._tick = itertools.count()
         self._batcher = RailBatcher()
@@ -287,6 +296,7 @@ class PlanSimulation:
         except InvariantViolation as exc:
             raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
+        self.counters["flows"] = self._flows
         if self._finished < len(self.ranks):
             calls = [f"rank {c.rank.rank} {c.group}#{c.seq} ({c.op.tag}, iteration {c.it}): "
                      + (f"step {c.k}, {c.waiting} receptions and {c.undelivered} sends open"
@@ -527,7 +537,8 @@ class PlanSimulation:
             call.last = self.now
         if not call.waiting and not call.sync_open:
             call.k += 1
-            self._at(call.last + self.net.step_s, self._step, call)
+            heapq.heappush(self._heap, (call.last + self.net.step_s, next(self._tick), self._step,
+                                        (call,)))
 
     def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
         """A reception from a mirrored rank: done when its representative's sends arrived."""
@@ -574,9 +585,9 @@ class PlanSimulation:
             return i, i
         return self.invariants.route(a % self.gpus, a, b) or (0, 0)
 
-    def _flow_start(self, flow: _Flow) -> None:
-        a = flow.call.rank.rank
-        b = flow.peer
+    def _flow_ports(self, a: int, b: int) -> tuple[_Port, _Port]:
+        """The egress port of ``a`` and the ingress port (of the rank standing for ``b``) that
+        carry ``a`` -> ``b`` now."""
         ia, ib = self._port_index(a, b)
         src = self.egress.get((a, ia))
         if src is None:
@@ -585,20 +596,35 @@ class PlanSimulation:
         dst = self.ingress.get(key)
         if dst is None:
             dst = self.ingress[key] = _Port()
-        flow.src, flow.dst = src, dst
+        return src, dst
+
+    def _flow_start(self, flow: _Flow) -> None:
+        conn = flow.conn
+        epoch = self.invariants.routes_epoch
+        if conn.epoch != epoch:  # a new connection, or the circuits changed since its last flow
+            pair = (flow.call.rank.rank, flow.peer)
+            route = self._routes.get(pair)
+            if route is None or route[0] != epoch:
+                route = self._routes[pair] = (epoch, *self._flow_ports(*pair))
+            _epoch, conn.src, conn.dst = route
+            conn.epoch = epoch
+        src_flows = conn.src.flows
+        dst_flows = conn.dst.flows
+        flow.src, flow.dst = conn.src, conn.dst
         flow.t_last = self.now
-        self.counters["flows"] += 1
-        src.flows.append(flow)
-        dst.flows.append(flow)
-        if len(src.flows) == 1 and len(dst.flows) == 1:
+        self._flows += 1
+        src_flows.append(flow)
+        dst_flows.append(flow)
+        if len(src_flows) == 1 and len(dst_flows) == 1:
             self._rate(flow)
         else:
-            self._rerate(src.flows, dst.flows)
+            self._rerate(src_flows, dst_flows)
 
     def _rate(self, flow: _Flow) -> None:
         flow.rate = self.net.payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
         flow.token += 1
-        self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
+        heapq.heappush(self._heap, (self.now + flow.bits / flow.rate, next(self._tick),
+                                    self._flow_sent, (flow, flow.token)))
 
     def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
         now = self.now
@@ -620,7 +646,8 @@ class PlanSimulation:
             self._flow_start(conn.queue.pop(0))
         else:
             conn.busy = False
-        self._at(self.now + self.net.latency_s, self._arrive, flow)
+        heapq.heappush(self._heap, (self.now + self.net.latency_s, next(self._tick),
+                                    self._arrive, (flow,)))
 
     def _arrive(self, flow: _Flow) -> None:
         call = flow.call

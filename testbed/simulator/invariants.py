@@ -17,8 +17,8 @@ and the run fails. The checks are independent of the core's own bookkeeping:
 * **FCFS per rail**: requests reach each rail in the order the core made their decisions
   (decision ids increase per rail), as :class:`~controller.batching.RailBatcher` promises.
 
-Each check costs what the event changes: the ports of a request; at a call's first ack, its
-members' ports (and its demand if a request touched them); a counter per member.
+Each check costs what the event changes: the ports of a request (and the groups on them); at a
+call's first ack, its demand if a request touched its members' ports; a counter per member.
 """
 
 from __future__ import annotations
@@ -60,22 +60,24 @@ class CircuitInvariants:
         self._peers = {rail: self.circuits.peers(rail) for rail in self.circuits.rails}
         self._last_decision: dict[int, int] = {}  # rail -> id of the last decision sent
         # only a request changes a port's circuit or light: a group's check holds until one
-        # touches a port of its members (group -> (requests so far, circuits' ports))
-        self._requests = 0
-        self._touched: dict[Port, int] = {}  # port -> requests so far when last touched
+        # touches a port of its members, which drops it (see rebind)
+        #: bumped whenever :meth:`route` may answer otherwise (a request applied, a new job)
+        self.routes_epoch = 0
         self.rebind(job)
 
     def rebind(self, job: JobSpec) -> None:
         """Check ``job`` from now on (a failover registered the job again, its failed rank on a
         spare's ports); the calls before were abandoned, so none is active any more."""
         self.job = job
+        self.routes_epoch += 1
         self._ports = {r: rp.ports for r, rp in job.ranks.items()}
         # (rail, port) -> (its rank, its index among the rank's ports)
         self._owner = {(rp.rail, p): (r, i) for r, rp in job.ranks.items()
                        for i, p in enumerate(rp.ports)}
         self._active: dict[CallKey, _ActiveCall] = {}
-        self._checked: dict[str, tuple[int, frozenset[Port]]] = {}
-        self._member_ports: dict[str, tuple[Port, ...]] = {}
+        self._checked: dict[str, frozenset[Port]] = {}  # group -> its circuits' ports
+        self._groups_at: dict[Port, list[str]] = {}  # port -> groups with a member on it
+        self._indexed: set[str] = set()  # groups in _groups_at
         self._users: dict[Port, int] = {}  # port -> active calls using its circuit
 
     # ----------------------------------------------------------------- requests
@@ -103,13 +105,16 @@ class CircuitInvariants:
                     f"rule: {exc}") from exc
 
     def applied(self, reconfs: Sequence[Reconfiguration]) -> None:
-        """The driver accepted ``reconfs``: routing follows their circuits from now on."""
-        self._requests += 1
-        touched = self._touched
+        """The driver accepted ``reconfs``: routing follows their circuits from now on, and the
+        checks of the groups with a member on a touched port must be redone."""
+        self.routes_epoch += 1
+        checked = self._checked
+        groups_at = self._groups_at
         for rc in reconfs:
             self.circuits.apply(rc)
             for p in rc.touched_ports:
-                touched[(rc.rail, p)] = self._requests
+                for group_id in groups_at.get((rc.rail, p), ()):
+                    checked.pop(group_id, None)
 
     def _check_untouched(self, rc: Reconfiguration, batch: Batch, now: float) -> None:
         users = self._users
@@ -161,25 +166,19 @@ class CircuitInvariants:
 
     def _checked_ports(self, ack: Ack, now: float) -> frozenset[Port]:
         """:meth:`_lit_ports` of the call, or the group's last result if no request touched a
-        port of its members since."""
+        port of its members since (:meth:`applied` drops it then)."""
         group_id = ack.group_id
-        checked = self._checked.get(group_id)
-        if checked is not None:
-            touched = self._touched
-            members = self._member_ports.get(group_id)
-            if members is None:
-                members = self._member_ports[group_id] = tuple(
-                    (rail, p) for rail in self.job.demand[group_id] if rail in self._optical
-                    for r in self.job.groups[group_id].ranks if self.job.ranks[r].rail == rail
-                    for p in self.job.ranks[r].ports)
-            since = checked[0]
-            for port in members:
-                if touched.get(port, 0) > since:
-                    break
-            else:
-                return checked[1]
-        ports = self._lit_ports(ack, now)
-        self._checked[group_id] = (self._requests, ports)
+        ports = self._checked.get(group_id)
+        if ports is not None:
+            return ports
+        if group_id not in self._indexed:
+            self._indexed.add(group_id)
+            job = self.job
+            for port in {(rail, p) for rail in job.demand[group_id] if rail in self._optical
+                         for r in job.groups[group_id].ranks if job.ranks[r].rail == rail
+                         for p in job.ranks[r].ports}:
+                self._groups_at.setdefault(port, []).append(group_id)
+        ports = self._checked[group_id] = self._lit_ports(ack, now)
         return ports
 
     def _lit_ports(self, ack: Ack, now: float) -> frozenset[Port]:
