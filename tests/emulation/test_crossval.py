@@ -39,13 +39,18 @@ def test_sim_agrees_with_emulation(tmp_path: Path, no_leftovers: list[str],
     if result["emu_prefix"]:
         no_leftovers.append(result["emu_prefix"])
     assert result["emu_iteration_s"] and result["sim_iteration_s"]
-    # a machine that did not keep up leaves nothing to compare; a run that lost bytes or was
-    # slow on a quiet machine fails here
-    fidelity_gate(result["emu_fidelity"], result["emu_fidelity_blame"],
-                  result["emu_fidelity_reasons"])
-    assert 0.75 <= result["ratio"] <= 1.33, (
+    ratio_ok = 0.75 <= result["ratio"] <= 1.33
+    if not ratio_ok:
+        # a miss on a machine that did not keep up compares nothing (skip); a miss by a run
+        # that lost bytes or was slow on a quiet machine fails here
+        fidelity_gate(result["emu_fidelity"], result["emu_fidelity_blame"],
+                      result["emu_fidelity_reasons"])
+    assert ratio_ok, (
         f"ratio {result['ratio']:.3f}: emulated {result['emu_iteration_times_s']}, "
         f"simulated {result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} seeds)")
+    # an agreement still fails if the run itself was at fault (lost bytes, slow on a quiet
+    # machine); a busy machine's run that agreed is judged on its agreement
+    assert result["emu_fidelity_blame"] != "run", result["emu_fidelity_reasons"]
     assert result["emu_reconfigurations"] > 0  # the warm-up switches at least
     assert result["sim_reconfigurations_per_iteration"] > 0
     assert (tmp_path / "runs" / "sim" / "summary.json").exists()

@@ -48,7 +48,10 @@ def test_every_step_arrives_whole_with_the_wake_threshold(
 
 
 class ScriptedConn:
-    """A connection that hands out a byte stream and records ``SO_RCVLOWAT`` settings."""
+    """A connection that hands out a byte stream and records ``SO_RCVLOWAT`` settings (a Unix
+    one: the receiver sets ``TCP_NODELAY`` on TCP connections only)."""
+
+    family = socket.AF_UNIX
 
     def __init__(self, data: bytes) -> None:
         self.data = memoryview(data)
