@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.experiment.crossval import run_crossval
 
-FidelityGate = Callable[[str, str, Sequence[str]], None]
+FidelityGate = Callable[..., None]
 
 # FSDP 2 x PP 2 on four single-GPU servers, one rail, two ports per rank: the FSDP and PP
 # circuits of a rank change at every phase, so switching, acks and transfers all count. With
@@ -29,6 +29,7 @@ ocs: {switching_delay: 25, ports_per_rank: 2}
 run: {iterations: 5, warmup: 1}
 network: {link_mbps: 8, rail_gbps: 20}
 """
+DELAY_MS = 25.0  # TINY's switching delay
 
 
 def test_sim_agrees_with_emulation(tmp_path: Path, no_leftovers: list[str],
@@ -45,12 +46,17 @@ def test_sim_agrees_with_emulation(tmp_path: Path, no_leftovers: list[str],
         # that lost bytes or was slow on a quiet machine fails here
         fidelity_gate(result["emu_fidelity"], result["emu_fidelity_blame"],
                       result["emu_fidelity_reasons"])
+    # (a miss with only the OCS's dark periods over the guard's tolerance fails: dark periods
+    # within the tests' bound cannot explain it)
     assert ratio_ok, (
         f"ratio {result['ratio']:.3f}: emulated {result['emu_iteration_times_s']}, "
         f"simulated {result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} seeds)")
     # an agreement still fails if the run itself was at fault (lost bytes, slow on a quiet
-    # machine); a busy machine's run that agreed is judged on its agreement
-    assert result["emu_fidelity_blame"] != "run", result["emu_fidelity_reasons"]
+    # machine, dark periods beyond the tests' bound); a busy machine's run that agreed is judged
+    # on its agreement
+    if result["emu_fidelity_blame"] == "run":
+        fidelity_gate(result["emu_fidelity"], "run", result["emu_fidelity_reasons"],
+                      dark_error_ms=result["emu_dark_error_ms"], delay_ms=DELAY_MS)
     assert result["emu_reconfigurations"] > 0  # the warm-up switches at least
     assert result["sim_reconfigurations_per_iteration"] > 0
     assert (tmp_path / "runs" / "sim" / "summary.json").exists()

@@ -8,7 +8,7 @@ checks its own results directory and that nothing of the run is left afterwards
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from testbed.experiment.faults import FailoverSettings, Fault
 from testbed.experiment.prepare import prepare
 
 FAILOVER = Path(__file__).resolve().parents[2] / "examples" / "failover.yaml"
-FidelityGate = Callable[[str, str, Sequence[str]], None]
+FidelityGate = Callable[..., None]
 
 
 def _prefix(out: Path) -> str:
@@ -76,7 +76,8 @@ def test_a_killed_rank_moves_to_the_spare_and_the_run_completes(
     assert any(r["ev"] == "takeover" and r["host"] == 4 for r in records)
     assert any(r["ev"] == "call" and r.get("epoch") == 1 for r in records)  # on the spare
     assert (out / "failover0.png").stat().st_size > 0
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
+                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
 
 
 def test_without_spares_every_rank_restarts_from_the_last_iteration(
@@ -88,7 +89,8 @@ def test_without_spares_every_rank_restarts_from_the_last_iteration(
     _assert_resumed_fully(summary)
     assert json.loads((out / "manifest.json").read_text())["spares"] == 0
     assert not any(e["event"] == "spare_assigned" for e in _events(out))
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
+                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
 
 
 def test_cut_links_a_hung_rank_and_a_failed_ocs_port_each_take_a_spare(

@@ -7,7 +7,7 @@ bridges, links and processes are gone afterwards, also after a rank crashed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
-FidelityGate = Callable[[str, str, Sequence[str]], None]
+FidelityGate = Callable[..., None]
 
 
 def _prefix(out: Path) -> str:
@@ -61,7 +61,8 @@ def test_run_end_to_end(mode: str, driver: str, tmp_path: Path, no_leftovers: li
         assert end["dark_ms"] >= switches * cfg.switching_delay_ms - 0.5, end
     # last, once everything else is checked: skipped only if the machine is blamed (CPU
     # saturated or stolen); slow links on a quiet machine or lost bytes fail
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
+                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
 
 
 def test_crashed_rank_ends_the_run_cleanly(tmp_path: Path, no_leftovers: list[str],
@@ -99,4 +100,5 @@ def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
     assert any(e["event"] == "speculative_intent" for e in events)  # predictions arrived
     ocs = [json.loads(line) for line in (out / "emulator" / "ocs-events.jsonl").open()]
     assert {e["rail"] for e in ocs if e.get("event") == "light"} == {1, 2}
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"])
+    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
+                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
