@@ -188,3 +188,16 @@ def test_the_summary_has_a_dark_periods_line_on_emulated_runs_only() -> None:
             "switches (tolerance 5.00 ms)") in text
     assert text.index("dark periods") < text.index("fidelity")
     assert "dark periods" not in summary_text(_summary("sim", None))
+
+
+def test_a_switch_lit_after_the_controllers_log_ended_is_not_compared() -> None:
+    """A provisioning switch asked at the run's end lights after the controller stopped
+    logging: the controller never saw it end, so the counts still agree; one lit before the
+    log's end and missing from it is still a missing switch."""
+    events = switches(100.0, [0.5, 1.0, 0.7])  # lit at ~100.1, ~101.1, ~102.1 s
+    log = [{**e, "t_s": 101.5} for e in ends(2)]  # the controller's log ends at 101.5 s
+    check = check_dark_periods(events, 100.0, log)
+    assert (check.count, check.lit_after_log, check.missing()) == (3, 1, None)
+    short = [{**e, "t_s": 101.5} for e in ends(1)]
+    assert check_dark_periods(events, 100.0, short).missing() == (
+        "the controller saw 1 switches end but the OCS app logged 2")
