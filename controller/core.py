@@ -194,29 +194,127 @@ class Decision:
 
 _FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) for Output
 
+#: An event not built yet: ``(builder, *fields)``; ``builder(record, into)`` appends the event
+#: dict(s) it stands for to ``into``. The hot paths record these instead of dicts, so an event
+#: costs a tuple unless someone reads :attr:`Output.events`.
+LazyEvent = tuple[Any, ...]
 
-@dataclass(slots=True, init=False)
+
 class Output:
-    """Everything one event produced."""
+    """Everything one event produced: acks, rejects, decisions and event-log records.
 
-    acks: list[Ack] = field(default_factory=list)
-    rejects: list[Reject] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+    ``events`` are built when first read (the core records the frequent ones as
+    :data:`LazyEvent` tuples): every reader gets the same dicts, in the same order, as if they
+    had been built on the spot; the core never records a value that changes afterwards.
+    """
+
+    __slots__ = ("acks", "rejects", "decisions", "_events")
 
     def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
                  decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
-        # the generated __init__, minus its factory calls: one Output per event, on the hot path
         self.acks = [] if acks is _FRESH else acks
         self.rejects = [] if rejects is _FRESH else rejects
         self.decisions = [] if decisions is _FRESH else decisions
-        self.events = [] if events is _FRESH else events
+        self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
+
+    @property
+    def events(self) -> list[Event]:
+        """The event-log records (a list the caller may change), built on first read."""
+        raw = self._events
+        for e in raw:
+            if e.__class__ is not dict:
+                break
+        else:
+            return raw  # type: ignore[return-value]
+        built: list[Event] = []
+        for e in raw:
+            if e.__class__ is dict:
+                built.append(e)  # type: ignore[arg-type]
+            else:
+                e[0](e, built)
+        self._events = built  # type: ignore[assignment]
+        return built
+
+    @events.setter
+    def events(self, events: list[Event]) -> None:
+        self._events = events  # type: ignore[assignment]
 
     def extend(self, other: Output) -> None:
         self.acks.extend(other.acks)
         self.rejects.extend(other.rejects)
         self.decisions.extend(other.decisions)
-        self.events.extend(other.events)
+        self._events.extend(other._events)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Output)
+        return (self.acks, self.rejects, self.decisions, self.events) == (
+            other.acks, other.rejects, other.decisions, other.events)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (f"Output(acks={self.acks!r}, rejects={self.rejects!r}, "
+                f"decisions={self.decisions!r}, events={self.events!r})")
+
+
+# Builders of the lazily recorded events (see LazyEvent): each turns its record into the dict
+# the core used to build on the spot, with the same keys in the same order.
+
+def _ev_intent(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, job, rank, group, seq, kind, size_bytes, axis = r
+    into.append({"event": "intent", "t_s": t_s, "job": job, "rank": rank, "group": group,
+                 "seq": seq, "kind": kind, "size_bytes": size_bytes, "axis": axis})
+
+
+def _ev_complete(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, job, rank, group, seq = r
+    into.append({"event": "complete", "t_s": t_s, "job": job, "rank": rank, "group": group,
+                 "seq": seq})
+
+
+def _ev_acks(r: LazyEvent, into: list[Event]) -> None:
+    """One ``ack`` event per rank of ``ranks``, in that order."""
+    _, t_s, job, ranks, group, seq, reconfigured, wait_s = r
+    for rank in ranks:
+        into.append({"event": "ack", "t_s": t_s, "job": job, "rank": rank, "group": group,
+                     "seq": seq, "reconfigured": reconfigured, "wait_s": wait_s})
+
+
+def _ev_done(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, job, group, seq = r
+    into.append({"event": "collective_done", "t_s": t_s, "job": job, "group": group,
+                 "seq": seq})
+
+
+def _ev_provisioned(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, job, group, seq = r
+    into.append({"event": "provisioned", "t_s": t_s, "job": job, "group": group, "seq": seq})
+
+
+def _ev_decision(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, did, job, group, seq, spec, reconfs, waited_s = r
+    into.append({"event": "decision", "t_s": t_s, "decision": did, "job": job, "group": group,
+                 "seq": seq, "speculative": spec, "rails": [rc.rail for rc in reconfs],
+                 "waited_s": waited_s})
+
+
+def _ev_reconfig_start(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, did, rc, touched = r
+    into.append({"event": "reconfig_start", "t_s": t_s, "decision": did, "rail": rc.rail,
+                 "ports": sorted(touched),
+                 "add": [c.to_json() for c in sorted(rc.add, key=_circuit_order)],
+                 "remove": [c.to_json() for c in sorted(rc.remove, key=_circuit_order)]})
+
+
+def _ev_reconfig_end(r: LazyEvent, into: list[Event]) -> None:
+    _, t_s, did, res = r
+    into.append({"event": "reconfig_end", "t_s": t_s, "decision": did, "rail": res.rail,
+                 "added": [c.to_json() for c in sorted(res.added, key=_circuit_order)],
+                 "removed": [c.to_json() for c in sorted(res.removed, key=_circuit_order)],
+                 "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
+                 "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
 
 
 class _State(enum.Enum):
@@ -454,7 +552,7 @@ class OpusCore:
             for p in rank_ports.ports:
                 self._owner[(rank_ports.rail, p)] = (job.job_id, rank_ports.rank)
         self._rekey_pairs()
-        out.events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
+        out._events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
                            "ranks": len(job.ranks), "groups": len(job.groups)})
         if rs is not None:
             self._rs = rs
@@ -511,7 +609,7 @@ class OpusCore:
         self._rekey_pairs()
         for spec_key in [k for k in self._spec_of if k[0] == job_id]:
             del self._spec_of[spec_key]
-        out.events.append({"event": "job_unregistered", "t_s": now, "job": job_id})
+        out._events.append({"event": "job_unregistered", "t_s": now, "job": job_id})
         self._pump(now, out)
         return out
 
@@ -538,9 +636,8 @@ class OpusCore:
                                 f"rank {lost} of group {group_id} disconnected",
                                 job=job_id, rank=rank, group=group_id, seq=seq)
         kind, size_bytes, axis = intent.kind, intent.size_bytes, intent.axis
-        out.events.append({"event": "intent", "t_s": now, "job": job_id, "rank": rank,
-                           "group": group_id, "seq": seq, "kind": kind,
-                           "size_bytes": size_bytes, "axis": axis})
+        out._events.append((_ev_intent, now, job_id, rank, group_id, seq, kind, size_bytes,
+                            axis))
         inst = grp.instances.get(seq)
         if inst is not None and rank in inst.real:
             return self._reject(out, now, ref, "duplicate",
@@ -586,8 +683,7 @@ class OpusCore:
         key = (rank, group_id)
         if seq > done_seq.get(key, -1):
             done_seq[key] = seq
-        out.events.append({"event": "complete", "t_s": now, "job": job_id, "rank": rank,
-                           "group": group_id, "seq": seq})
+        out._events.append((_ev_complete, now, job_id, rank, group_id, seq))
         if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
         if next_intent is not None and self.config.provisioning and self._rs is None:
@@ -607,7 +703,7 @@ class OpusCore:
         job = self._jobs.get(job_id)
         if job is None or rank not in job.spec.ranks:
             return out
-        out.events.append({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
+        out._events.append({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
         job.lost.add(rank)  # later calls of its groups are rejected too (intent)
         for grp in job.groups.values():
             if rank not in grp.members:
@@ -642,7 +738,7 @@ class OpusCore:
         if job is None or rank not in job.lost:
             return out
         job.lost.discard(rank)
-        out.events.append({"event": "rank_rejoined", "t_s": now, "job": job_id, "rank": rank})
+        out._events.append({"event": "rank_rejoined", "t_s": now, "job": job_id, "rank": rank})
         return out
 
     # ------------------------------------------------------- driver feedback
@@ -673,8 +769,8 @@ class OpusCore:
                     self._advance(inst, now, out)
             else:
                 inst.spec_tried = True
-                out.events.append({"event": "provisioned", "t_s": now, "job": inst.group.job_id,
-                                   "group": inst.group.group_id, "seq": inst.seq})
+                out._events.append((_ev_provisioned, now, inst.group.job_id,
+                                    inst.group.group_id, inst.seq))
                 if not inst.spec and not inst.real:
                     self._drop(inst)
         self._pump(now, out)
@@ -714,7 +810,7 @@ class OpusCore:
             return out
         decision, inst = entry
         self._undark(decision_id)
-        out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
+        out._events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
                            "error": error})
         for rc in decision.reconfs:
             self._undo(decision_id, rc, now, out)
@@ -745,7 +841,7 @@ class OpusCore:
                             if peer(rc.rail, c.port_a) is None and peer(rc.rail, c.port_b) is None)
         self._commit(Reconfiguration(rc.rail, add=restore))
         self._diverged.update(rc.remove - restore)
-        out.events.append({
+        out._events.append({
             "event": "state_diverged", "t_s": now, "decision": decision_id, "rail": rc.rail,
             "not_restored": [c.to_json() for c in sorted(rc.remove - restore,
                                                          key=_circuit_order)],
@@ -762,7 +858,7 @@ class OpusCore:
         for rail in sorted({c.rail for c in back}):
             mine = frozenset(c for c in back if c.rail == rail)
             self._commit(Reconfiguration(rail, add=mine))
-            out.events.append({"event": "state_restored", "t_s": now, "decision": decision_id,
+            out._events.append({"event": "state_restored", "t_s": now, "decision": decision_id,
                                "rail": rail, "restored": [c.to_json() for c in
                                                           sorted(mine, key=_circuit_order)]})
         self._diverged -= back
@@ -770,15 +866,9 @@ class OpusCore:
     @staticmethod
     def _end_events(decision_id: int, results: Sequence[ApplyResult], now: float,
                     out: Output) -> None:
+        events = out._events
         for res in results:
-            out.events.append({"event": "reconfig_end", "t_s": now, "decision": decision_id,
-                               "rail": res.rail,
-                               "added": [c.to_json() for c in sorted(res.added,
-                                                                     key=_circuit_order)],
-                               "removed": [c.to_json() for c in sorted(res.removed,
-                                                                       key=_circuit_order)],
-                               "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
-                               "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
+            events.append((_ev_reconfig_end, now, decision_id, res))
 
     @staticmethod
     def _orphaned(decision_id: int, inst: _Instance, outcome: str, now: float,
@@ -787,7 +877,7 @@ class OpusCore:
         driver (committed at dispatch, undone on failure) and its dark ports are released; the
         dead job's call is not served, told or otherwise touched."""
         grp = inst.group
-        out.events.append({"event": "orphaned_decision", "t_s": now, "decision": decision_id,
+        out._events.append({"event": "orphaned_decision", "t_s": now, "decision": decision_id,
                            "job": grp.job_id, "group": grp.group_id, "seq": inst.seq,
                            "outcome": outcome})
 
@@ -828,7 +918,7 @@ class OpusCore:
                 **fields: object) -> Output:
         self.counters["rejects"] += 1
         out.rejects.append(Reject(ref, code, message))
-        out.events.append({"event": "error", "t_s": now, "code": code, "message": message,
+        out._events.append({"event": "error", "t_s": now, "code": code, "message": message,
                            **fields})
         return out
 
@@ -953,7 +1043,7 @@ class OpusCore:
                         self._cache_foreign(grp, c)
         if avoided_rails:
             self.counters["avoided_reconfigurations"] += len(avoided_rails)
-            out.events.append({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
+            out._events.append({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
                                "group": grp.group_id, "seq": inst.seq,
                                "rails": sorted(avoided_rails)})
         self._ack(inst, out, now, reconfigured)
@@ -964,26 +1054,23 @@ class OpusCore:
         grp = inst.group
         job_id, group_id, seq = grp.job_id, grp.group_id, inst.seq
         acked = inst.acked
-        acks, events = out.acks, out.events
-        wait_s = now - inst.t_first_s
-        n = 0
+        acks = out.acks
+        ranks = []
         for rank, ref in inst.real.items():
             if rank in acked:
                 continue
             acked.add(rank)
-            n += 1
+            ranks.append(rank)
             acks.append(Ack(ref, job_id, rank, group_id, seq, reconfigured))
-            events.append({"event": "ack", "t_s": now, "job": job_id, "rank": rank,
-                           "group": group_id, "seq": seq, "reconfigured": reconfigured,
-                           "wait_s": wait_s})
-        if n:
-            self.counters["acks"] += n
+        if ranks:
+            self.counters["acks"] += len(ranks)
+            out._events.append((_ev_acks, now, job_id, ranks, group_id, seq, reconfigured,
+                                now - inst.t_first_s))
 
     def _finish(self, inst: _Instance, now: float, out: Output) -> None:
         self._unprotect(inst, now)
         self._drop(inst)
-        out.events.append({"event": "collective_done", "t_s": now, "job": inst.group.job_id,
-                           "group": inst.group.group_id, "seq": inst.seq})
+        out._events.append((_ev_done, now, inst.group.job_id, inst.group.group_id, inst.seq))
 
     def _unprotect(self, inst: _Instance, now: float) -> None:
         protect = self._protect
@@ -1022,11 +1109,11 @@ class OpusCore:
         if job is None or grp is None or nxt.rank not in grp.members or (
             nxt.seq <= job.done_seq.get((nxt.rank, nxt.group_id), -1)
         ):
-            out.events.append({"event": "error", "t_s": now, "code": "bad_prediction",
+            out._events.append({"event": "error", "t_s": now, "code": "bad_prediction",
                                "message": f"ignored prediction {nxt.to_json()}"})
             return
         if job.lost and not job.lost.isdisjoint(grp.members):
-            out.events.append({"event": "error", "t_s": now, "code": "peer_lost",
+            out._events.append({"event": "error", "t_s": now, "code": "peer_lost",
                                "message": f"ignored prediction {nxt.to_json()}: rank "
                                           f"{min(job.lost & grp.members)} of group "
                                           f"{grp.group_id} disconnected"})
@@ -1039,7 +1126,7 @@ class OpusCore:
             return
         inst.spec.add(nxt.rank)
         self._spec_of.setdefault((nxt.job_id, nxt.rank), {})[inst] = None
-        out.events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
+        out._events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
                            "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
                            "kind": nxt.kind, "size_bytes": nxt.size_bytes})
         if inst.state is _State.GATHER:
@@ -1059,7 +1146,7 @@ class OpusCore:
                 continue
             inst.spec.discard(rank)
             self.counters["mispredictions"] += 1
-            out.events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
+            out._events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
                                "predicted_group": inst.group.group_id, "predicted_seq": inst.seq,
                                "actual_group": grp.group_id, "actual_seq": seq})
             if inst.state is _State.QUEUED and not inst.ready:
@@ -1264,7 +1351,8 @@ class OpusCore:
         self._next_decision += 1
         grp = inst.group
         spec = not inst.real
-        decision = Decision(did, grp.job_id, grp.group_id, inst.seq, tuple(plan), spec)
+        reconfs = tuple(plan)
+        decision = Decision(did, grp.job_id, grp.group_id, inst.seq, reconfs, spec)
         inst.state = _State.SWITCHING
         inst.decision_id = did
         inst.spec_tried = inst.spec_tried or spec
@@ -1274,9 +1362,8 @@ class OpusCore:
         if spec:
             self.counters["speculative_decisions"] += 1
         out.decisions.append(decision)
-        out.events.append({"event": "decision", "t_s": now, "decision": did, "job": grp.job_id,
-                           "group": grp.group_id, "seq": inst.seq, "speculative": spec,
-                           "rails": [rc.rail for rc in plan], "waited_s": now - inst.t_first_s})
+        out._events.append((_ev_decision, now, did, grp.job_id, grp.group_id, inst.seq, spec,
+                            reconfs, now - inst.t_first_s))
         keys = self._dark_keys.setdefault(did, [])
         dark = self._dark
         for rc in plan:
@@ -1287,11 +1374,7 @@ class OpusCore:
             for p in touched:
                 dark[(rail, p)] = did
                 keys.append((rail, p))
-            out.events.append({"event": "reconfig_start", "t_s": now, "decision": did,
-                               "rail": rail, "ports": sorted(touched),
-                               "add": [c.to_json() for c in sorted(rc.add, key=_circuit_order)],
-                               "remove": [c.to_json()
-                                          for c in sorted(rc.remove, key=_circuit_order)]})
+            out._events.append((_ev_reconfig_start, now, did, rc, touched))
         self._version += 1
 
     def _undark(self, decision_id: int) -> None:
@@ -1446,7 +1529,7 @@ class OpusCore:
         of a call the rank asked for or finished already is counted and dropped."""
         out = Output()
         if not self.config.provisioning:
-            out.events.append({"event": "prediction_ignored", "t_s": now,
+            out._events.append({"event": "prediction_ignored", "t_s": now,
                                "reason": "provisioning is off", **intent.to_json()})
             return out
         job = self._jobs.get(intent.job_id)
@@ -1512,7 +1595,7 @@ class OpusCore:
         served = rs.model.serve(rid, rs.ops.get(grp.group_id, {}))
         self.counters["stale_reflips"] += served.stale_bits
         self.counters["rail_state_early_bits"] += served.early_bits
-        out.events.append({
+        out._events.append({
             "event": "rail_state_served", "t_s": now, "job": grp.job_id, "group": grp.group_id,
             "seq": inst.seq, "speculative": not inst.real,
             "requested": {str(r): m for r, m in served.requested.items()},
@@ -1558,12 +1641,12 @@ class OpusCore:
         did = self._next_decision
         self._next_decision += 1
         out.decisions.append(Decision(did, rs.job_id, group_id, seq, reconfs, speculative))
-        out.events.append({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
+        out._events.append({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
                            "group": group_id, "seq": seq, "speculative": speculative,
                            "rails": [rc.rail for rc in reconfs], "semantics": RAIL_STATE,
                            **fields})
         for rc in reconfs:
-            out.events.append({"event": "reconfig_start", "t_s": now, "decision": did,
+            out._events.append({"event": "reconfig_start", "t_s": now, "decision": did,
                                "rail": rc.rail, "ports": sorted(rc.touched_ports),
                                "add": [c.to_json() for c in sorted(rc.add)],
                                "remove": [c.to_json() for c in sorted(rc.remove)]})
@@ -1583,7 +1666,7 @@ class OpusCore:
             if inst.real:
                 self._ack(inst, out, now, True)
             else:
-                out.events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
                                    "group": grp.group_id, "seq": inst.seq})
         for rid_next in started:
             self._rs_start(rs, rid_next, now, out)
@@ -1594,7 +1677,7 @@ class OpusCore:
         """A rail-state decision failed: undo its flips, fail its call, free its bits."""
         out = Output()
         rid, reconfs = rs.inflight.pop(decision_id)
-        out.events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
+        out._events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
                            "error": error})
         for rc in reconfs:
             self._undo(decision_id, rc, now, out)
