@@ -208,7 +208,7 @@ class Output:
     had been built on the spot; the core never records a value that changes afterwards.
     """
 
-    __slots__ = ("acks", "rejects", "decisions", "_events")
+    __slots__ = ("_events", "acks", "decisions", "rejects")
 
     def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
                  decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
