@@ -228,8 +228,8 @@ class Output:
             return raw  # type: ignore[return-value]
         built: list[Event] = []
         for e in raw:
-            if e.__class__ is dict:
-                built.append(e)  # type: ignore[arg-type]
+            if isinstance(e, dict):
+                built.append(e)
             else:
                 e[0](e, built)
         self._events = built  # type: ignore[assignment]
@@ -1395,29 +1395,37 @@ class OpusCore:
     def _commit(self, rc: Reconfiguration) -> None:
         self.state.apply(rc)
         pairs = self._pairs
-        owner = self._owner
-        pair_key = self._pair_key
+        owner_get = self._owner.get
         last_used = self._last_used_s
         served = self._served_axis
         circ_at = self._circ_at
         rail = rc.rail
         for c in rc.remove:
-            circ_at.pop((rail, c.port_a), None)
-            circ_at.pop((rail, c.port_b), None)
-        for c in rc.add:
-            circ_at[(rail, c.port_a)] = c
-            circ_at[(rail, c.port_b)] = c
-        for c in rc.remove:
-            key = pair_key(c, owner)
+            pa, pb = c.port_a, c.port_b
+            circ_at.pop((rail, pa), None)
+            circ_at.pop((rail, pb), None)
+            # the rank-pair key, as _pair_key computes it
+            oa, ob = owner_get((rail, pa)), owner_get((rail, pb))
+            a = oa[1] if oa else -pa - 1
+            b = ob[1] if ob else -pb - 1
+            key = (rail, a, b) if a < b else (rail, b, a)
             s = pairs.get(key)
             if s is not None:
                 s.discard(c)
                 if not s:
                     del pairs[key]
-            last_used.pop(c, None)
-            served.pop(c, None)
+            if last_used:
+                last_used.pop(c, None)
+            if served:
+                served.pop(c, None)
         for c in rc.add:
-            key = pair_key(c, owner)
+            pa, pb = c.port_a, c.port_b
+            circ_at[(rail, pa)] = c
+            circ_at[(rail, pb)] = c
+            oa, ob = owner_get((rail, pa)), owner_get((rail, pb))
+            a = oa[1] if oa else -pa - 1
+            b = ob[1] if ob else -pb - 1
+            key = (rail, a, b) if a < b else (rail, b, a)
             s = pairs.get(key)
             if s is None:
                 pairs[key] = {c}

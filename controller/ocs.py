@@ -149,13 +149,25 @@ class Circuit:
         return f"rail{self.rail}:{self.port_a}<->{self.port_b}"
 
 
-@dataclass(frozen=True)
+_EMPTY: frozenset[Circuit] = frozenset()
+
+
+@dataclass(frozen=True, init=False)  # __init__: below
 class Reconfiguration:
     """One request on one rail: circuits to remove, then circuits to add."""
 
     rail: int
     add: frozenset[Circuit] = field(default_factory=frozenset)
     remove: frozenset[Circuit] = field(default_factory=frozenset)
+
+    def __init__(self, rail: int, add: frozenset[Circuit] = _EMPTY,
+                 remove: frozenset[Circuit] = _EMPTY) -> None:
+        # the generated __init__ of a frozen class sets each field through object.__setattr__;
+        # the controller builds one per rail of every decision
+        d = self.__dict__
+        d["rail"] = rail
+        d["add"] = add
+        d["remove"] = remove
 
     @classmethod
     def of(
@@ -280,12 +292,16 @@ class CrossconnectState:
     def check(self, reconf: Reconfiguration) -> None:
         """Raise :class:`ReconfigurationRejected` unless ``reconf`` keeps every port one-to-one."""
         rail = reconf.rail
-        self._require_rail(rail)
-        known = self._ports[rail]
+        known = self._ports.get(rail)
+        if known is None:
+            self._require_rail(rail)  # raises
+            return
+        peers = self._peer[rail]
+        if self._fits(reconf, known, peers):
+            return
         unknown = [p for c in reconf.add | reconf.remove for p in c.ports if p not in known]
         if unknown:
             raise ReconfigurationRejected(rail, unknown, "no such port on this rail")
-        peers = self._peer[rail]
         missing = [c for c in reconf.remove if peers.get(c.port_a) != c.port_b]
         if missing:
             ports = [p for c in missing for p in c.ports]
@@ -305,6 +321,26 @@ class CrossconnectState:
                         rail, [p, peers[p]],
                         f"port {p} already has peer {peers[p]}; remove that circuit first",
                     )
+
+    @staticmethod
+    def _fits(reconf: Reconfiguration, known: frozenset[int], peers: Mapping[int, int]) -> bool:
+        """The rules of :meth:`check` without the error reports: True when ``reconf`` keeps
+        every port one-to-one (the common case, checked without sorting); False sends
+        :meth:`check` down its reporting path, which finds and names the violation."""
+        freed = set()
+        for c in reconf.remove:
+            a, b = c.port_a, c.port_b
+            if a not in known or b not in known or peers.get(a) != b:
+                return False
+            freed.add(a)
+            freed.add(b)
+        used = set()
+        for c in reconf.add:
+            for p in (c.port_a, c.port_b):
+                if p not in known or p in used or (p in peers and p not in freed):
+                    return False
+                used.add(p)
+        return True
 
     def apply(self, reconf: Reconfiguration) -> None:
         """Check ``reconf`` and commit it; on rejection nothing changes."""
