@@ -393,6 +393,9 @@ class _Group:
     rail_keys: tuple[tuple[int, tuple[tuple[tuple[int, int, int], tuple[int, Edge]], ...]],
                      ...] = ()
     rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # per rail, the (rail, port) keys of every port of rail_ranks, in that order (set by
+    # register_job, which knows the ports): planning looks them up on every switch
+    port_keys: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     owns_last: bool = False  # every (rail, rank) of ours has us as its last group (_activate)
     touch_tick: int = -1  # a port of a circuit in our cache that no member owns changed then
     alive: bool = True  # False once its job is unregistered (a decision may still be in flight)
@@ -547,7 +550,10 @@ class OpusCore:
             demand = {rail: edges for rail, edges in job.demand[gid].items()
                       if rail in self.optical}
             groups[gid] = _Group(job.job_id, gid, grp.axis, frozenset(grp.ranks), demand)
-        self._jobs[job.job_id] = _Job(job, groups)
+        self._jobs[job.job_id] = jb = _Job(job, groups)
+        for g in groups.values():
+            g.port_keys = {rail: tuple((rail, p) for r in ranks for p in jb.ports[r])
+                           for rail, ranks in g.rail_ranks.items()}
         for rank_ports in job.ranks.values():
             for p in rank_ports.ports:
                 self._owner[(rank_ports.rail, p)] = (job.job_id, rank_ports.rank)
@@ -626,7 +632,8 @@ class OpusCore:
         job_id, rank, group_id, seq = intent.job_id, intent.rank, intent.group_id, intent.seq
         job = self._jobs.get(job_id)
         grp = job.groups.get(group_id) if job is not None else None
-        if (job is None or grp is None or rank not in grp.members or rank not in job.spec.ranks
+        # (a member is a rank of the job: JobSpec checks it)
+        if (job is None or grp is None or rank not in grp.members
                 or seq <= job.done_seq.get((rank, group_id), -1)):
             self._lookup(intent, out, now, ref)  # rejects, naming the first failed check
             return out
@@ -1486,20 +1493,19 @@ class OpusCore:
                 taken.add(c.port_a)
                 taken.add(c.port_b)
             remove: set[Circuit] = set()
-            idle_extra: set[Circuit] = set()
-            for r in grp.rail_ranks[rail]:
-                for p in ports_of[r]:
-                    c_at = circ_at.get((rail, p))
+            if not degree_aware:  # base mode: the other parallelisms' idle circuits go
+                idle_extra: set[Circuit] = set()
+                for port_key in grp.port_keys[rail]:
+                    c_at = circ_at.get(port_key)
                     if c_at is None:
                         continue
                     if c_at in keep or c_at in protect or (dark and (
                             (rail, c_at.port_a) in dark or (rail, c_at.port_b) in dark)):
                         continue
                     idle_extra.add(c_at)
-            if not degree_aware:  # base mode: the other parallelisms' idle circuits go
                 axis = grp.axis
-                remove |= {c for c in idle_extra
-                           if not axis or self._served_axis.get(c) != axis}
+                served_get = self._served_axis.get
+                remove |= {c for c in idle_extra if not axis or served_get(c) != axis}
 
             rp = _RailPlan(rail, circ_at, dark, protect, keep, taken, remove, self._last_used_s)
             usable, free_port = rp.usable, rp.free_port
