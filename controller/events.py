@@ -34,6 +34,12 @@ class EventLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("a", encoding="utf-8")
 
+    @property
+    def wanted(self) -> bool:
+        """Whether written events go anywhere (kept in memory or to a file): a writer may skip
+        building events nobody reads."""
+        return self.keep or self._fh is not None
+
     def write(self, events: Iterable[Event]) -> None:
         events = list(events)
         if not events:
