@@ -162,7 +162,7 @@ class ControllerService:
                     # read while the socket says a message waits (a zmq.Again per burst costs
                     # an exception on the ack path), at most 1000 before looking at the rest
                     for _ in range(1000):
-                        if not router.get(zmq.EVENTS) & zmq.POLLIN:
+                        if not int(router.get(zmq.EVENTS)) & zmq.POLLIN:
                             break
                         self._on_message(router.recv_multipart(zmq.NOBLOCK))
                 now_mono = time.monotonic()
