@@ -180,7 +180,7 @@ class Reject:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Decision:
     """Reconfigure these rails as one ``apply_many`` call; report back with its id."""
 
@@ -190,6 +190,20 @@ class Decision:
     seq: int
     reconfs: tuple[Reconfiguration, ...]
     speculative: bool
+
+    def __init__(self, decision_id: int, job_id: str, group_id: str, seq: int,
+                 reconfs: tuple[Reconfiguration, ...], speculative: bool) -> None:
+        # the generated __init__ of a frozen class, at half its cost (one per decision)
+        s_id, s_job, s_group, s_seq, s_reconfs, s_spec = _DECISION_SETTERS
+        s_id(self, decision_id)
+        s_job(self, job_id)
+        s_group(self, group_id)
+        s_seq(self, seq)
+        s_reconfs(self, reconfs)
+        s_spec(self, speculative)
+
+
+_DECISION_SETTERS = _slot_setters(Decision, "decision_id job_id group_id seq reconfs speculative")
 
 
 _FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) for Output
@@ -385,6 +399,7 @@ class _Group:
     cache: dict[tuple[int, Edge], Circuit] = field(default_factory=dict)
     lit_version: int = -1
     lit_circuits: frozenset[Circuit] | None = None
+    lit_found: list[Circuit] = field(default_factory=list)  # lit_circuits in cache_keys order
     rail_members: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # Precomputed once (the hot paths run per intent): member count, per rail the demand's
     # lookup keys ((rail, a, b) for the pair index, (rail, (a, b)) for the circuit cache) and
@@ -393,6 +408,7 @@ class _Group:
     rail_keys: tuple[tuple[int, tuple[tuple[tuple[int, int, int], tuple[int, Edge]], ...]],
                      ...] = ()
     rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    cache_keys: tuple[tuple[int, Edge], ...] = ()  # every demand edge's key, rail_keys order
     # per rail, the (rail, port) keys of every port of rail_ranks, in that order (set by
     # register_job, which knows the ports): planning looks them up on every switch
     port_keys: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
@@ -409,6 +425,7 @@ class _Group:
             for rail, edges in self.demand.items())
         self.rail_ranks = {rail: tuple({r for e in edges for r in e})
                            for rail, edges in self.demand.items()}
+        self.cache_keys = tuple(ck for _rail, keys in self.rail_keys for _pk, ck in keys)
 
 
 @dataclass(eq=False, slots=True)
@@ -512,6 +529,13 @@ class OpusCore:
         self._spec_of: dict[tuple[str, int], dict[_Instance, None]] = {}
         self._last_used_s: dict[Circuit, float] = {}
         self._served_axis: dict[Circuit, str] = {}  # the parallelism a circuit last carried
+        # Deferred bookkeeping (_settle): calls activated whose circuits _protect does not count
+        # yet, and per circuit set released (a running call's end) its axis and time, oldest
+        # first, not yet written to _served_axis / _last_used_s. Planning and commits read
+        # these tables and settle them first; a call that ends before anyone looked costs no
+        # per-circuit work at all (most calls: their circuits are lit, nobody plans meanwhile).
+        self._protect_due: dict[_Instance, frozenset[Circuit]] = {}
+        self._release_due: dict[frozenset[Circuit], tuple[str, float]] = {}
         # circuits a failed decision could not restore (their port was claimed by a later
         # decision): still on the switch; taken back once a later undo frees their ports
         self._diverged: set[Circuit] = set()
@@ -992,6 +1016,7 @@ class OpusCore:
                 break
         if ok:
             result = frozenset(found)
+            grp.lit_found = found
         grp.lit_version, grp.lit_circuits = version, result
         return result
 
@@ -1014,7 +1039,6 @@ class OpusCore:
         inst.state = _State.ACTIVE
         inst.circuits = circuits
         grp = inst.group
-        protect = self._protect
         avoided_rails: set[int] = set()
         if not grp.owns_last:  # else every (rail, rank) of ours still names us: nothing changes
             last = self._last_group
@@ -1032,21 +1056,23 @@ class OpusCore:
             grp.owns_last = True
         if not self.config.degree_aware or reconfigured:
             avoided_rails.clear()
-        for c in circuits:
-            protect[c] = protect.get(c, 0) + 1
+        if circuits:
+            self._protect_due[inst] = circuits  # counted in _protect by _settle
         if self._queue:
             self._touch_circuits(circuits)
         if reconfigured:
+            # remember the circuit of every demand edge; _lit found them in key order (a
+            # circuit's rank-pair key is the edge it serves: the pair index is keyed so)
+            assert circuits is grp.lit_circuits
             owner = self._owner
             cache = grp.cache
-            for c in circuits:
-                oa = owner[(c.rail, c.port_a)]
-                ob = owner[(c.rail, c.port_b)]
-                a, b = oa[1], ob[1]
-                cache_key = (c.rail, (a, b) if a < b else (b, a))
-                if cache.get(cache_key) != c:
+            job_id = grp.job_id
+            for cache_key, c in zip(grp.cache_keys, grp.lit_found, strict=True):
+                cached = cache.get(cache_key)
+                if cached is not c and cached != c:
                     cache[cache_key] = c
-                    if oa[0] != grp.job_id or ob[0] != grp.job_id:
+                    if (owner[(c.rail, c.port_a)][0] != job_id
+                            or owner[(c.rail, c.port_b)][0] != job_id):
                         self._cache_foreign(grp, c)
         if avoided_rails:
             self.counters["avoided_reconfigurations"] += len(avoided_rails)
@@ -1080,21 +1106,42 @@ class OpusCore:
         out._events.append((_ev_done, now, inst.group.job_id, inst.group.group_id, inst.seq))
 
     def _unprotect(self, inst: _Instance, now: float) -> None:
-        protect = self._protect
-        last_used = self._last_used_s
-        served = self._served_axis
-        axis = inst.group.axis
-        for c in inst.circuits:
-            served[c] = axis
-            n = protect.get(c, 0) - 1
-            if n <= 0:
-                protect.pop(c, None)
-            else:
-                protect[c] = n
-            last_used[c] = now
+        circuits = inst.circuits
+        if not circuits:
+            return
+        if self._protect_due.pop(inst, None) is None:  # else never counted: nothing to undo
+            protect = self._protect
+            for c in circuits:
+                n = protect.get(c, 0) - 1
+                if n <= 0:
+                    protect.pop(c, None)
+                else:
+                    protect[c] = n
+        due = self._release_due
+        if circuits in due:
+            del due[circuits]  # (re-inserted last: the latest release is written last)
+        due[circuits] = (inst.group.axis, now)
         if self._queue:
-            self._touch_circuits(inst.circuits)
+            self._touch_circuits(circuits)
         inst.circuits = frozenset()
+
+    def _settle(self) -> None:
+        """Bring _protect, _served_axis and _last_used_s up to date (see __init__): the same
+        contents as if every activation and release had been written when it happened."""
+        if self._protect_due:
+            protect = self._protect
+            for circuits in self._protect_due.values():
+                for c in circuits:
+                    protect[c] = protect.get(c, 0) + 1
+            self._protect_due.clear()
+        if self._release_due:
+            served = self._served_axis
+            last_used = self._last_used_s
+            for circuits, (axis, t_s) in self._release_due.items():
+                for c in circuits:
+                    served[c] = axis
+                    last_used[c] = t_s
+            self._release_due.clear()
 
     def _drop(self, inst: _Instance) -> None:
         grp = inst.group
@@ -1400,6 +1447,7 @@ class OpusCore:
         self._version += 1
 
     def _commit(self, rc: Reconfiguration) -> None:
+        self._settle()
         self.state.apply(rc)
         pairs = self._pairs
         owner_get = self._owner.get
@@ -1465,6 +1513,7 @@ class OpusCore:
 
     def _plan(self, grp: _Group, now: float) -> list[Reconfiguration] | None:
         """The minimal per-rail changes that light the group's demand, or None if it must wait."""
+        self._settle()
         ports_of = self._jobs[grp.job_id].ports
         circ_at = self._circ_at
         dark = self._dark
@@ -1709,6 +1758,7 @@ class OpusCore:
 
     def active_circuits(self) -> frozenset[Circuit]:
         """Circuits that running calls use now (never touched by a decision)."""
+        self._settle()
         return frozenset(self._protect)
 
     def dark_ports(self) -> frozenset[tuple[int, int]]:

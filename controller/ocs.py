@@ -407,7 +407,7 @@ class RailDescription:
                    float(str(data["switching_delay_ms"])), str(data.get("mode", "ocs")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)  # __init__: below
 class ApplyResult:
     """Outcome of one rail's reconfiguration, with timestamps in seconds of the driver's clock.
 
@@ -422,6 +422,13 @@ class ApplyResult:
     t_request_s: float
     t_dark_s: float
     t_light_s: float
+
+    def __init__(self, rail: int, added: frozenset[Circuit], removed: frozenset[Circuit],
+                 t_request_s: float, t_dark_s: float, t_light_s: float) -> None:
+        # the generated __init__ of a frozen class, without its six object.__setattr__ calls
+        # (one result per rail of every decision)
+        self.__dict__.update(rail=rail, added=added, removed=removed, t_request_s=t_request_s,
+                             t_dark_s=t_dark_s, t_light_s=t_light_s)
 
     @property
     def dark_ms(self) -> float:
