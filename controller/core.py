@@ -110,7 +110,13 @@ class CoreConfig:
                    semantics=semantics)
 
 
-@dataclass(frozen=True, slots=True, init=False)
+# Intent, Ack and Decision are frozen dataclasses with a hand-written __init__ that fills the
+# instance __dict__ directly: the generated one sets each field through object.__setattr__, and
+# these are built once per intent, per acked rank and per decision (the per-intent hot path).
+# (No __slots__: filling a dict is cheaper than calling each slot's setter.)
+
+
+@dataclass(frozen=True, init=False)
 class Intent:
     """One rank's request for the circuits of one collective call."""
 
@@ -124,22 +130,21 @@ class Intent:
 
     def __init__(self, job_id: str, rank: int, group_id: str, seq: int, kind: str = "",
                  size_bytes: int = 0, axis: str = "") -> None:
-        # the generated __init__ of a frozen class, at half its cost (one per intent)
-        s_job, s_rank, s_group, s_seq, s_kind, s_size, s_axis = _INTENT_SETTERS
-        s_job(self, job_id)
-        s_rank(self, rank)
-        s_group(self, group_id)
-        s_seq(self, seq)
-        s_kind(self, kind)
-        s_size(self, size_bytes)
-        s_axis(self, axis)
+        d = self.__dict__
+        d["job_id"] = job_id
+        d["rank"] = rank
+        d["group_id"] = group_id
+        d["seq"] = seq
+        d["kind"] = kind
+        d["size_bytes"] = size_bytes
+        d["axis"] = axis
 
     def to_json(self) -> dict[str, object]:
         return {"job": self.job_id, "rank": self.rank, "group": self.group_id, "seq": self.seq,
                 "kind": self.kind, "size_bytes": self.size_bytes, "axis": self.axis}
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Ack:
     """The circuits of ``group_id``'s call ``seq`` are lit: ``rank`` may start."""
 
@@ -152,23 +157,13 @@ class Ack:
 
     def __init__(self, ref: object, job_id: str, rank: int, group_id: str, seq: int,
                  reconfigured: bool) -> None:
-        # the generated __init__ of a frozen class, at half its cost (one per acked rank)
-        s_ref, s_job, s_rank, s_group, s_seq, s_reconfigured = _ACK_SETTERS
-        s_ref(self, ref)
-        s_job(self, job_id)
-        s_rank(self, rank)
-        s_group(self, group_id)
-        s_seq(self, seq)
-        s_reconfigured(self, reconfigured)
-
-
-def _slot_setters(cls: type, names: str) -> tuple[Any, ...]:
-    """The ``__set__`` of each named slot of ``cls``: how a frozen class sets its own fields."""
-    return tuple(cls.__dict__[name].__set__ for name in names.split())
-
-
-_INTENT_SETTERS = _slot_setters(Intent, "job_id rank group_id seq kind size_bytes axis")
-_ACK_SETTERS = _slot_setters(Ack, "ref job_id rank group_id seq reconfigured")
+        d = self.__dict__
+        d["ref"] = ref
+        d["job_id"] = job_id
+        d["rank"] = rank
+        d["group_id"] = group_id
+        d["seq"] = seq
+        d["reconfigured"] = reconfigured
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +175,7 @@ class Reject:
     message: str
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Decision:
     """Reconfigure these rails as one ``apply_many`` call; report back with its id."""
 
@@ -193,17 +188,13 @@ class Decision:
 
     def __init__(self, decision_id: int, job_id: str, group_id: str, seq: int,
                  reconfs: tuple[Reconfiguration, ...], speculative: bool) -> None:
-        # the generated __init__ of a frozen class, at half its cost (one per decision)
-        s_id, s_job, s_group, s_seq, s_reconfs, s_spec = _DECISION_SETTERS
-        s_id(self, decision_id)
-        s_job(self, job_id)
-        s_group(self, group_id)
-        s_seq(self, seq)
-        s_reconfs(self, reconfs)
-        s_spec(self, speculative)
-
-
-_DECISION_SETTERS = _slot_setters(Decision, "decision_id job_id group_id seq reconfs speculative")
+        d = self.__dict__
+        d["decision_id"] = decision_id
+        d["job_id"] = job_id
+        d["group_id"] = group_id
+        d["seq"] = seq
+        d["reconfs"] = reconfs
+        d["speculative"] = speculative
 
 
 _FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) for Output
@@ -1554,7 +1545,9 @@ class OpusCore:
                     idle_extra.add(c_at)
                 axis = grp.axis
                 served_get = self._served_axis.get
-                remove |= {c for c in idle_extra if not axis or served_get(c) != axis}
+                for c in idle_extra:  # (in idle_extra's order, as a set comprehension would)
+                    if not axis or served_get(c) != axis:
+                        remove.add(c)
 
             rp = _RailPlan(rail, circ_at, dark, protect, keep, taken, remove, self._last_used_s)
             usable, free_port = rp.usable, rp.free_port
@@ -1563,8 +1556,10 @@ class OpusCore:
             for cache_key in missing:
                 a, b = cache_key[1]
                 cached = cache.get(cache_key)
+                new_c: Circuit | None = None
                 if cached is not None and usable(cached.port_a) and usable(cached.port_b):
                     pa, pb = cached.port_a, cached.port_b
+                    new_c = cached  # (the circuit it would build: equal, and already there)
                 else:
                     pa_opt = free_port(ports_of[a])
                     if pa_opt is None:
@@ -1580,7 +1575,7 @@ class OpusCore:
                     if c_at is not None:
                         remove.add(c_at)
                     taken.add(p)
-                add.append(Circuit(rail, pa, pb))
+                add.append(new_c if new_c is not None else Circuit(rail, pa, pb))
             plan.append(Reconfiguration(rail, add=frozenset(add), remove=frozenset(remove)))
         return plan
 
