@@ -391,3 +391,35 @@ def test_circuits_left_by_a_failed_decision_come_back_when_the_claimant_fails_to
     assert restored["restored"] == [[1, 2], [3, 4]] and restored["rail"] == 0
     assert core.state.all_circuits() == {Circuit(0, 1, 2), Circuit(0, 3, 4)}
     assert not core.dark_ports()
+
+
+def test_events_built_on_read_are_the_dicts_in_order() -> None:
+    """The core records frequent events as tuples; reading ``events`` builds them once, in the
+    order they happened, beside events recorded as dicts, and the list is the caller's."""
+    job = line_job()
+    core = OpusCore(rails_for(job))
+    core.register_job(job, 0.0)
+    ask(core, 0, "a", now=0.1)
+    out = light(core, ask(core, 1, "a", now=0.2), 0.3)
+    assert [e["event"] for e in out.events] == [
+        "intent", "decision", "reconfig_start", "reconfig_end", "ack", "ack"]
+    intent, decision, start, end, ack0, ack1 = out.events
+    assert intent == {"event": "intent", "t_s": 0.2, "job": "j", "rank": 1, "group": "a",
+                      "seq": 0, "kind": "allreduce", "size_bytes": 1, "axis": ""}
+    assert list(intent) == ["event", "t_s", "job", "rank", "group", "seq", "kind",
+                            "size_bytes", "axis"]  # key order, as in the event log
+    assert decision["rails"] == [0] and decision["waited_s"] == pytest.approx(0.1)
+    assert start["ports"] == [1, 2] and start["add"] == [[1, 2]] and start["remove"] == []
+    assert end["added"] == [[1, 2]] and end["dark_ms"] == 0.0
+    assert (ack0["rank"], ack1["rank"]) == (0, 1) and ack0["wait_s"] == pytest.approx(0.2)
+    assert out.events is out.events  # built once; appends by the caller stay
+    out.events.append({"event": "mine"})
+    assert out.events[-1] == {"event": "mine"}
+    done = core.complete("j", 0, "a", 0, 0.4)
+    bad = core.complete("j", 0, "a", 0, 0.5)  # a duplicate: an error event, recorded as a dict
+    done.extend(core.complete("j", 1, "a", 0, 0.6))
+    done.extend(bad)
+    assert [e["event"] for e in done.events] == ["complete", "complete", "collective_done",
+                                                 "error"]
+    assert done.events[2] == {"event": "collective_done", "t_s": 0.6, "job": "j", "group": "a",
+                              "seq": 0}
