@@ -23,7 +23,9 @@ import enum
 import math
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import NamedTuple
+
+_new_tuple = tuple.__new__
 
 #: Table 3 of the paper: OCS technology -> (switching time in ms, radix in ports).
 TECHNOLOGIES: dict[str, tuple[float, int]] = {
@@ -74,62 +76,28 @@ def resolve_switching_delay_ms(value: float | int | str) -> float:
     return TECHNOLOGIES[key][0]
 
 
-@dataclass(frozen=True, init=False)  # __init__, __eq__, __hash__, ordering: below
-class Circuit:
-    """An optical crossconnect between two ports of one rail switch (undirected).
-
-    A frozen value: equal, hashed and ordered as the tuple ``(rail, port_a, port_b)``, like a
-    ``@dataclass(frozen=True, order=True)``. The key tuple and its hash are computed once at
-    construction, because the controller puts circuits in sets and dicts on every event.
-    """
-
+class _CircuitFields(NamedTuple):
     rail: int
     port_a: int
     port_b: int
-    if TYPE_CHECKING:  # per-instance caches, not dataclass fields (not in repr/fields/asdict)
-        _key: tuple[int, int, int]
-        _hash: int
 
-    def __init__(self, rail: int, port_a: int, port_b: int) -> None:
+
+class Circuit(_CircuitFields):
+    """An optical crossconnect between two ports of one rail switch (undirected).
+
+    A frozen value, normalised so that ``port_a < port_b``: equal, hashed and ordered as the
+    tuple ``(rail, port_a, port_b)`` it is (a named tuple), so that the controller's sets and
+    dicts of circuits, which it touches on every event, hash and compare them in C.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, rail: int, port_a: int, port_b: int) -> Circuit:
         if port_a == port_b:
             raise ValueError(f"rail {rail}: a circuit needs two ports, got {port_a} twice")
         if port_a > port_b:
             port_a, port_b = port_b, port_a
-        key = (rail, port_a, port_b)
-        d = self.__dict__  # frozen: bypass the dataclass __setattr__ guard, as it does itself
-        d["rail"] = rail
-        d["port_a"] = port_a
-        d["port_b"] = port_b
-        d["_key"] = key
-        d["_hash"] = hash(key)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._key == other._key
-        return NotImplemented
-
-    def __lt__(self, other: Circuit) -> bool:
-        if other.__class__ is self.__class__:
-            return self._key < other._key
-        return NotImplemented
-
-    def __le__(self, other: Circuit) -> bool:
-        if other.__class__ is self.__class__:
-            return self._key <= other._key
-        return NotImplemented
-
-    def __gt__(self, other: Circuit) -> bool:
-        if other.__class__ is self.__class__:
-            return self._key > other._key
-        return NotImplemented
-
-    def __ge__(self, other: Circuit) -> bool:
-        if other.__class__ is self.__class__:
-            return self._key >= other._key
-        return NotImplemented
+        return _new_tuple(cls, (rail, port_a, port_b))
 
     @property
     def ports(self) -> tuple[int, int]:
