@@ -57,7 +57,6 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,10 +78,6 @@ from controller.railstate import (
 )
 
 Event = dict[str, object]
-
-# Sort key of a Circuit, identical to its natural order (rail, port_a, port_b) but computed in C:
-# the event log sorts circuits on every decision.
-_circuit_order = operator.attrgetter("rail", "port_a", "port_b")
 
 
 @dataclass(frozen=True)
@@ -309,15 +304,15 @@ def _ev_reconfig_start(r: LazyEvent, into: list[Event]) -> None:
     _, t_s, did, rc, touched = r
     into.append({"event": "reconfig_start", "t_s": t_s, "decision": did, "rail": rc.rail,
                  "ports": sorted(touched),
-                 "add": [c.to_json() for c in sorted(rc.add, key=_circuit_order)],
-                 "remove": [c.to_json() for c in sorted(rc.remove, key=_circuit_order)]})
+                 "add": [c.to_json() for c in sorted(rc.add)],
+                 "remove": [c.to_json() for c in sorted(rc.remove)]})
 
 
 def _ev_reconfig_end(r: LazyEvent, into: list[Event]) -> None:
     _, t_s, did, res = r
     into.append({"event": "reconfig_end", "t_s": t_s, "decision": did, "rail": res.rail,
-                 "added": [c.to_json() for c in sorted(res.added, key=_circuit_order)],
-                 "removed": [c.to_json() for c in sorted(res.removed, key=_circuit_order)],
+                 "added": [c.to_json() for c in sorted(res.added)],
+                 "removed": [c.to_json() for c in sorted(res.removed)],
                  "t_request_s": res.t_request_s, "t_dark_s": res.t_dark_s,
                  "t_light_s": res.t_light_s, "dark_ms": res.dark_ms})
 
@@ -387,6 +382,7 @@ class _Group:
     members: frozenset[int]
     demand: dict[int, frozenset[Edge]]  # optical rails only
     instances: dict[int, _Instance] = field(default_factory=dict)
+    done_seq: dict[int, int] = field(default_factory=dict)  # rank -> its last completed seq
     cache: dict[tuple[int, Edge], Circuit] = field(default_factory=dict)
     lit_version: int = -1
     lit_circuits: frozenset[Circuit] | None = None
@@ -423,7 +419,6 @@ class _Group:
 class _Job:
     spec: JobSpec
     groups: dict[str, _Group]
-    done_seq: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, group) -> seq
     ports: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> its rail ports
     # ranks declared lost (rank_lost) and not back yet (rank_rejoined): calls of groups with
     # them are rejected, since they could never gather. Forgotten with the job (unregister).
@@ -649,7 +644,7 @@ class OpusCore:
         grp = job.groups.get(group_id) if job is not None else None
         # (a member is a rank of the job: JobSpec checks it)
         if (job is None or grp is None or rank not in grp.members
-                or seq <= job.done_seq.get((rank, group_id), -1)):
+                or seq <= grp.done_seq.get(rank, -1)):
             self._lookup(intent, out, now, ref)  # rejects, naming the first failed check
             return out
         if job.lost and not job.lost.isdisjoint(grp.members):
@@ -701,10 +696,9 @@ class OpusCore:
             return self._reject(out, now, ref, "duplicate",
                                 f"rank {rank} already completed group {group_id} call {seq}")
         completed.add(rank)
-        done_seq = job.done_seq
-        key = (rank, group_id)
-        if seq > done_seq.get(key, -1):
-            done_seq[key] = seq
+        done_seq = grp.done_seq
+        if seq > done_seq.get(rank, -1):
+            done_seq[rank] = seq
         out._events.append((_ev_complete, now, job_id, rank, group_id, seq))
         if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
@@ -865,9 +859,8 @@ class OpusCore:
         self._diverged.update(rc.remove - restore)
         out._events.append({
             "event": "state_diverged", "t_s": now, "decision": decision_id, "rail": rc.rail,
-            "not_restored": [c.to_json() for c in sorted(rc.remove - restore,
-                                                         key=_circuit_order)],
-            "not_dropped": [c.to_json() for c in sorted(rc.add - present, key=_circuit_order)],
+            "not_restored": [c.to_json() for c in sorted(rc.remove - restore)],
+            "not_dropped": [c.to_json() for c in sorted(rc.add - present)],
             "error": error})
 
     def _restore_diverged(self, decision_id: int, now: float, out: Output) -> None:
@@ -882,7 +875,7 @@ class OpusCore:
             self._commit(Reconfiguration(rail, add=mine))
             out._events.append({"event": "state_restored", "t_s": now, "decision": decision_id,
                                "rail": rail, "restored": [c.to_json() for c in
-                                                          sorted(mine, key=_circuit_order)]})
+                                                          sorted(mine)]})
         self._diverged -= back
 
     @staticmethod
@@ -924,7 +917,7 @@ class OpusCore:
             self._reject(out, now, ref, "not_a_member",
                          f"rank {intent.rank} is not in group {intent.group_id}")
             return None
-        if intent.seq <= job.done_seq.get((intent.rank, intent.group_id), -1):
+        if intent.seq <= grp.done_seq.get(intent.rank, -1):
             self._reject(out, now, ref, "stale_seq",
                          f"rank {intent.rank} already completed call {intent.seq} of group "
                          f"{intent.group_id}")
@@ -1152,7 +1145,7 @@ class OpusCore:
         job = self._jobs.get(nxt.job_id)
         grp = job.groups.get(nxt.group_id) if job else None
         if job is None or grp is None or nxt.rank not in grp.members or (
-            nxt.seq <= job.done_seq.get((nxt.rank, nxt.group_id), -1)
+            nxt.seq <= grp.done_seq.get(nxt.rank, -1)
         ):
             out._events.append({"event": "error", "t_s": now, "code": "bad_prediction",
                                "message": f"ignored prediction {nxt.to_json()}"})
@@ -1594,7 +1587,7 @@ class OpusCore:
         grp = job.groups.get(intent.group_id) if job is not None else None
         if self._rs is not None and job is not None and grp is not None:
             inst = grp.instances.get(intent.seq)
-            if (intent.seq <= job.done_seq.get((intent.rank, intent.group_id), -1)
+            if (intent.seq <= grp.done_seq.get(intent.rank, -1)
                     or (inst is not None and intent.rank in inst.real)):
                 self.counters["late_predictions"] += 1
                 return out
