@@ -1071,14 +1071,21 @@ class OpusCore:
         grp = inst.group
         job_id, group_id, seq = grp.job_id, grp.group_id, inst.seq
         acked = inst.acked
-        acks = out.acks
-        ranks = []
-        for rank, ref in inst.real.items():
-            if rank in acked:
-                continue
-            acked.add(rank)
-            ranks.append(rank)
-            acks.append(Ack(ref, job_id, rank, group_id, seq, reconfigured))
+        real = inst.real
+        if not acked:  # (the usual case: the call goes, every asker is acked at once)
+            ranks = list(real)
+            acked.update(ranks)
+            out.acks += [Ack(ref, job_id, rank, group_id, seq, reconfigured)
+                         for rank, ref in real.items()]
+        else:
+            acks = out.acks
+            ranks = []
+            for rank, ref in real.items():
+                if rank in acked:
+                    continue
+                acked.add(rank)
+                ranks.append(rank)
+                acks.append(Ack(ref, job_id, rank, group_id, seq, reconfigured))
         if ranks:
             self.counters["acks"] += len(ranks)
             out._events.append((_ev_acks, now, job_id, ranks, group_id, seq, reconfigured,
