@@ -44,8 +44,13 @@ class ProtocolError(ValueError):
         self.code = code
 
 
+# one compact encoder for every message: json.dumps with separators builds a new encoder per
+# call, which is a good part of a message's cost on the ack path
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(msg: Mapping[str, Any]) -> bytes:
-    return json.dumps(msg, separators=(",", ":")).encode()
+    return _ENCODER.encode(msg).encode()
 
 
 def decode(data: bytes) -> dict[str, Any]:

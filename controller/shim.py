@@ -100,6 +100,9 @@ class Shim:
         self._req = 0
         self._ctx = zmq.Context()
         self._sock: zmq.Socket[bytes] | None = None
+        # a poller of the request socket, kept: Socket.poll builds and registers a new one per
+        # call, a good part of the shim's own time on the ack path
+        self._poller: tuple[zmq.Socket[bytes], zmq.Poller] | None = None
         self._last_pong = time.monotonic()
         self._closed = threading.Event()
         self._cancelled = threading.Event()
@@ -252,7 +255,7 @@ class Shim:
                     f"rank {self.rank} of job {self.job_id}: the Opus controller at "
                     f"{self.endpoint} stopped answering heartbeats ({silence:.1f} s) while "
                     f"waiting for {what}")
-            if not sock.poll(int(min(deadline - now, 0.25) * 1000) + 1):
+            if not self._poll(sock, int(min(deadline - now, 0.25) * 1000) + 1):
                 continue
             try:
                 reply = decode(sock.recv())
@@ -263,6 +266,17 @@ class Shim:
             if reply.get("type") == "error":
                 raise IntentRejected(str(reply.get("code")), str(reply.get("message")))
             return reply
+
+    def _poll(self, sock: zmq.Socket[bytes], timeout_ms: int) -> bool:
+        """Whether a message waits on ``sock`` within ``timeout_ms`` (as ``sock.poll``)."""
+        if sock.closed:
+            raise zmq.ZMQError(zmq.ENOTSUP)
+        kept = self._poller
+        if kept is None or kept[0] is not sock:
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            self._poller = kept = (sock, poller)
+        return bool(kept[1].poll(timeout_ms))
 
     def _post(self, msg: dict[str, Any]) -> None:
         """Fire-and-forget (completion reports); queued by ZeroMQ while reconnecting."""
