@@ -324,6 +324,9 @@ class _State(enum.Enum):
     ACTIVE = "active"
 
 
+_ACTIVE, _GATHER = _State.ACTIVE, _State.GATHER  # (module constants: read per intent)
+
+
 @dataclass(eq=False, slots=True, init=False)
 class _Instance:
     group: _Group
@@ -665,18 +668,20 @@ class OpusCore:
         if self._spec_of:
             self._cancel_speculation(job.spec.job_id, rank, grp, seq, now, out)
         if inst is None:
-            inst = self._new_instance(grp, seq, now)
+            inst = grp.instances[seq] = _Instance(grp, seq, now)  # (as _new_instance)
         inst.kind, inst.size_bytes, inst.axis = kind, size_bytes, axis
-        if inst.spec:
-            inst.spec.discard(rank)
-        turns_real = not inst.real and inst.in_queue
-        inst.real[rank] = ref
+        spec = inst.spec
+        if spec:
+            spec.discard(rank)
+        real = inst.real
+        turns_real = not real and inst.in_queue
+        real[rank] = ref
         if turns_real:
             self._queued_turns_real(inst)
         state = inst.state
-        if state is _State.ACTIVE:
+        if state is _ACTIVE:
             self._ack(inst, out, now)
-        elif state is _State.GATHER and len(inst.real) + len(inst.spec) >= grp.n_members:
+        elif state is _GATHER and len(real) + len(spec) >= grp.n_members:
             self._advance(inst, now, out)  # (it does nothing until everyone asked)
         return out
 
