@@ -1025,11 +1025,12 @@ class OpusCore:
 
     def _activate(self, inst: _Instance, circuits: frozenset[Circuit], now: float, out: Output,
                   reconfigured: bool) -> None:
-        inst.state = _State.ACTIVE
+        inst.state = _ACTIVE
         inst.circuits = circuits
         grp = inst.group
-        avoided_rails: set[int] = set()
+        avoided_rails: set[int] | tuple[()] = ()
         if not grp.owns_last:  # else every (rail, rank) of ours still names us: nothing changes
+            avoided_rails = set()
             last = self._last_group
             job_id, gid = grp.job_id, grp.group_id
             for rail, ranks in grp.rail_members.items():
@@ -1043,8 +1044,8 @@ class OpusCore:
                                 avoided_rails.add(rail)
                         last[key] = grp
             grp.owns_last = True
-        if not self.config.degree_aware or reconfigured:
-            avoided_rails.clear()
+            if not self.config.degree_aware or reconfigured:
+                avoided_rails.clear()
         if circuits:
             self._protect_due[inst] = circuits  # counted in _protect by _settle
         if self._queue:
