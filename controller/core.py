@@ -105,13 +105,7 @@ class CoreConfig:
                    semantics=semantics)
 
 
-# Intent, Ack and Decision are frozen dataclasses with a hand-written __init__ that fills the
-# instance __dict__ directly: the generated one sets each field through object.__setattr__, and
-# these are built once per intent, per acked rank and per decision (the per-intent hot path).
-# (No __slots__: filling a dict is cheaper than calling each slot's setter.)
-
-
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, slots=True, init=False)
 class Intent:
     """One rank's request for the circuits of one collective call."""
 
@@ -125,21 +119,23 @@ class Intent:
 
     def __init__(self, job_id: str, rank: int, group_id: str, seq: int, kind: str = "",
                  size_bytes: int = 0, axis: str = "") -> None:
-        d = self.__dict__
-        d["job_id"] = job_id
-        d["rank"] = rank
-        d["group_id"] = group_id
-        d["seq"] = seq
-        d["kind"] = kind
-        d["size_bytes"] = size_bytes
-        d["axis"] = axis
+        # the generated __init__ of a frozen class, at half its cost (one per intent); slots,
+        # not a __dict__: one object fewer for the garbage collector per intent
+        s_job, s_rank, s_group, s_seq, s_kind, s_size, s_axis = _INTENT_SETTERS
+        s_job(self, job_id)
+        s_rank(self, rank)
+        s_group(self, group_id)
+        s_seq(self, seq)
+        s_kind(self, kind)
+        s_size(self, size_bytes)
+        s_axis(self, axis)
 
     def to_json(self) -> dict[str, object]:
         return {"job": self.job_id, "rank": self.rank, "group": self.group_id, "seq": self.seq,
                 "kind": self.kind, "size_bytes": self.size_bytes, "axis": self.axis}
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, slots=True, init=False)
 class Ack:
     """The circuits of ``group_id``'s call ``seq`` are lit: ``rank`` may start."""
 
@@ -152,13 +148,23 @@ class Ack:
 
     def __init__(self, ref: object, job_id: str, rank: int, group_id: str, seq: int,
                  reconfigured: bool) -> None:
-        d = self.__dict__
-        d["ref"] = ref
-        d["job_id"] = job_id
-        d["rank"] = rank
-        d["group_id"] = group_id
-        d["seq"] = seq
-        d["reconfigured"] = reconfigured
+        # the generated __init__ of a frozen class, at half its cost (one per acked rank)
+        s_ref, s_job, s_rank, s_group, s_seq, s_reconfigured = _ACK_SETTERS
+        s_ref(self, ref)
+        s_job(self, job_id)
+        s_rank(self, rank)
+        s_group(self, group_id)
+        s_seq(self, seq)
+        s_reconfigured(self, reconfigured)
+
+
+def _slot_setters(cls: type, names: str) -> tuple[Any, ...]:
+    """The ``__set__`` of each named slot of ``cls``: how a frozen class sets its own fields."""
+    return tuple(cls.__dict__[name].__set__ for name in names.split())
+
+
+_INTENT_SETTERS = _slot_setters(Intent, "job_id rank group_id seq kind size_bytes axis")
+_ACK_SETTERS = _slot_setters(Ack, "ref job_id rank group_id seq reconfigured")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +189,7 @@ class Decision:
 
     def __init__(self, decision_id: int, job_id: str, group_id: str, seq: int,
                  reconfs: tuple[Reconfiguration, ...], speculative: bool) -> None:
+        # the generated __init__ of a frozen class, without its object.__setattr__ calls
         d = self.__dict__
         d["decision_id"] = decision_id
         d["job_id"] = job_id
