@@ -213,16 +213,52 @@ class Output:
     ``events`` are built when first read (the core records the frequent ones as
     :data:`LazyEvent` tuples): every reader gets the same dicts, in the same order, as if they
     had been built on the spot; the core never records a value that changes afterwards.
+    ``acks``, ``rejects`` and ``decisions`` are lists made when first read or written (most
+    outputs have none of some): fewer objects per intent for the allocator and the garbage
+    collector, the same lists for every reader.
     """
 
-    __slots__ = ("_events", "acks", "decisions", "rejects")
+    __slots__ = ("_acks", "_decisions", "_events", "_rejects")
 
     def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
                  decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
-        self.acks = [] if acks is _FRESH else acks
-        self.rejects = [] if rejects is _FRESH else rejects
-        self.decisions = [] if decisions is _FRESH else decisions
+        self._acks: list[Ack] | None = None if acks is _FRESH else acks
+        self._rejects: list[Reject] | None = None if rejects is _FRESH else rejects
+        self._decisions: list[Decision] | None = None if decisions is _FRESH else decisions
         self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
+
+    @property
+    def acks(self) -> list[Ack]:
+        got = self._acks
+        if got is None:
+            got = self._acks = []
+        return got
+
+    @acks.setter
+    def acks(self, acks: list[Ack]) -> None:
+        self._acks = acks
+
+    @property
+    def rejects(self) -> list[Reject]:
+        got = self._rejects
+        if got is None:
+            got = self._rejects = []
+        return got
+
+    @rejects.setter
+    def rejects(self, rejects: list[Reject]) -> None:
+        self._rejects = rejects
+
+    @property
+    def decisions(self) -> list[Decision]:
+        got = self._decisions
+        if got is None:
+            got = self._decisions = []
+        return got
+
+    @decisions.setter
+    def decisions(self, decisions: list[Decision]) -> None:
+        self._decisions = decisions
 
     @property
     def events(self) -> list[Event]:
@@ -247,9 +283,12 @@ class Output:
         self._events = events  # type: ignore[assignment]
 
     def extend(self, other: Output) -> None:
-        self.acks.extend(other.acks)
-        self.rejects.extend(other.rejects)
-        self.decisions.extend(other.decisions)
+        if other._acks:
+            self.acks.extend(other._acks)
+        if other._rejects:
+            self.rejects.extend(other._rejects)
+        if other._decisions:
+            self.decisions.extend(other._decisions)
         self._events.extend(other._events)
 
     def __eq__(self, other: object) -> bool:
@@ -1088,8 +1127,12 @@ class OpusCore:
         if not acked:  # (the usual case: the call goes, every asker is acked at once)
             ranks = list(real)
             acked.update(ranks)
-            out.acks += [Ack(ref, job_id, rank, group_id, seq, reconfigured)
-                         for rank, ref in real.items()]
+            new_acks = [Ack(ref, job_id, rank, group_id, seq, reconfigured)
+                        for rank, ref in real.items()]
+            if out._acks is None:
+                out._acks = new_acks
+            else:
+                out._acks += new_acks
         else:
             acks = out.acks
             ranks = []
