@@ -218,7 +218,7 @@ class Output:
     collector, the same lists for every reader.
     """
 
-    __slots__ = ("_acks", "_decisions", "_events", "_rejects")
+    __slots__ = ("_acks", "_built", "_decisions", "_events", "_rejects")
 
     def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
                  decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
@@ -226,6 +226,7 @@ class Output:
         self._rejects: list[Reject] | None = None if rejects is _FRESH else rejects
         self._decisions: list[Decision] | None = None if decisions is _FRESH else decisions
         self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
+        self._built: list[Event] | None = None  # _events, once every record in it is built
 
     @property
     def acks(self) -> list[Ack]:
@@ -264,10 +265,13 @@ class Output:
     def events(self) -> list[Event]:
         """The event-log records (a list the caller may change), built on first read."""
         raw = self._events
+        if raw is self._built:  # (read before: nothing was recorded since, only extend adds)
+            return raw  # type: ignore[return-value]
         for e in raw:
             if e.__class__ is not dict:
                 break
         else:
+            self._built = raw  # type: ignore[assignment]
             return raw  # type: ignore[return-value]
         built: list[Event] = []
         for e in raw:
@@ -275,12 +279,13 @@ class Output:
                 built.append(e)
             else:
                 e[0](e, built)
-        self._events = built  # type: ignore[assignment]
+        self._events = self._built = built  # type: ignore[assignment]
         return built
 
     @events.setter
     def events(self, events: list[Event]) -> None:
         self._events = events  # type: ignore[assignment]
+        self._built = None
 
     def extend(self, other: Output) -> None:
         if other._acks:
@@ -290,6 +295,7 @@ class Output:
         if other._decisions:
             self.decisions.extend(other._decisions)
         self._events.extend(other._events)
+        self._built = None  # (other's records may not be built)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:

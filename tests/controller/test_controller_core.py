@@ -423,3 +423,8 @@ def test_events_built_on_read_are_the_dicts_in_order() -> None:
                                                  "error"]
     assert done.events[2] == {"event": "collective_done", "t_s": 0.6, "job": "j", "group": "a",
                               "seq": 0}
+    first = ask(core, 0, "a", seq=1, now=0.7)
+    assert [e["event"] for e in first.events] == ["intent"]
+    first.extend(ask(core, 1, "a", seq=1, now=0.8))  # records not built yet, after a read
+    assert [(e["event"], e["t_s"]) for e in first.events] == [
+        ("intent", 0.7), ("intent", 0.8), ("ack", 0.8), ("ack", 0.8)]
