@@ -59,7 +59,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from controller.job import Edge, JobError, JobSpec
 from controller.ocs import ApplyResult, Circuit, CrossconnectState, RailDescription, Reconfiguration
@@ -207,6 +207,37 @@ _FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) f
 LazyEvent = tuple[Any, ...]
 
 
+_T = TypeVar("_T")
+
+
+class _ListOnUse(Generic[_T]):
+    """A list attribute of :class:`Output` kept in the slot named ``slot``, where ``None``
+    stands for an empty list not made yet: the list is made when first read."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+    @overload
+    def __get__(self, obj: None, owner: object = None) -> _ListOnUse[_T]: ...
+
+    @overload
+    def __get__(self, obj: Output, owner: object = None) -> list[_T]: ...
+
+    def __get__(self, obj: Output | None, owner: object = None) -> list[_T] | _ListOnUse[_T]:
+        if obj is None:
+            return self
+        got: list[_T] | None = getattr(obj, self.slot)
+        if got is None:
+            got = []
+            setattr(obj, self.slot, got)
+        return got
+
+    def __set__(self, obj: Output, value: list[_T]) -> None:
+        setattr(obj, self.slot, value)
+
+
 class Output:
     """Everything one event produced: acks, rejects, decisions and event-log records.
 
@@ -228,38 +259,9 @@ class Output:
         self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
         self._built: list[Event] | None = None  # _events, once every record in it is built
 
-    @property
-    def acks(self) -> list[Ack]:
-        got = self._acks
-        if got is None:
-            got = self._acks = []
-        return got
-
-    @acks.setter
-    def acks(self, acks: list[Ack]) -> None:
-        self._acks = acks
-
-    @property
-    def rejects(self) -> list[Reject]:
-        got = self._rejects
-        if got is None:
-            got = self._rejects = []
-        return got
-
-    @rejects.setter
-    def rejects(self, rejects: list[Reject]) -> None:
-        self._rejects = rejects
-
-    @property
-    def decisions(self) -> list[Decision]:
-        got = self._decisions
-        if got is None:
-            got = self._decisions = []
-        return got
-
-    @decisions.setter
-    def decisions(self, decisions: list[Decision]) -> None:
-        self._decisions = decisions
+    acks: _ListOnUse[Ack] = _ListOnUse("_acks")
+    rejects: _ListOnUse[Reject] = _ListOnUse("_rejects")
+    decisions: _ListOnUse[Decision] = _ListOnUse("_decisions")
 
     @property
     def events(self) -> list[Event]:
