@@ -35,8 +35,8 @@ of that step to mirrored ranks. Without mirrors the simulation is exact for the 
 from __future__ import annotations
 
 import heapq
-import itertools
 import random
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -244,8 +244,11 @@ class PlanSimulation:
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._flows = 0  # flows started (counters["flows"] at the end)
         self._routes: dict[tuple[int, int], tuple[int, _Port, _Port]] = {}  # (a, b) -> epoch, ports
-        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._tick = itertools.count()
+        # the event queue: events run in order of time, then of scheduling (FIFO); one deque
+        # of (fn, args) per distinct time and a heap of those times (see _at)
+        self._times: list[float] = []
+        self._buckets: dict[float, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        self._payload_bps = network.payload_bps
         self._batcher = RailBatcher()
         # (mirrored rank, its lane) -> (representative, its lane)
         self._mirror_lane = {(m.rank, mine): (r, theirs) for r, ms in self.mirrors.items()
@@ -264,7 +267,24 @@ class PlanSimulation:
     # ----------------------------------------------------------------- plumbing
 
     def _at(self, t_s: float, fn: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._heap, (t_s, next(self._tick), fn, args))
+        """Run ``fn(*args)`` at ``t_s`` (>= now), after every event scheduled before for then.
+
+        Equivalent to a heap of (time, sequence number) but cheaper: many events of a symmetric
+        job fall on one time, and they share a bucket (no heap operation).
+        """
+        bucket = self._buckets.get(t_s)
+        if bucket is None:
+            self._buckets[t_s] = deque(((fn, args),))
+            heapq.heappush(self._times, t_s)
+        else:
+            bucket.append((fn, args))
+
+    def _drop_events(self, keep: set[Callable[..., None]]) -> None:
+        """Forget every scheduled event whose function is not in ``keep``."""
+        for bucket in self._buckets.values():
+            kept = [e for e in bucket if e[0] in keep]
+            bucket.clear()
+            bucket.extend(kept)
 
     def _control_s(self) -> float:
         """One message between a rank and the controller."""
@@ -281,18 +301,25 @@ class PlanSimulation:
             st = self.ranks[r]
             self._emit(r, ev="started", t=0.0, lanes=[ln.name for ln in st.lanes])
             self._start_iteration(st)
-        heap = self._heap
+        times = self._times
+        buckets = self._buckets
         pop = heapq.heappop
         clock = self.clock
         n = 0
         try:
-            while heap:
-                t_s, _, fn, args = pop(heap)
-                if t_s > self.now:
-                    self.now = t_s
-                    clock.advance_to(t_s)
-                fn(*args)
-                n += 1
+            while times:
+                t_s = pop(times)
+                bucket = buckets[t_s]
+                if bucket:  # empty if a failover dropped its events
+                    if t_s > self.now:
+                        self.now = t_s
+                        clock.advance_to(t_s)
+                    popleft = bucket.popleft
+                    while bucket:  # events scheduled for now while it runs join its end
+                        fn, args = popleft()
+                        fn(*args)
+                        n += 1
+                del buckets[t_s]
         except InvariantViolation as exc:
             raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
@@ -537,8 +564,7 @@ class PlanSimulation:
             call.last = self.now
         if not call.waiting and not call.sync_open:
             call.k += 1
-            heapq.heappush(self._heap, (call.last + self.net.step_s, next(self._tick), self._step,
-                                        (call,)))
+            self._at(call.last + self.net.step_s, self._step, call)
 
     def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
         """A reception from a mirrored rank: done when its representative's sends arrived."""
@@ -621,10 +647,9 @@ class PlanSimulation:
             self._rerate(src_flows, dst_flows)
 
     def _rate(self, flow: _Flow) -> None:
-        flow.rate = self.net.payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
+        flow.rate = self._payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
         flow.token += 1
-        heapq.heappush(self._heap, (self.now + flow.bits / flow.rate, next(self._tick),
-                                    self._flow_sent, (flow, flow.token)))
+        self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
 
     def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
         now = self.now
@@ -646,8 +671,7 @@ class PlanSimulation:
             self._flow_start(conn.queue.pop(0))
         else:
             conn.busy = False
-        heapq.heappush(self._heap, (self.now + self.net.latency_s, next(self._tick),
-                                    self._arrive, (flow,)))
+        self._at(self.now + self.net.latency_s, self._arrive, flow)
 
     def _arrive(self, flow: _Flow) -> None:
         call = flow.call

@@ -30,7 +30,6 @@ checked throughout, across the failover.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,8 +208,7 @@ class FailoverSimulation(PlanSimulation):
                                   "at a time")
         self.frozen = True
         keep = {self._lit, self._fault_due, self._detected, self._resumed, self._repaired}
-        self._heap[:] = [e for e in self._heap if e[2] in keep]
-        heapq.heapify(self._heap)
+        self._drop_events(keep)
         self.egress.clear()
         self.ingress.clear()
         self._open.clear()
