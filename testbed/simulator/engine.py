@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -249,6 +249,7 @@ class PlanSimulation:
         self._times: list[float] = []
         self._buckets: dict[float, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
         self._payload_bps = network.payload_bps
+        self._latency_s = network.latency_s
         self._batcher = RailBatcher()
         # (mirrored rank, its lane) -> (representative, its lane)
         self._mirror_lane = {(m.rank, mine): (r, theirs) for r, ms in self.mirrors.items()
@@ -256,6 +257,7 @@ class PlanSimulation:
         self._rep_next: dict[tuple[int, str, int], Intent | None] = {}
         self._mirror_sends: dict[tuple[int, str], list[int]] = {}
         self._lone_s: dict[int, float] = {}
+        self._signatures: dict[tuple[str, int], CallSignature] = {}  # (group, id(op))
         self._finished = 0
         self._open: dict[_Call, None] = {}  # calls in progress, for deadlock reports
         # sync steps: (it, cid, receiver, step) whose receptions are posted, and the flows that
@@ -279,7 +281,7 @@ class PlanSimulation:
         else:
             bucket.append((fn, args))
 
-    def _drop_events(self, keep: set[Callable[..., None]]) -> None:
+    def _drop_events(self, keep: Collection[Callable[..., Any]]) -> None:
         """Forget every scheduled event whose function is not in ``keep``."""
         for bucket in self._buckets.values():
             kept = [e for e in bucket if e[0] in keep]
@@ -467,7 +469,11 @@ class PlanSimulation:
         call.seg_intent = self.now
         call.k, call.end_k = seg.first, seg.first + seg.count
         call.conns = {}
-        st.profile.observe(CallSignature(seg.group, op.kind, op.size_bytes, op.axis))
+        sig = self._signatures.get((seg.group, id(op)))
+        if sig is None:  # one per (group, op): immutable, so shared
+            sig = self._signatures[(seg.group, id(op))] = CallSignature(seg.group, op.kind,
+                                                                        op.size_bytes, op.axis)
+        st.profile.observe(sig)
         if not op.gated:  # a rail-state call that does not ask: it runs at once
             self._at(self.now, self._acked, call, False)
             return
@@ -510,25 +516,35 @@ class PlanSimulation:
                 self._posted.add(key)
                 for t_held, held in self._held.pop(key, ()):
                     self._enqueue_at(max(t_held, now), held)
+            conns = call.conns
             for peer, n in step.sends:
-                conn = call.conns.get(peer)
+                conn = conns.get(peer)
                 if conn is None:
-                    conn = call.conns[peer] = _Conn()
+                    conn = conns[peer] = _Conn()
                     t += net.connect_s  # the sender blocks in connect()
                 call.sent += n
                 call.undelivered += 1
                 flow = _Flow(call, peer, call.k, n, conn)
-                key = (call.it, op.collective_id, peer, call.k)
-                if step.sync and key not in self._posted:
-                    self._held.setdefault(key, []).append((t, flow))
+                if step.sync:
+                    key = (call.it, op.collective_id, peer, call.k)
+                    if key not in self._posted:
+                        self._held.setdefault(key, []).append((t, flow))
+                        continue
+                # _enqueue_at, inlined (the hottest path of the engine)
+                if t > now:
+                    self._at(t, self._enqueue, flow)
+                elif conn.busy:
+                    conn.queue.append(flow)
                 else:
-                    self._enqueue_at(t, flow)
+                    conn.busy = True
+                    self._flow_start(flow)
             call.last = t
             call.sync_open = len(step.sends) if step.sync else 0
             if step.recvs:
                 call.waiting = len(step.recvs)
+                rep_of = self.rep_of
                 for peer, n in step.recvs:
-                    if peer in self.rep_of:
+                    if peer in rep_of:
                         self._expect_mirror(call, peer, n)
                         continue
                     key = (call.it, op.collective_id, peer, call.k)
@@ -641,8 +657,10 @@ class PlanSimulation:
         self._flows += 1
         src_flows.append(flow)
         dst_flows.append(flow)
-        if len(src_flows) == 1 and len(dst_flows) == 1:
-            self._rate(flow)
+        if len(src_flows) == 1 and len(dst_flows) == 1:  # alone: _rate, inlined
+            flow.rate = rate = self._payload_bps  # over max(1, 1) flows: exactly itself
+            flow.token += 1
+            self._at(self.now + flow.bits / rate, self._flow_sent, flow, flow.token)
         else:
             self._rerate(src_flows, dst_flows)
 
@@ -661,17 +679,21 @@ class PlanSimulation:
     def _flow_sent(self, flow: _Flow, token: int) -> None:
         if token != flow.token:
             return  # superseded by a rate change
-        src, dst = flow.src, flow.dst
-        src.flows.remove(flow)
-        dst.flows.remove(flow)
-        if src.flows or dst.flows:
-            self._rerate(src.flows, dst.flows)
+        src, dst = flow.src.flows, flow.dst.flows
+        if len(src) == 1 and len(dst) == 1:  # it was alone on both ports
+            src.clear()
+            dst.clear()
+        else:
+            src.remove(flow)
+            dst.remove(flow)
+            if src or dst:
+                self._rerate(src, dst)
         conn = flow.conn
         if conn.queue:
             self._flow_start(conn.queue.pop(0))
         else:
             conn.busy = False
-        self._at(self.now + self.net.latency_s, self._arrive, flow)
+        self._at(self.now + self._latency_s, self._arrive, flow)
 
     def _arrive(self, flow: _Flow) -> None:
         call = flow.call
@@ -682,8 +704,15 @@ class PlanSimulation:
             waiting = dst.expect.pop(key, None)
             if waiting is None:
                 dst.inbox[key] = (flow.n, self.now)
-            else:
-                self._received(waiting[0], flow.n)
+            else:  # _received and _step_progress, inlined
+                receiver = waiting[0]
+                receiver.received += flow.n
+                receiver.waiting -= 1
+                if self.now > receiver.last:
+                    receiver.last = self.now
+                if not receiver.waiting and not receiver.sync_open:
+                    receiver.k += 1
+                    self._at(receiver.last + self.net.step_s, self._step, receiver)
         elif b in self.rep_of:
             st = call.rank
             key2 = (call.it, call.op.tag, flow.k)

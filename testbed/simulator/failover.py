@@ -30,7 +30,7 @@ checked throughout, across the failover.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,7 +207,8 @@ class FailoverSimulation(PlanSimulation):
                                   "recovering from another failure; the simulation handles one "
                                   "at a time")
         self.frozen = True
-        keep = {self._lit, self._fault_due, self._detected, self._resumed, self._repaired}
+        keep: set[Callable[..., Any]] = {self._lit, self._fault_due, self._detected,
+                                         self._resumed, self._repaired}
         self._drop_events(keep)
         self.egress.clear()
         self.ingress.clear()
