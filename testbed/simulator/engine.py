@@ -34,10 +34,12 @@ of that step to mirrored ranks. Without mirrors the simulation is exact for the 
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +62,24 @@ Record = dict[str, Any]
 class SimulationError(RuntimeError):
     """The simulated run could not finish (rejected call, deadlock, broken invariant); the
     message says where."""
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector inside the block (nested: the outermost wins).
+
+    A run allocates millions of short-lived objects (flows, calls, records, tuples) and keeps
+    the plans alive: each allocation burst made the collector traverse every live object again,
+    a fifth of a 4096-GPU run's CPU time. Reference counting still frees them, none is in a
+    cycle, and the collector runs again after the block; results do not depend on it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # ------------------------------------------------------------------------------- engine
@@ -309,19 +329,20 @@ class PlanSimulation:
         clock = self.clock
         n = 0
         try:
-            while times:
-                t_s = pop(times)
-                bucket = buckets[t_s]
-                if bucket:  # empty if a failover dropped its events
-                    if t_s > self.now:
-                        self.now = t_s
-                        clock.advance_to(t_s)
-                    popleft = bucket.popleft
-                    while bucket:  # events scheduled for now while it runs join its end
-                        fn, args = popleft()
-                        fn(*args)
-                        n += 1
-                del buckets[t_s]
+            with collector_paused():  # see there: a fifth of the run's CPU time
+                while times:
+                    t_s = pop(times)
+                    bucket = buckets[t_s]
+                    if bucket:  # empty if a failover dropped its events
+                        if t_s > self.now:
+                            self.now = t_s
+                            clock.advance_to(t_s)
+                        popleft = bucket.popleft
+                        while bucket:  # events scheduled for now while it runs join its end
+                            fn, args = popleft()
+                            fn(*args)
+                            n += 1
+                    del buckets[t_s]
         except InvariantViolation as exc:
             raise SimulationError(f"invariant violated: {exc}") from exc
         self.counters["events"] = n
