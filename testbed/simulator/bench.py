@@ -42,7 +42,7 @@ from controller.job import JobSpec, rail_job_ports
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.compute import compute_metrics
 from testbed.plan.replay import PlanError, Planner, ReplayPlan
-from testbed.simulator.engine import Mirror, PlanSimulation
+from testbed.simulator.engine import Mirror, PlanSimulation, collector_paused
 from testbed.simulator.network import IDEAL_COSTS, network_model
 from workloads.builder import generate_schedule
 from workloads.config import ParallelConfig, WorkloadConfig
@@ -150,6 +150,13 @@ def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
     standing for the whole rail instead of every rank of rail 0 (see the module docstring);
     ``rails`` simulates every rank of rails ``0..rails-1`` (without mirrors).
     """
+    with collector_paused():  # planning, run and metrics allocate millions of acyclic objects
+        return _sim_bench(gpus, mirror=mirror, rails=rails, mode=mode,
+                          switching_delay_ms=switching_delay_ms, seed=seed)
+
+
+def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
+               switching_delay_ms: float, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     cfg = bench_experiment(gpus, mode=mode, switching_delay_ms=switching_delay_ms)

@@ -30,8 +30,7 @@ checked throughout, across the failover.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,9 +207,9 @@ class FailoverSimulation(PlanSimulation):
                                   "recovering from another failure; the simulation handles one "
                                   "at a time")
         self.frozen = True
-        keep = {self._lit, self._fault_due, self._detected, self._resumed, self._repaired}
-        self._heap[:] = [e for e in self._heap if e[2] in keep]
-        heapq.heapify(self._heap)
+        keep: set[Callable[..., Any]] = {self._lit, self._fault_due, self._detected,
+                                         self._resumed, self._repaired}
+        self._drop_events(keep)
         self.egress.clear()
         self.ingress.clear()
         self._open.clear()
