@@ -11,15 +11,18 @@ How a rail bridge behaves as an optical circuit switch:
 * a circuit ``a<->b`` is two flows at :data:`CIRCUIT_PRIORITY`, ``in_port=a -> output:b`` and
   ``in_port=b -> output:a``; a port's circuit flow matches on ``in_port`` alone, so a strict
   delete on ``in_port`` at that priority removes exactly it;
-* the table-miss flow of an OCS rail drops (as on glass: no flooding, no learning, no packet-in);
+* the table-miss flow of an OCS rail drops (as on glass: no flooding, no learning; the shell
+  renders it as a controller action with packet-ins turned off, so vswitchd drops on its slow
+  path and never caches a drop flow for a dark port);
   an ``electrical`` rail is the baseline all-to-all learning switch, table-miss ``NORMAL``;
 * set-up when a bridge connects: delete every flow of every table, install the table-miss flow
   and the flows of the rail's current circuits, barrier;
 * a reconfiguration is break-before-make: delete the flows of the removed circuits, barrier (the
   touched ports are dark), wait the rail's switching delay, add the flows of the new circuits,
   barrier (light). Ports that the reconfiguration does not touch appear in no operation, so
-  their flows are never modified. The delay counts from the first operation of the sequence:
-  the data plane goes dark as soon as the switch applies the removal.
+  their flows are never modified. The delay counts from the moment the dark barrier is
+  confirmed and the shell has purged the datapath's cached flows: only then is the data plane
+  provably dark.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ class Barrier:
 
 @dataclass(frozen=True)
 class WaitDelay:
-    """Let ``delay_ms`` pass since the first operation of the sequence (the switching time)."""
+    """Let ``delay_ms`` pass once the data plane is dark (the switching time)."""
 
     delay_ms: float
 
