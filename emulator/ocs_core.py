@@ -20,9 +20,8 @@ How a rail bridge behaves as an optical circuit switch:
 * a reconfiguration is break-before-make: delete the flows of the removed circuits, barrier (the
   touched ports are dark), wait the rail's switching delay, add the flows of the new circuits,
   barrier (light). Ports that the reconfiguration does not touch appear in no operation, so
-  their flows are never modified. The delay counts from the moment the dark barrier is
-  confirmed and the shell has purged the datapath's cached flows: only then is the data plane
-  provably dark.
+  their flows are never modified. The delay counts from the first operation of the sequence:
+  the data plane goes dark as soon as the switch applies the removal.
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ class Barrier:
 
 @dataclass(frozen=True)
 class WaitDelay:
-    """Let ``delay_ms`` pass once the data plane is dark (the switching time)."""
+    """Let ``delay_ms`` pass since the first operation of the sequence (the switching time)."""
 
     delay_ms: float
 
