@@ -10,21 +10,15 @@ operations into OpenFlow messages, sends them and keeps the time:
   ``fail_mode=secure`` so they never fall back to learning when the app is away;
 * a reconfiguration runs break-before-make: the removals and the dark barrier go out, the worker
   sleeps until the switching delay has passed, then the additions and the light barrier go out;
-  the circuit is lit when that barrier is confirmed. vswitchd applies one connection's messages
+  the acknowledgement waits for both barrier replies. vswitchd applies one connection's messages
   in order, so the additions can never overtake the removal;
 * the switching time runs from the moment the removal is sent: the data plane goes dark as
-  soon as vswitchd applies it (``bench fidelity``'s probes see dark periods within 0.2 ms of
-  the delay at p50 on the wire at 25 and 100 ms);
-* inside the delay, once the dark barrier is confirmed, the datapath flow cache is purged
-  (``revalidator/purge`` over unixctl), so no removed circuit forwards from a flow vswitchd
-  cached; rails that switch together share one purge (:class:`_DatapathFlusher`);
-* no drop flow is ever cached for a dark port: the table-miss flow of an OCS rail sends to the
-  controller, whose packet-ins the app turns off (OFPT_SET_ASYNC), so vswitchd handles such
-  packets on its slow path, against the current tables, and a circuit forwards from the moment
-  its additions are applied. The purge used to come after the light barrier, on every
-  switch's critical path: on 32 ranks (4 rails, 64 ports on one userspace datapath) purges and
-  the upcalls after them kept vswitchd's main thread busy while light barriers waited
-  (dark-period error p50 3-4 ms, p99 26-37 ms at 25 ms; now 1.1-1.5 ms and 11-22 ms);
+  soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
+  the same transit to vswitchd;
+* after the light barrier the datapath flow cache is purged (``revalidator/purge`` over
+  unixctl). Without it the datapath keeps the "drop" flow it cached for a dark port until OVS's
+  revalidators get round to it, which lit new circuits ~3.5 ms late on this machine. Purging
+  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss);
 * flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
   operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
 * barrier replies take the app's ordinary ``set_ev_cls`` handler, through the app's event queue
@@ -133,7 +127,7 @@ class OcsFabric:
         self._barriers: dict[int, threading.Event] = {}
         self._message_cache: dict[tuple[int, FlowOperation | type[Barrier]], bytes] = {}
         self._xids = itertools.count(0x40000000)
-        self._flusher = _DatapathFlusher()
+        self._unixctl = _DatapathFlusher()
         self._log_lock = threading.Lock()
         self._log_file = event_log.open("a", encoding="utf-8") if event_log else None
         self._workers = [
@@ -163,8 +157,7 @@ class OcsFabric:
         with self._lock:
             self._datapaths[rail] = datapath
             operations = self.core.setup(rail)
-        datapath.send_msg(_no_packet_ins(datapath))
-        _, pending = self._run(datapath, operations)
+        pending = self._run(datapath, operations, self.clock())
         for attempt in range(SETUP_BARRIER_ATTEMPTS):  # a loaded machine can be slow to confirm
             try:
                 self._confirm(datapath, pending)
@@ -173,7 +166,7 @@ class OcsFabric:
                 if attempt == SETUP_BARRIER_ATTEMPTS - 1:
                     raise
                 LOG.warning("rail %d: setup not confirmed yet, asking again", rail)
-                _, pending = self._run(datapath, (Barrier(BarrierKind.SETUP),))
+                pending = self._run(datapath, (Barrier(BarrierKind.SETUP),), self.clock())
         self._ready[rail].set()
         self._log({"event": "switch_connected", "rail": rail, "dpid": f"{datapath.id:016x}"})
 
@@ -267,8 +260,10 @@ class OcsFabric:
         with self._lock:
             self._dark[rail] |= touched
         try:
-            t_dark, pending = self._run(datapath, job.operations)
+            t_dark = self.clock()
+            pending = self._run(datapath, job.operations, t_dark)
             self._confirm(datapath, pending)
+            self._unixctl.flush()
             t_light = self.clock()
         finally:
             with self._lock:
@@ -280,28 +275,19 @@ class OcsFabric:
         self._log({"event": "light", **result.to_json()})
         return result
 
-    def _run(self, datapath: Any, operations: Sequence[Operation]
-             ) -> tuple[float, list[_PendingBarrier]]:
-        """Send ``operations`` in order; return when the first went out (the start of the dark
-        period) and the barriers whose replies are outstanding.
+    def _run(self, datapath: Any, operations: Sequence[Operation],
+             t_start_s: float) -> list[_PendingBarrier]:
+        """Send ``operations`` in order; return the barriers whose replies are outstanding.
 
-        Messages between two waits go out in one write. At a :class:`WaitDelay` the barriers
-        sent so far are confirmed and, if circuits were removed, the datapath flow cache is
-        purged (:class:`_DatapathFlusher`), all inside the delay; then the worker sleeps until
-        the delay has passed since the start. Later barriers are sent, not waited for (see
+        Messages between two waits go out in one write. A :class:`WaitDelay` sleeps until its
+        delay has passed since ``t_start_s``; barriers are sent, not waited for (see
         :meth:`_confirm`).
         """
         buf = bytearray()
         pending: list[_PendingBarrier] = []
-        t_start_s = self.clock()
-        removed = False
         for op in operations:
             if isinstance(op, WaitDelay):
                 self._send(datapath, buf)
-                self._confirm(datapath, pending)
-                pending = []
-                if removed:
-                    self._flusher.flush()
                 _sleep_until(t_start_s + op.delay_ms / 1e3, self.clock)
             elif isinstance(op, Barrier):
                 xid = next(self._xids) & 0xFFFFFFFF
@@ -310,10 +296,9 @@ class OcsFabric:
                 pending.append((xid, done))
                 buf += self._barrier_bytes(datapath, xid)
             else:
-                removed = removed or isinstance(op, FlowDelete)
                 buf += self._message_bytes(datapath, op)
         self._send(datapath, buf)
-        return t_start_s, pending
+        return pending
 
     @staticmethod
     def _send(datapath: Any, buf: bytearray) -> None:
@@ -371,19 +356,6 @@ class OcsFabric:
                 self._log_file.flush()
 
 
-def _no_packet_ins(datapath: Any) -> Any:
-    """Asynchronous configuration with no packet-ins (port status and flow removed as OVS's
-    default): the table-miss flow's controller action only marks packets for the slow path."""
-    parser = datapath.ofproto_parser
-    ofp = datapath.ofproto
-    port_status = (1 << ofp.OFPPR_ADD) | (1 << ofp.OFPPR_DELETE) | (1 << ofp.OFPPR_MODIFY)
-    flow_removed = ((1 << ofp.OFPRR_IDLE_TIMEOUT) | (1 << ofp.OFPRR_HARD_TIMEOUT)
-                    | (1 << ofp.OFPRR_DELETE) | (1 << ofp.OFPRR_GROUP_DELETE))
-    return parser.OFPSetAsync(datapath, packet_in_mask=[0, 0],
-                              port_status_mask=[port_status, port_status],
-                              flow_removed_mask=[flow_removed, 0])
-
-
 def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
     """The os-ken message for one of the core's flow operations."""
     parser = datapath.ofproto_parser
@@ -404,12 +376,8 @@ def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
     elif isinstance(op, TableMiss):
         priority = 0
         match = parser.OFPMatch()
-        # An OCS drops what no circuit carries. It does so through the controller action, whose
-        # packet-ins the app turns off (:func:`_no_packet_ins`): vswitchd then keeps such
-        # packets on its slow path instead of caching a drop flow for a dark port, so a circuit
-        # forwards as soon as its light barrier is confirmed.
-        port = ofp.OFPP_NORMAL if op.normal else ofp.OFPP_CONTROLLER
-        actions = [parser.OFPActionOutput(port, 0)]
+        # An empty action list drops, as on glass.
+        actions = [parser.OFPActionOutput(ofp.OFPP_NORMAL)] if op.normal else []
     else:
         assert_never(op)
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
@@ -418,11 +386,10 @@ def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
 
 
 class _DatapathFlusher:
-    """Purges OVS's datapath flow cache, so removed circuits stop forwarding at once.
+    """Purges OVS's datapath flow cache, so changed OpenFlow rules take effect at once.
 
-    One purge serves every rail that asked before it began: rails switching together (their
-    phases align) would otherwise queue one purge each behind vswitchd's main thread, which
-    stretched dark periods by several purges (32 ranks, 4 rails: up to 30 ms).
+    One purge serves every rail that asked before it began: rails whose phases align light
+    together, and each used to queue a purge of its own behind vswitchd's main thread.
     """
 
     def __init__(self) -> None:
@@ -464,7 +431,7 @@ class _DatapathFlusher:
                 self._client.close()
                 self._client = None
             if self.failures in (1, 100):
-                LOG.warning("datapath flush failed (%s); removed circuits go dark late", exc)
+                LOG.warning("datapath flush failed (%s); circuits light late", exc)
 
 
 def _sleep_until(deadline_s: float, clock: Callable[[], float]) -> None:

@@ -11,9 +11,7 @@ How a rail bridge behaves as an optical circuit switch:
 * a circuit ``a<->b`` is two flows at :data:`CIRCUIT_PRIORITY`, ``in_port=a -> output:b`` and
   ``in_port=b -> output:a``; a port's circuit flow matches on ``in_port`` alone, so a strict
   delete on ``in_port`` at that priority removes exactly it;
-* the table-miss flow of an OCS rail drops (as on glass: no flooding, no learning; the shell
-  renders it as a controller action with packet-ins turned off, so vswitchd drops on its slow
-  path and never caches a drop flow for a dark port);
+* the table-miss flow of an OCS rail drops (as on glass: no flooding, no learning, no packet-in);
   an ``electrical`` rail is the baseline all-to-all learning switch, table-miss ``NORMAL``;
 * set-up when a bridge connects: delete every flow of every table, install the table-miss flow
   and the flows of the rail's current circuits, barrier;

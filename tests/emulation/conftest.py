@@ -75,8 +75,8 @@ def require_fidelity(fidelity: str, blame: str, reasons: Sequence[str], *,
     run's ``dark_error_ms`` and switching ``delay_ms``: a run whose only fault is dark periods
     over the guard's tolerance (max(1 ms, 5 %)) passes when their p99 stays within the tests'
     own bound (:func:`dark_bounds.dark_bound_ms`), whomever the guard blamed. The emulated OCS's
-    confirmation of light (flow mods and a barrier; then also the datapath purge) cost 1.3-3.3 ms
-    at p99 on an idle 2-core machine, above the guard's tolerance at short delays; the guard still
+    confirmation of light (flow mods, two barriers, the datapath purge) costs 1.3-3.3 ms at p99
+    on an idle 2-core machine, above the guard's tolerance at short delays; the guard still
     reports such a run as degraded, and a doubled or stretched delay still fails here.
     """
     dark_only = bool(reasons) and all(r.startswith(DARK_OVERRUN) for r in reasons)

@@ -48,4 +48,4 @@ def test_clean_after_a_killed_run_spares_live_runs() -> None:
         wait_for(lambda: not any(leftovers(prefix).values()), 10, f"run {prefix} to be gone")
         assert not any(live.prefix in r for r in removed["records"] + removed["bridges"])
         assert live.driver.health()["connected_rails"] == [0], "clean touched a live run"
-        assert set(live.dump_flows(0)) == {"priority=0 actions=CONTROLLER:0"}
+        assert set(live.dump_flows(0)) == {"priority=0 actions=drop"}
