@@ -386,26 +386,52 @@ def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
 
 
 class _DatapathFlusher:
-    """Purges OVS's datapath flow cache, so changed OpenFlow rules take effect at once."""
+    """Purges OVS's datapath flow cache, so changed OpenFlow rules take effect at once.
+
+    One purge serves every rail that asked before it began: rails whose phases align light
+    together, and each used to queue a purge of its own behind vswitchd's main thread.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._started = 0  # purges begun
+        self._done = 0  # the number of the last purge finished
+        self._running = False
         self._client: Unixctl | None = None
         self.failures = 0
 
     def flush(self) -> None:
-        with self._lock:
-            try:
-                if self._client is None:
-                    self._client = Unixctl()
-                self._client.call("revalidator/purge")
-            except UnixctlError as exc:  # correctness holds without it; only timing suffers
-                self.failures += 1
-                if self._client is not None:
-                    self._client.close()
-                    self._client = None
-                if self.failures in (1, 100):
-                    LOG.warning("datapath flush failed (%s); circuits light late", exc)
+        """Return once a purge that began after this call has finished."""
+        with self._cond:
+            needed = self._started + 1
+            while self._done < needed:
+                if self._running:
+                    self._cond.wait()
+                    continue
+                self._running = True
+                self._started += 1
+                number = self._started
+                self._cond.release()
+                try:
+                    self._purge()
+                finally:
+                    self._cond.acquire()
+                    self._running = False
+                    self._done = number
+                    self._cond.notify_all()
+
+    def _purge(self) -> None:
+        try:
+            if self._client is None:
+                self._client = Unixctl()
+            self._client.call("revalidator/purge")
+        except UnixctlError as exc:  # correctness holds without it; only timing suffers
+            self.failures += 1
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self.failures in (1, 100):
+                LOG.warning("datapath flush failed (%s); circuits light late", exc)
 
 
 def _sleep_until(deadline_s: float, clock: Callable[[], float]) -> None:

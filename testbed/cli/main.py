@@ -403,6 +403,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except RuntimeError as exc:  # the emulated network could not be built (OVS not running...)
+        network = sys.modules.get("emulator.network")
+        if network is None or not isinstance(exc, network.EmulationError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; the run's network and processes were torn down", file=sys.stderr)
         return 130
