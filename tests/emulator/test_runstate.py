@@ -111,7 +111,9 @@ class WatchedSleep:
         assert self.shell.stdout is not None
         self.pid = int(self.shell.stdout.readline())
         deadline = time.monotonic() + 10
-        while SLEEP_ARG not in runstate.cmdline(self.pid):  # until exec has replaced sh's image
+        # Until exec has replaced sh's image: the forked shell's own command line holds
+        # "sleep 30.0417" too, and a check caught mid-exec reads an empty command line.
+        while runstate.cmdline(self.pid).split() != ["sleep", SLEEP_ARG]:
             assert time.monotonic() < deadline, f"pid {self.pid} never became sleep {SLEEP_ARG}"
             time.sleep(0.005)
 
