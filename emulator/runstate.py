@@ -174,7 +174,7 @@ def dirs_dir() -> Path:
 
 @contextlib.contextmanager
 def owned_dir(path: Path) -> Iterator[Path]:
-    """Create ``path`` (new or empty), record it for :func:`clean_dirs` under this process,
+    """Create ``path`` (or take it as it is), record it for :func:`clean_dirs` under this process,
     and remove it and its record on the way out. Should the process be killed first, ``clean``
     removes it by the recorded name."""
     path.mkdir(parents=True, exist_ok=True)

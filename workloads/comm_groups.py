@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from workloads.steps import P2P_KINDS as P2P
+
 MAX_SEARCH_NODES = 20_000
-P2P = ("send", "recv")
 
 
 class GroupInferenceError(ValueError):

@@ -38,7 +38,6 @@ were degraded (the fidelity guard) is not judged against it.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -52,6 +51,7 @@ from testbed.errors import RunRefused, Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import prepare
 from testbed.metrics.fidelity import calibrated_link_mbps
+from testbed.results import store
 from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, network_model
 from testbed.simulator.run import simulate_plan
 from workloads.algorithms import lower_positions, pack_segments, stragglar_rounds
@@ -144,8 +144,8 @@ class _Runner:
             self.fidelity = str(summary.get("fidelity"))
             if summary.get("fidelity_blame") not in (None, "none"):
                 self.fidelity += f" ({summary['fidelity_blame']})"
-            return [json.loads(line) for f in sorted((out / "ranks").glob("rank*.jsonl"))
-                    for line in f.read_text().splitlines()]
+            return [r for f in sorted((out / "ranks").glob("rank*.jsonl"))
+                    for r in store.read_jsonl(f)]
 
 
 def per_collective(calls: Sequence[dict[str, Any]]) -> list[dict[str, float]]:

@@ -113,7 +113,7 @@ def rung_config(cfg: ExperimentConfig, rung: Rung) -> ExperimentConfig:
 
 def select_rungs(names: Sequence[str] | None) -> list[Rung]:
     """The rungs named (all by default), in :data:`RUNGS` order, always with ``as-written``
-    first (every difference is taken against it); unknown names raise :class:`SweepError`."""
+    first (every difference is taken against it); unknown names raise :class:`LadderError`."""
     if names is None:
         return list(RUNGS)
     bad = [n for n in names if n not in RUNG_NAMES]

@@ -31,6 +31,10 @@ DARK_TOLERANCE_MIN_MS = 1.0
 DARK_TOLERANCE_SHARE = 0.05
 
 
+#: How every dark-period overrun reason begins (the emulation tests recognise it by this).
+OVERRUN_REASON = "dark periods overran"
+
+
 def dark_tolerance_ms(delay_ms: float) -> float:
     """The largest p99 dark-period error a run at ``delay_ms`` may show."""
     return max(DARK_TOLERANCE_MIN_MS, DARK_TOLERANCE_SHARE * delay_ms)
@@ -89,7 +93,7 @@ class DarkCheck:
         """Why the dark periods stretched beyond the tolerance, or None."""
         if self.p99_ms is None or self.p99_ms <= self.tolerance_ms:
             return None
-        return (f"dark periods overran the {self.delay_ms:g} ms switching delay: error p99 "
+        return (f"{OVERRUN_REASON} the {self.delay_ms:g} ms switching delay: error p99 "
                 f"{self.p99_ms:.2f} ms (max {self.max_ms:.2f} ms) over {self.count} switches, "
                 f"tolerance {self.tolerance_ms:.2f} ms")
 

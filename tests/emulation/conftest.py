@@ -23,6 +23,7 @@ from dark_bounds import dark_bound_ms
 
 from emulator.runstate import leftovers
 from testbed.check import Check, check_mininet, check_ovs, check_root
+from testbed.metrics.darktime import OVERRUN_REASON
 from testbed.metrics.fidelity import may_skip
 
 #: exit status of a CI run stopped because a prerequisite is missing (pytest's "tests failed")
@@ -41,7 +42,7 @@ def missing_prerequisites() -> list[Check]:
 
 
 #: How the fidelity guard's dark-period reason begins (testbed.metrics.darktime).
-DARK_OVERRUN = "dark periods overran"
+DARK_OVERRUN = OVERRUN_REASON
 
 
 def _explain(failed: Sequence[Check]) -> str:
@@ -75,9 +76,9 @@ def require_fidelity(fidelity: str, blame: str, reasons: Sequence[str], *,
     run's ``dark_error_ms`` and switching ``delay_ms``: a run whose only fault is dark periods
     over the guard's tolerance (max(1 ms, 5 %)) passes when their p99 stays within the tests'
     own bound (:func:`dark_bounds.dark_bound_ms`), whomever the guard blamed. The emulated OCS's
-    confirmation of light (flow mods, two barriers, the datapath purge) costs 1.3-3.3 ms at p99
-    on an idle 2-core machine, above the guard's tolerance at short delays; the guard still
-    reports such a run as degraded, and a doubled or stretched delay still fails here.
+    confirmation of light (flow mods, two barriers, the datapath purge) costs 1.3-2.6 ms at p99
+    (max 3.3 ms) on an idle 2-core machine, above the guard's tolerance at short delays; the
+    guard still reports such a run as degraded, and a doubled or stretched delay still fails.
     """
     dark_only = bool(reasons) and all(r.startswith(DARK_OVERRUN) for r in reasons)
     if dark_only and dark_error_ms is not None and delay_ms is not None:
