@@ -296,8 +296,8 @@ class Output:
             self.rejects.extend(other._rejects)
         if other._decisions:
             self.decisions.extend(other._decisions)
-        self._events.extend(other._events)
-        self._built = None  # (other's records may not be built)
+        # other's records built first: a list .events handed out stays a list of dicts
+        self._events.extend(other.events)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:

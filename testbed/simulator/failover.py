@@ -213,6 +213,11 @@ class FailoverSimulation(PlanSimulation):
         self.egress.clear()
         self.ingress.clear()
         self._open.clear()
+        # sync-step rendezvous of the abandoned epoch: ranks resume at the same iteration
+        # numbers, so a stale mark would skip a rendezvous and a held flow would count its
+        # dead call's bytes towards the new one
+        self._posted.clear()
+        self._held.clear()
         t_heartbeat = self.now + self.heartbeat_timeout_s + self.costs.heartbeat_extra_s
         self.events.append({"event": "heartbeat_lost", "t_s": t_heartbeat,
                             "job": self.job.job_id, "rank": rank})

@@ -424,7 +424,9 @@ def test_events_built_on_read_are_the_dicts_in_order() -> None:
     assert done.events[2] == {"event": "collective_done", "t_s": 0.6, "job": "j", "group": "a",
                               "seq": 0}
     first = ask(core, 0, "a", seq=1, now=0.7)
-    assert [e["event"] for e in first.events] == ["intent"]
+    handed_out = first.events
+    assert [e["event"] for e in handed_out] == ["intent"]
     first.extend(ask(core, 1, "a", seq=1, now=0.8))  # records not built yet, after a read
+    assert all(isinstance(e, dict) for e in handed_out)  # the list read before holds dicts
     assert [(e["event"], e["t_s"]) for e in first.events] == [
         ("intent", 0.7), ("intent", 0.8), ("ack", 0.8), ("ack", 0.8)]
