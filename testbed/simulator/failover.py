@@ -30,6 +30,7 @@ checked throughout, across the failover.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -274,7 +275,10 @@ class FailoverSimulation(PlanSimulation):
 
     def _resumed(self, rank: int, ports: dict[int, RankPorts], start: int) -> None:
         self.epoch += 1
-        job = JobSpec(f"{self.base_job}-e{self.epoch}", ports, self.job.groups)
+        # the same job on the new ports: its stages and port check (none on electrical rails)
+        # carry over, as the runner's plan.job does on the emulator
+        job = dataclasses.replace(self.job, job_id=f"{self.base_job}-e{self.epoch}",
+                                  ranks=ports)
         self.job = job
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
         self.invariants.rebind(job)

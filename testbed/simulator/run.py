@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from controller.job import rail_job_ports
+from controller.job import JobError, rail_job_ports
 from testbed.errors import RunError, Say, require_empty_dir, say_stderr
 from testbed.experiment.prepare import Prepared
 from testbed.results import store
@@ -83,7 +83,7 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
     try:
         sim = build_simulation(prep, seed=seed, network=net)
         records, events = sim.run()
-    except SimulationError as exc:
+    except (SimulationError, JobError) as exc:  # a job the Opus core refused mid-run too
         manifest.update(status="failed", error=str(exc))
         store.write_json(out / "manifest.json", manifest)
         raise RunError(f"{cfg.source}: {exc}") from exc

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller.job import spare_slots
+from controller.job import JobError, spare_slots
+from testbed.cli.main import main
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.experiment.faults import FailoverSettings, Fault
 from testbed.experiment.prepare import prepare
@@ -171,6 +172,64 @@ def test_a_failure_with_no_spare_left_ends_the_run_naming_the_rank() -> None:
     with pytest.raises(SimulationError,
                        match=r"rank 1 failed at .* no spare is left on rail 0"):
         sim.run()
+
+
+def _stragglar_baseline(tmp_path: Path) -> Path:
+    """The example as four data-parallel ranks running StragglAR all-reduces (rank 3 late) on
+    electrical rails with one port per rank: a group the K-port budget of circuits would refuse,
+    which a packet switch carries."""
+    text = EXAMPLE.read_text()
+    for old, new in (("{tp: 1, fsdp: 2, pp: 2, fsdp_unit: stage}",
+                      "{tp: 1, dp: 4}\n  algorithms: {all_reduce: stragglar}\n"
+                      "  stragglers: [{rank: 3, delay_ms: 20}]"),
+                     ("mode: provisioning", "mode: baseline"),
+                     ("switching_delay: 10", "switching_delay: 10\n  ports_per_rank: 1")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "stragglar-failover.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_baseline_stragglar_job_fails_over_on_one_port_per_rank(tmp_path: Path) -> None:
+    """The failed-over job is the same job on the spare's ports: on electrical rails it is
+    registered again without the K-port check the first registration skipped, with its
+    stages (it was refused with a JobError traceback before)."""
+    cfg = load_experiment(_stragglar_baseline(tmp_path))
+    prep = prepare(cfg, check_capacity=False)
+    sim = build_simulation(prep)
+    assert isinstance(sim, FailoverSimulation)
+    first = sim.job
+    assert not first.check_ports and first.stages
+    records, events = sim.run()
+    m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
+                        scale=prep.scale, num_rails=1)
+    _rows, keys = failover_keys(prep, records, events, m.iterations)
+    _assert_recovered({**m.summary, **keys, "all_iterations_completed":
+                       m.summary["iterations_completed"] == cfg.total_iterations}, cfg, 1)
+    assert sim.job.job_id == "train-e1" and sim.job.ranks[2].ports != first.ranks[2].ports
+    assert not sim.job.check_ports and sim.job.stages == first.stages
+    assert sim.job.groups == first.groups
+
+
+def test_a_job_error_during_a_sim_run_is_one_error_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A job refused mid-run (here the failed-over one, forced) ends the run with exit 1 and an
+    ``error:`` line naming the job, never a traceback; the manifest says failed."""
+
+    def refuse(self: FailoverSimulation, *_args: Any) -> None:
+        raise JobError("job train-e1: refused for the test")
+
+    monkeypatch.setattr(FailoverSimulation, "_resumed", refuse)
+    out = tmp_path / "run"
+    assert main(["run", str(_stragglar_baseline(tmp_path)), "--backend", "sim",
+                 "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (f"error: {tmp_path / 'stragglar-failover.yaml'}: "
+                                    "job train-e1: refused for the test")
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
 
 
 # --- metrics ----------------------------------------------------------------------------------
