@@ -1104,10 +1104,10 @@ class OpusCore:
             self._protect_due[inst] = circuits  # counted in _protect by _settle
         if self._queue:
             self._touch_circuits(circuits)
-        if reconfigured:
-            # remember the circuit of every demand edge; _lit found them in key order (a
-            # circuit's rank-pair key is the edge it serves: the pair index is keyed so)
-            assert circuits is grp.lit_circuits
+        if reconfigured and circuits is grp.lit_circuits:  # (always: reconfig_done passes
+            # what _lit just found) remember the circuit of every demand edge; _lit found them
+            # in key order (a circuit's rank-pair key is the edge it serves: the pair index is
+            # keyed so), and lit_found holds them only while they are lit_circuits
             owner = self._owner
             cache = grp.cache
             job_id = grp.job_id
