@@ -270,6 +270,13 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         f"{_ovh(artifact.get('rail-state on-demand'))} / "
         f"{_ovh(artifact.get('rail-state provisioning'))} at {delay_ms:g} ms; this demo's step "
         f"is {base_s} s, so its overheads are larger (docs/validation.md)."]
+    degraded = {label: s for label, s in summaries.items() if s.get("fidelity") == "degraded"}
+    for label, s in degraded.items():
+        lines.append(f"degraded {label} (blamed on the {s.get('fidelity_blame', 'run')}): "
+                     + "; ".join(s.get("fidelity_reasons", [])))
+    if degraded:
+        lines.append(f"exit status 3: {len(degraded)} of {len(summaries)} rows are degraded; "
+                     "their figures are kept but not to be trusted alone (README, Fidelity)")
     return lines
 
 
@@ -390,7 +397,9 @@ def register(sub: Any) -> None:
                        "(electrical baseline; a one-to-one OCS on demand, with provisioning and "
                        "degree-aware with K=2; the public artifact's rail-state model on demand "
                        "and with provisioning) and print the iteration times side by side, "
-                       "with the line saying which model the paper's Fig. 8 assumed.")
+                       "with the line saying which model the paper's Fig. 8 assumed. Exit "
+                       "status: 0 every row ok, 3 some row degraded (each is named with its "
+                       "reason), 1 a run failed.")
     p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
     p.add_argument("--out", help="results directory (default results/demo-TIME)")
     p.add_argument("--ocs-only", action="store_true",

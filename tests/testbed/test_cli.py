@@ -185,3 +185,11 @@ def test_demo_shows_degree_aware_and_the_paper_model_with_its_rail_state_figures
     assert "+6.5 % on demand, +3.5 % with provisioning" in text
     assert "assumes its authors' rail-state model" in text and "not a one-to-one OCS" in text
     assert "gives +7.0 % / +2.0 % at 100 ms" in text and "this demo's step is 2.00 s" in text
+    assert not any(line.startswith(("degraded", "exit status")) for line in lines)
+
+    runs["degree-aware K=2"].update(fidelity="degraded", fidelity_blame="machine",
+                                    fidelity_reasons=["dark periods overran", "CPU saturated"])
+    lines = demo_lines("== demo ==", runs, artifact, 100.0)
+    assert lines[-2] == ("degraded degree-aware K=2 (blamed on the machine): dark periods "
+                         "overran; CPU saturated")
+    assert lines[-1].startswith("exit status 3: 1 of 6 rows are degraded")
