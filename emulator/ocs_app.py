@@ -397,8 +397,15 @@ class _DatapathFlusher:
         self._started = 0  # purges begun
         self._done = 0  # the number of the last purge finished
         self._running = False
+        self._waiting = 0  # callers waiting while another's purge runs
         self._client: Unixctl | None = None
         self.failures = 0
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a purge that another caller is running."""
+        with self._cond:
+            return self._waiting
 
     def flush(self) -> None:
         """Return once a purge that began after this call has finished."""
@@ -406,7 +413,9 @@ class _DatapathFlusher:
             needed = self._started + 1
             while self._done < needed:
                 if self._running:
+                    self._waiting += 1
                     self._cond.wait()
+                    self._waiting -= 1
                     continue
                 self._running = True
                 self._started += 1

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from emulator.ocs_app import _DatapathFlusher
+
+WAIT_S = 10.0
 
 
 class _GatedFlusher(_DatapathFlusher):
@@ -42,6 +45,10 @@ def test_callers_during_a_purge_share_the_next_one_and_wait_for_it() -> None:
     flusher.wait_purges(1)
     # Three rails ask while purge 1 runs: purge 1 began before them, so it cannot serve them.
     later = [_start_flush(flusher) for _ in range(3)]
+    deadline = time.monotonic() + WAIT_S
+    while flusher.waiting < 3:  # all three asked (and wait) before purge 1 ends
+        assert time.monotonic() < deadline, "the three callers never waited for purge 1"
+        time.sleep(0.001)
     flusher.release[0].set()
     first.join(10.0)
     assert not first.is_alive()
