@@ -15,6 +15,12 @@ decision, so a rail's decisions never pass each other. Batches that share no rai
 separate requests (they light on their own rails' delays). A real OCS takes such a batch as
 one request (a Polatis NETCONF edit-config with several cross-connects); a request the switch
 refuses fails every decision in it.
+
+A refused request also fails the decisions waiting behind it that touch one of its ports (and,
+in turn, those behind them that touch theirs): the core planned them on the circuits the refused
+request would have made, which the switch never made (:meth:`RailBatcher.failed`). Sending them
+anyway would ask the switch for changes to circuits it does not have; the core undoes them all,
+newest first, and plans again on what the switch really holds.
 """
 
 from __future__ import annotations
@@ -91,10 +97,34 @@ class RailBatcher:
         return self._start()
 
     def finished(self, batch_id: int) -> tuple[Batch, list[Batch]]:
-        """A batch lit (or failed); returns it and the batches to start now."""
+        """A batch lit; returns it and the batches to start now."""
         batch = self._in_flight.pop(batch_id)
         self._switching -= batch.rails
         return batch, self._start()
+
+    def failed(self, batch_id: int) -> tuple[Batch, list[Decision], list[Batch]]:
+        """A batch failed (the switch changed nothing); returns it, the waiting decisions that
+        fail with it (in the order the core made them) and the batches to start now.
+
+        A waiting decision fails with it when it touches a port (rail, port) that the batch or
+        an earlier failing decision touches: its plan rests on their circuits. Waiting decisions
+        on other ports stay valid whatever happens to the batch, and go on.
+        """
+        batch = self._in_flight.pop(batch_id)
+        self._switching -= batch.rails
+        tainted = {(rc.rail, p) for dec in batch.decisions for rc in dec.reconfs
+                   for p in rc.touched_ports}
+        behind: list[Decision] = []
+        still: list[Decision] = []
+        for dec in self._waiting:
+            ports = {(rc.rail, p) for rc in dec.reconfs for p in rc.touched_ports}
+            if ports & tainted:
+                tainted |= ports
+                behind.append(dec)
+            else:
+                still.append(dec)
+        self._waiting = still
+        return batch, behind, self._start()
 
     def _start(self) -> list[Batch]:
         blocked = set(self._switching)

@@ -865,42 +865,66 @@ class OpusCore:
         return True
 
     def reconfig_failed(self, decision_id: int, error: str, now: float) -> Output:
-        """The driver refused or failed: undo the plan, tell the waiting ranks, go on.
+        """The driver refused or failed one decision; see :meth:`reconfigs_failed`."""
+        return self.reconfigs_failed((decision_id,), error, now)
 
-        The plan was committed at dispatch, so undoing it restores the circuits it removed and
-        drops those it added. A later decision may already have claimed a port the plan freed
-        (a port being freed is usable by the next plan); then the whole undo cannot apply, and
-        it is applied circuit by circuit instead: every circuit the plan added that is still
-        there is dropped, and every circuit it removed comes back if both its ports are free.
-        Each circuit left over (not restored: its port is held; not dropped: already gone) is
-        named in a ``state_diverged`` event with the rail and the error, so the divergence from
-        the driver is in the log, not silent; the ports stay with whichever decision holds
-        them now. The waiting ranks are rejected as for any failed decision.
+    def reconfigs_failed(self, decision_ids: Iterable[int], error: str, now: float,
+                         withdrawn: Iterable[int] = ()) -> Output:
+        """The driver refused or failed these decisions (a request carries several): undo
+        their plans, tell the waiting ranks, then serve the queue once.
+
+        ``withdrawn`` are further decisions that never reached the switch because they were
+        planned on the failed ones' circuits (:meth:`controller.batching.RailBatcher.failed`):
+        they fail too, their events marked ``withdrawn``. Plans are committed at dispatch, in
+        decision order, so they are undone newest first: each undo then finds the state its
+        decision left, and the core ends with what the switch holds. Serving the queue only
+        after every undo keeps a new plan from resting on a circuit about to be undone.
+
+        A later decision may still hold a port that a failed plan freed (one that does not
+        fail with it); then that undo cannot apply whole, and it is applied circuit by circuit
+        instead: every circuit the plan added that is still there is dropped, and every
+        circuit it removed comes back if both its ports are free. Each circuit left over (not
+        restored: its port is held; not dropped: already gone) is named in a
+        ``state_diverged`` event with the rail and the error, so the divergence from the
+        driver is in the log, not silent; the ports stay with whichever decision holds them
+        now. The waiting ranks are rejected as for any failed decision.
         """
-        if self._rs is not None and decision_id in self._rs.inflight:
-            return self._rs_failed(self._rs, decision_id, error, now)
         out = Output()
+        withdrawn = set(withdrawn)
+        for did in sorted({*decision_ids, *withdrawn}, reverse=True):
+            text = (f"withdrawn: planned on the circuits of a switch that failed ({error})"
+                    if did in withdrawn else error)
+            if self._rs is not None and did in self._rs.inflight:
+                out.extend(self._rs_failed(self._rs, did, text, now, did in withdrawn))
+            else:
+                self._fail_decision(did, text, now, out, did in withdrawn)
+        self._pump(now, out)
+        return out
+
+    def _fail_decision(self, decision_id: int, error: str, now: float, out: Output,
+                       withdrawn: bool) -> None:
+        """Undo one failed decision and reject its waiting ranks (the caller pumps)."""
         entry = self._inflight.pop(decision_id, None)
         if entry is None:
-            return out
+            return
         decision, inst = entry
         self._undark(decision_id)
-        out._events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
-                           "error": error})
+        event: dict[str, object] = {"event": "reconfig_failed", "t_s": now,
+                                    "decision": decision_id, "error": error}
+        if withdrawn:
+            event["withdrawn"] = True
+        out._events.append(event)
         for rc in decision.reconfs:
             self._undo(decision_id, rc, now, out)
         if self._diverged:
             self._restore_diverged(decision_id, now, out)
         if not inst.group.alive:  # its ranks were told at unregister_job
             self._orphaned(decision_id, inst, "failed", now, out)
-            self._pump(now, out)
-            return out
+            return
         for _rank, ref in inst.real.items():
             self._reject(out, now, ref, "reconfig_failed",
                          f"switching for group {inst.group.group_id} failed: {error}")
         self._drop(inst)
-        self._pump(now, out)
-        return out
 
     def _undo(self, decision_id: int, rc: Reconfiguration, now: float, out: Output) -> None:
         """Revert ``rc`` (committed at dispatch); what cannot be reverted is reported."""
@@ -1794,13 +1818,16 @@ class OpusCore:
             self._rs_start(rs, rid_next, now, out)
         return out
 
-    def _rs_failed(self, rs: _RailStateJob, decision_id: int, error: str, now: float
-                   ) -> Output:
+    def _rs_failed(self, rs: _RailStateJob, decision_id: int, error: str, now: float,
+                   withdrawn: bool = False) -> Output:
         """A rail-state decision failed: undo its flips, fail its call, free its bits."""
         out = Output()
         rid, reconfs = rs.inflight.pop(decision_id)
-        out._events.append({"event": "reconfig_failed", "t_s": now, "decision": decision_id,
-                           "error": error})
+        event: dict[str, object] = {"event": "reconfig_failed", "t_s": now,
+                                    "decision": decision_id, "error": error}
+        if withdrawn:
+            event["withdrawn"] = True
+        out._events.append(event)
         for rc in reconfs:
             self._undo(decision_id, rc, now, out)
         inst = rs.calls.pop(rid)

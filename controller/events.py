@@ -2,7 +2,8 @@
 
 Event names: ``job_registered``, ``intent``, ``speculative_intent``, ``decision``,
 ``reconfig_start`` (rail, ports touched), ``reconfig_end`` (rail, driver timestamps, dark_ms),
-``reconfig_failed``, ``state_diverged`` (a failed decision's undo that could not fully apply:
+``reconfig_failed`` (``withdrawn``: never sent, as it rested on a request that failed),
+``state_diverged`` (a failed decision's undo that could not fully apply:
 rail, circuits left over, error), ``state_restored`` (those circuits taken back once a later
 undo freed their ports), ``ack``, ``complete``, ``collective_done``, ``provisioned``,
 ``reconfig_avoided``, ``mispredict``, ``rank_lost``, ``rank_rejoined``, ``orphaned_decision``

@@ -230,15 +230,17 @@ class ControllerService:
     def _on_driver(self, item: tuple[Any, ...]) -> None:
         self._inflight -= 1
         kind, batch_id, payload = item
-        batch, more = self._batcher.finished(batch_id)
         now = self.clock.now()
         if kind == "done":
+            batch, more = self._batcher.finished(batch_id)
             split = batch.split([ApplyResult.from_json(r) for r in payload])
             for dec in batch.decisions:
                 self._emit(self.core.reconfig_done(dec.decision_id, split[dec.decision_id], now))
-        else:
-            for dec in batch.decisions:
-                self._emit(self.core.reconfig_failed(dec.decision_id, payload, now))
+        else:  # the batch, and the waiting decisions planned on it, fail together
+            batch, behind, more = self._batcher.failed(batch_id)
+            self._emit(self.core.reconfigs_failed(
+                [d.decision_id for d in batch.decisions], payload, now,
+                withdrawn=[d.decision_id for d in behind]))
         self._start(more)
 
     def _error(self, identity: bytes, req: object, code: str, message: str) -> None:

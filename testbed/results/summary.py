@@ -114,8 +114,9 @@ def failover_keys(prep: Prepared, records: list[dict[str, Any]], events: list[di
     calls = {r: sum(1 for op in ops if op.is_call) for r, ops in prep.plan.programs.items()}
     keys = failover_summary(rows, iterations, records, calls, prep.config.total_iterations)
     keys["faults_injected"] = sum(1 for e in events if e.get("event") == "fault")
-    keys["reconfigurations_refused"] = sum(1 for e in events
-                                           if e.get("event") == "reconfig_failed")
+    failed = [e for e in events if e.get("event") == "reconfig_failed"]
+    keys["reconfigurations_refused"] = sum(1 for e in failed if not e.get("withdrawn"))
+    keys["reconfigurations_withdrawn"] = sum(1 for e in failed if e.get("withdrawn"))
     keys["call_retries"] = sum(int(r.get("retries", 0)) for r in records
                                if r.get("ev") == "call")
     return rows, keys

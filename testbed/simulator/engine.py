@@ -391,10 +391,11 @@ class PlanSimulation:
         self.invariants.request(batch, self.now)
         try:
             results = self.driver.begin(batch.reconfs)
-        except ReconfigurationRejected as exc:
-            _batch, more = self._batcher.finished(batch.batch_id)
-            for dec in batch.decisions:
-                self._absorb(self.core.reconfig_failed(dec.decision_id, str(exc), self.now))
+        except ReconfigurationRejected as exc:  # with the waiting decisions planned on it
+            _batch, behind, more = self._batcher.failed(batch.batch_id)
+            self._absorb(self.core.reconfigs_failed(
+                [d.decision_id for d in batch.decisions], str(exc), self.now,
+                withdrawn=[d.decision_id for d in behind]))
             for b in more:
                 self._begin(b)
             return
