@@ -1,21 +1,100 @@
-"""How long an emulated OCS switch may stay dark: the injected delay plus the app's own cost.
+"""How long an emulated OCS switch may stay dark in a test, and the checks every emulated run's
+switch log must pass whatever the machine's load.
 
 Imported by the emulation tests as a top-level module (pytest puts this folder on the path).
+
+Measured overruns (the achieved dark period minus the configured delay, from the OCS app's
+``ocs-events.jsonl``) of the failover tests' runs at 10 ms, each with 50-102 switches, on this
+2-core machine with two busy loops beside the suite (``sh -c 'while :; do :; done'`` twice) and
+other work running: median 0.94-1.44 ms, p10 0.75-1.10 ms, min 0.57-0.88 ms, but p99 3.8-34 ms
+and max up to 50 ms. The median and the lower tail hold under any load; the upper tail does
+not. So a test asserts, of a run's switches:
+
+* none lit before its delay (``dark >= delay``, with the fault plan's jitter range),
+* the delay the app applied is the configured one (or within the jitter range),
+* the median overrun is within :func:`overrun_allowance_ms`, which is below the delay itself,
+  so that a doubled delay fails at every delay the tests use, 5 ms and 10 ms included;
+
+and of a single switch (the OCS-level tests, a few switches each) that it is dark at most
+``delay + overrun_allowance_ms(delay)`` (:func:`dark_bound_ms`). The run's p99 and maximum are
+the fidelity verdict's business, reported in its summary, not asserted here.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: Overrun a test accepts: this many ms or this share of the delay, whichever is larger ...
+OVERRUN_MIN_MS = 10.0
+OVERRUN_SHARE = 0.2
+#: ... but never as much as the delay: a doubled delay must fail
+OVERRUN_MAX_SHARE_OF_DELAY = 0.9
+#: The app's timestamps are two reads of one monotonic clock: no slack is needed below the
+#: delay; this much covers float rounding in the JSON log.
+EARLY_SLACK_MS = 0.01
+
+
+def overrun_allowance_ms(delay_ms: float) -> float:
+    """The overrun (ms) a test accepts for a switch of ``delay_ms``: below ``delay_ms``."""
+    return min(max(OVERRUN_MIN_MS, OVERRUN_SHARE * delay_ms),
+               OVERRUN_MAX_SHARE_OF_DELAY * delay_ms)
+
 
 def dark_bound_ms(delay_ms: float) -> float:
-    """Longest dark period a test accepts for an injected ``delay_ms``.
+    """Longest dark period a test accepts for one switch of ``delay_ms``.
 
     Beyond the delay the OCS app sends flow mods, waits for two barriers and purges the datapath
     cache. ``opus-testbed bench control --ports 4 --repeats 100 --json`` measured that cost on
     this shared 2-core VM at p99 1.3-2.6 ms (max 3.3 ms) at load 2.5 and p99 7.5-13.5 ms at
     load 4.8; a 15 ms switch under a probe stream exceeded its delay by at most 5.6 ms in the
-    app and 4.0 ms on the wire (82 switches, load 2.4). 10 ms, or 20 % of long delays, covers
-    that and still fails a doubled delay. On a busier machine (load 4-7, other runs sharing
-    ovs-vswitchd) the tail reaches tens of ms (bench control p99 12-224 ms at load 7): a
-    failure then is the machine's, and the test is rerun when the machine is quieter.
+    app and 4.0 ms on the wire (82 switches, load 2.4).
     """
-    return delay_ms + max(10.0, 0.2 * delay_ms)
+    return delay_ms + overrun_allowance_ms(delay_ms)
+
+
+def switch_log(out: Path) -> list[dict[str, Any]]:
+    """The OCS app's records of an emulated run (``emulator/ocs-events.jsonl``), [] if none."""
+    path = out / "emulator" / "ocs-events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def switching_problems(records: list[Mapping[str, Any]], delay_ms: float,
+                       jitter_ms: float = 0.0) -> list[str]:
+    """What is wrong with a run's switches whatever the load: light before the configured
+    delay, a delay other than the configured one, a switch never lit, or a median overrun
+    beyond :func:`overrun_allowance_ms`. Empty when the switching is right."""
+    low_ms, high_ms = max(0.0, delay_ms - jitter_ms), delay_ms + jitter_ms
+    applied = {(int(e["rail"]), float(e["t_s"])): float(e["delay_ms"]) for e in records
+               if e.get("event") == "dark" and e.get("delay_ms") is not None}
+    problems = [f"the app applied a {d:g} ms delay, the configuration says "
+                f"{delay_ms:g} ms" + (f" +- {jitter_ms:g}" if jitter_ms else "")
+                for d in applied.values() if not low_ms - EARLY_SLACK_MS <= d
+                <= high_ms + EARLY_SLACK_MS]
+    overruns = []
+    lit = set()
+    for e in records:
+        if e.get("event") != "light":
+            continue
+        key = (int(e["rail"]), float(e["t_dark_s"]))
+        lit.add(key)
+        dark_ms = (float(e["t_light_s"]) - float(e["t_dark_s"])) * 1e3
+        expected_ms = applied.get(key, delay_ms)
+        due_ms = max(expected_ms, low_ms)  # neither the applied nor the configured delay
+        if dark_ms < due_ms - EARLY_SLACK_MS:
+            problems.append(f"rail {key[0]} lit after {dark_ms:.2f} ms, before its "
+                            f"{due_ms:g} ms delay")
+        overruns.append(dark_ms - expected_ms)
+    never = len(set(applied) - lit)
+    if never:
+        problems.append(f"{never} switches went dark and never lit")
+    if overruns and statistics.median(overruns) > overrun_allowance_ms(delay_ms):
+        problems.append(f"median overrun {statistics.median(overruns):.2f} ms over "
+                        f"{len(overruns)} switches beyond the tests' "
+                        f"{overrun_allowance_ms(delay_ms):.2f} ms at {delay_ms:g} ms")
+    return problems

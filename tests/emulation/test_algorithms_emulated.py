@@ -12,6 +12,7 @@ machine (the fidelity guard's concern) does not excuse or skip it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_rank_receives_and_ends_with_exactly_its_bytes(
-        case: str, tmp_path: Path, no_leftovers: list[str]) -> None:
+        case: str, tmp_path: Path, no_leftovers: list[str],
+        fidelity_gate: Callable[..., None]) -> None:
     mode, algorithms = CASES[case]
     sched = collectives_schedule(
         Cluster(4, 1), [("all_to_all", 4 * BLOCK), ("all_reduce", 3 * 5000),
@@ -68,3 +70,4 @@ def test_every_rank_receives_and_ends_with_exactly_its_bytes(
     else:
         assert kinds == dict.fromkeys(kinds, 1)
     assert summary["calls"] == summary["calls_delivered"]
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)

@@ -76,8 +76,7 @@ def test_a_killed_rank_moves_to_the_spare_and_the_run_completes(
     assert any(r["ev"] == "takeover" and r["host"] == 4 for r in records)
     assert any(r["ev"] == "call" and r.get("epoch") == 1 for r in records)  # on the spare
     assert (out / "failover0.png").stat().st_size > 0
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
-                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
 
 
 def test_without_spares_every_rank_restarts_from_the_last_iteration(
@@ -89,12 +88,11 @@ def test_without_spares_every_rank_restarts_from_the_last_iteration(
     _assert_resumed_fully(summary)
     assert json.loads((out / "manifest.json").read_text())["spares"] == 0
     assert not any(e["event"] == "spare_assigned" for e in _events(out))
-    fidelity_gate(summary["fidelity"], summary["fidelity_blame"], summary["fidelity_reasons"],
-                  dark_error_ms=summary.get("dark_error_ms"), delay_ms=cfg.switching_delay_ms)
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
 
 
 def test_cut_links_a_hung_rank_and_a_failed_ocs_port_each_take_a_spare(
-        tmp_path: Path, no_leftovers: list[str]) -> None:
+        tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
     """link_down: the rank's NIC watchdog sees no carrier; hang: only its heartbeats tell;
     port_failed: the OCS port goes dark and refuses circuits, and its rank moves off it."""
     base = load_experiment(FAILOVER)
@@ -125,10 +123,11 @@ def test_cut_links_a_hung_rank_and_a_failed_ocs_port_each_take_a_spare(
     refused = {e["decision"] for e in events if e["event"] == "reconfig_failed"
                and "port 4 is FAILED" in e["error"]}
     assert asked <= refused  # the old job may ask before its rank is found failed: refused
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
 
 
-def test_refused_and_jittery_switching_are_survived(tmp_path: Path,
-                                                    no_leftovers: list[str]) -> None:
+def test_refused_and_jittery_switching_are_survived(
+        tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
     cfg = load_experiment(FAILOVER).replace(mode="on-demand", faults=(
         Fault("refuse", 0, count=2, at_iteration=1), Fault("jitter", 1, jitter_ms=4.0)))
     out = tmp_path / "refuse"
@@ -144,6 +143,7 @@ def test_refused_and_jittery_switching_are_survived(tmp_path: Path,
     assert max(injected) - min(injected) > 2.0, "the delays did not jitter"
     dark = [e["dark_ms"] for e in _events(out) if e["event"] == "reconfig_end"]
     assert min(dark) >= 6.0 - 0.5  # light never came back before the injected delay
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms, jitter_ms=4.0)
 
 
 def test_a_failure_with_no_spare_left_ends_the_run_naming_the_rank(

@@ -4,7 +4,7 @@ rail, K = 1) trained through Opus on demand, against its own loopback run.
 The run is judged on correctness only: rails switched, every step completed on every rank,
 every call delivered all its bytes, and the losses are bit-identical to the loopback
 reference's. Four torch processes saturate this machine's two cores by design, so the
-fidelity verdict (CPU-bound) is not asserted.
+verdict's timing reasons are not asserted; what holds under any load is (the fidelity gate).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def _calls(run_dir: Path, rank: int) -> list[dict]:
 
 
 def test_the_shipped_job_trains_on_demand_with_bit_identical_losses(
-        tmp_path: Path, no_leftovers: list[str]) -> None:
+        tmp_path: Path, no_leftovers: list[str], fidelity_gate: Callable[..., None]) -> None:
     exp = load_torch_experiment(EXAMPLE)
     assert (exp.mode, exp.world_size, exp.total_iterations) == ("on-demand", 4, 3)
     out = tmp_path / "run"
@@ -47,6 +48,7 @@ def test_the_shipped_job_trains_on_demand_with_bit_identical_losses(
     assert summary["losses_compared"] == 2 * 3  # the last stage's two ranks, every step
     assert summary["calls"] == summary["calls_delivered"] > 0
     assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
+    fidelity_gate(summary, out, delay_ms=summary["switching_delay_ms"])
     groups = {g["id"] for g in json.loads((out / "manifest.json").read_text())["job"]["groups"]}
     assert groups == {"fsdp0-1", "fsdp2-3", "p2p0-2", "p2p1-3"}
     for rank in range(4):
