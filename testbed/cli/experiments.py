@@ -97,12 +97,15 @@ def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
 
 
 def with_baseline(summary: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """Add the baseline's iteration time and the overhead against it."""
+    """Add the baseline's iteration time and the overhead against it (and judge the bound late
+    light puts on that overhead)."""
+    from testbed.results.summary import judge_against_baseline
+
     base = baseline.get("iteration_time_s")
     summary["baseline_iteration_time_s"] = base
     it = summary.get("iteration_time_s")
     summary["overhead_pct"] = (100.0 * (it - base) / base) if base and it is not None else None
-    return summary
+    return judge_against_baseline(summary)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.darktime import DarkCheck, check_dark_periods
+from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
@@ -228,7 +228,7 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     events_read = store.read_jsonl(out / "controller-events.jsonl")
     return finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
                       num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0),
-                      dark=_dark_check(out, cfg, events_read))
+                      dark=_dark_check(out, cfg, events_read, expected_delay(cfg, spec)))
 
 
 class _RankProcesses:
@@ -265,16 +265,32 @@ def processes(launch: RankLauncher, prep: RunFacts) -> StartRanks:
     return lambda run: _RankProcesses(launch, run, prep)
 
 
-def _dark_check(out: Path, cfg: RunSettings,
-                controller_events: list[dict[str, Any]]) -> DarkCheck | None:
-    """The OCS app's dark periods against the injected delay (None: electrical rails). The
-    switch counts are compared only when the controller drives the OCS app directly (a Polatis
-    front may split or merge the requests it passes on)."""
+def expected_delay(cfg: RunSettings, spec: RailSpec | None = None) -> ExpectedDelay:
+    """The switching delay the experiment configured: ``ocs.switching_delay``, the network's
+    per-rail delays (``spec``), and the widest ``jitter`` fault of the plan (a torch job has
+    no fault plan). The verdict judges the OCS against this, never against its own record."""
+    from controller.ocs import resolve_switching_delay_ms
+
+    per_rail = ({} if spec is None else
+                {r: resolve_switching_delay_ms(v) for r, v in spec.per_rail_delay.items()})
+    jitter = max((f.jitter_ms for f in getattr(cfg, "faults", ()) if f.kind == "jitter"),
+                 default=0.0)
+    return ExpectedDelay(cfg.switching_delay_ms, per_rail, jitter)
+
+
+def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, Any]],
+                expected: ExpectedDelay | None = None) -> DarkCheck | None:
+    """The OCS app's dark periods against the configured delay (``expected``; None: the
+    experiment's, :func:`expected_delay`), or None on electrical rails. The switch counts are
+    compared only when the controller drives the OCS app directly (a Polatis front may split or
+    merge the requests it passes on); through a front, a controller that switched while the
+    app's log is missing or empty is still a fault."""
     if cfg.mode == "baseline":
         return None
-    ocs_events = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
-    return check_dark_periods(ocs_events, cfg.switching_delay_ms,
-                              controller_events if cfg.driver == "emulated" else None)
+    log = out / "emulator" / "ocs-events.jsonl"
+    return check_dark_periods(store.read_jsonl(log), expected or expected_delay(cfg),
+                              controller_events, counts_compared=cfg.driver == "emulated",
+                              log_found=log.exists())
 
 
 def _follow(out: Path, procs: dict[int, Any], cfg: RunSettings, prep: RunFacts,

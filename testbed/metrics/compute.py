@@ -265,6 +265,7 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         "bytes_received_scaled": sum(int(c["received_bytes_scaled"]) for c in m.calls),
         "throughput_ratio_median": ratios[len(ratios) // 2] if ratios else None,
         "throughput_ratio_p10": ratios[len(ratios) // 10] if ratios else None,
+        "throughput_rated_calls": len(ratios),
         "windows": len(wins),
         "windows_over_1ms_pct": (100.0 * sum(1 for w in wins if w > 1e-3) / len(wins)
                                  if wins else None),

@@ -2,20 +2,26 @@
 
 During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU use and that of
 the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
-After the run :func:`judge` compares what was achieved with what was configured: a run is
-``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved their
-bytes markedly slower than the configured link rate, calls lost bytes, the OCS's dark periods
-overran the switching delay, or switches went missing (:mod:`testbed.metrics.darktime`); the
-summary says why and whom it blames (:class:`Verdict`):
+After the run :func:`judge` weighs the run's :class:`Evidence` against what was configured: a
+run is ``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved
+their bytes markedly slower than the configured link rate (median or low tail) or faster than
+it (the links were not shaped), calls lost bytes, late light from the OCS may have moved the
+measured figures past their limits, light came early, the OCS app waited a delay the experiment
+did not configure, or switches went missing (:mod:`testbed.metrics.darktime`); the summary says
+why and whom it blames (:class:`Verdict`):
 
 * ``machine`` -- the CPU was saturated or stolen (and slow collectives or overrunning dark
   periods on such a machine are its doing too), or dark periods overran while threads waited
   for a core (CPU pressure, :data:`CPU_PRESSURE_PCT`): the emulation could not keep up, rerun
   on a quieter machine or with slower links;
 * ``run`` -- calls lost bytes, collectives were slow or dark periods overran on a quiet machine
-  (no saturation, steal or CPU pressure), or the OCS app and the controller disagree on the
-  switches: nothing excuses it; the emulator, the replayer or the controller misbehaved;
+  (no saturation, steal or CPU pressure), the links were not shaped, light came early, the app's
+  delay is not the configured one, or the OCS app and the controller disagree on the switches:
+  no load explains these; the emulator, the replayer or the controller misbehaved;
 * ``none`` -- the run is ``ok``.
+
+A check with nothing to judge says so: a run without a ring collective long enough to rate
+has its throughput ``unrated`` (``fidelity_unrated``), whatever its verdict.
 
 A degraded run is never presented as a clean result, and a test may skip a run only when the
 machine is blamed (:func:`may_skip`). A simulated run is not judged at all: its verdict is
@@ -35,7 +41,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +49,7 @@ from typing import Any
 import psutil
 
 from emulator.naming import MAX_EMULATED_RANKS
-from testbed.metrics.darktime import DarkCheck
+from testbed.metrics.darktime import DarkCheck, OverrunBound
 
 AGGREGATE_MBPS_PER_CORE = 50.0
 MIN_LINK_MBPS = 2.0
@@ -63,7 +69,12 @@ CPU_STEAL_PCT = 20.0
 #: machine shared with other jobs: pressure 95-99 %, dark-period error p99 4-86 ms at 10 ms).
 CPU_PRESSURE_PCT = 10.0
 PSI_CPU = Path("/proc/pressure/cpu")
+#: Achieved over configured link rate of the ring collectives: the median must reach
+#: THROUGHPUT_RATIO_MIN and the low tail (p10) THROUGHPUT_RATIO_P10_MIN (slower calls stretch
+#: the iterations); a median above THROUGHPUT_RATIO_MAX means the links were not shaped.
 THROUGHPUT_RATIO_MIN = 0.7
+THROUGHPUT_RATIO_P10_MIN = 0.5
+THROUGHPUT_RATIO_MAX = 1.05
 RANK_MEMORY_MB = 70.0  # resident memory of one replayer (Python, ZeroMQ, threads), measured
 MAX_RANKS_PER_CORE = 24
 
@@ -225,10 +236,12 @@ class Reason:
 
 @dataclass(frozen=True)
 class Verdict:
-    """``fidelity`` is ``ok``, ``degraded`` (with reasons) or ``simulated`` (nothing measured)."""
+    """``fidelity`` is ``ok``, ``degraded`` (with reasons) or ``simulated`` (nothing measured);
+    ``unrated`` names the checks that had nothing to judge (an ``ok`` run says so)."""
 
     fidelity: str
     reasons: tuple[Reason, ...] = ()
+    unrated: tuple[str, ...] = ()
 
     @property
     def blame(self) -> str:
@@ -238,24 +251,43 @@ class Verdict:
         return MACHINE if self.reasons else "none"
 
     def to_summary(self) -> dict[str, Any]:
-        """The summary's keys: ``fidelity``, ``fidelity_reasons`` (texts), ``fidelity_blame``
-        and ``fidelity_causes`` (each reason with its blame)."""
+        """The summary's keys: ``fidelity``, ``fidelity_reasons`` (texts), ``fidelity_blame``,
+        ``fidelity_causes`` (each reason with its blame) and ``fidelity_unrated`` (checks with
+        nothing to judge, each with why)."""
         return {"fidelity": self.fidelity, "fidelity_reasons": [r.text for r in self.reasons],
                 "fidelity_blame": self.blame,
-                "fidelity_causes": [{"blame": r.blame, "reason": r.text} for r in self.reasons]}
+                "fidelity_causes": [{"blame": r.blame, "reason": r.text} for r in self.reasons],
+                "fidelity_unrated": list(self.unrated)}
 
 
 #: the sim backend's verdict: a virtual clock has no CPU limit to check, so nothing is judged
 SIMULATED = Verdict("simulated")
 
+#: How the unrated throughput check reads in ``fidelity_unrated``.
+UNRATED_THROUGHPUT = ("throughput: no ring collective long enough to rate against the link "
+                      "rate")
 
-def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
-          calls: int, calls_delivered: int, dark: DarkCheck | None = None) -> Verdict:
-    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring).
 
-    ``dark``: the run's dark periods (None: not an emulated OCS run, nothing to check).
-    """
+@dataclass(frozen=True)
+class Evidence:
+    """What a run's verdict rests on: the CPU samples (:meth:`CpuSampler.summary`), delivery,
+    the ring collectives' achieved rates against the link rate (None: no call long enough to
+    rate), the OCS's dark periods and the bound their overruns put on the figures (None: not an
+    emulated OCS run)."""
+
+    cpu: Mapping[str, Any] = field(default_factory=dict)
+    calls: int = 0
+    calls_delivered: int = 0
+    throughput_ratio_median: float | None = None
+    throughput_ratio_p10: float | None = None
+    dark: DarkCheck | None = None
+    overrun: OverrunBound | None = None
+
+
+def judge(ev: Evidence) -> Verdict:
+    """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring)."""
     reasons = []
+    cpu = ev.cpu
     mean = cpu.get("machine_cpu_mean_pct")
     saturated = mean is not None and mean > CPU_SATURATED_PCT
     if saturated:
@@ -267,33 +299,73 @@ def judge(cpu: dict[str, Any], throughput_ratio_median: float | None,
         reasons.append(Reason(MACHINE, f"the hypervisor gave {steal:.0f} % of the CPU time to "
                               "other guests (steal): this VM's host is busy; run again when it "
                               "is quiet"))
-    if throughput_ratio_median is not None and throughput_ratio_median < THROUGHPUT_RATIO_MIN:
-        text = (f"collectives reached only {100 * throughput_ratio_median:.0f} % of the "
-                "configured link rate (median)")
-        if saturated or stolen:
-            reasons.append(Reason(MACHINE, f"{text}: lower network.link_mbps"))
-        else:
-            reasons.append(Reason(RUN, f"{text} although the machine's CPU was neither "
-                                  "saturated nor stolen"))
-    if calls_delivered < calls:
-        reasons.append(Reason(RUN, f"{calls - calls_delivered} of {calls} calls did not "
-                              "deliver every byte"))
-    overrun = dark.overrun() if dark is not None else None
+    reasons += _throughput_reasons(ev.throughput_ratio_median, ev.throughput_ratio_p10,
+                                   busy=saturated or stolen)
+    if ev.calls_delivered < ev.calls:
+        reasons.append(Reason(RUN, f"{ev.calls - ev.calls_delivered} of {ev.calls} calls did "
+                              "not deliver every byte"))
+    overrun = ev.overrun.exceeded() if ev.overrun is not None else None
     if overrun:
-        pressure = cpu.get("machine_cpu_pressure_pct")
-        contended = pressure is not None and pressure > CPU_PRESSURE_PCT
-        if saturated or stolen or contended:
-            text = f"{overrun}: Open vSwitch and the OCS app waited for the CPU"
-            if contended:
-                text += f" (some thread waited for a core {pressure:.0f} % of the run)"
-            reasons.append(Reason(MACHINE, text))
-        else:
-            reasons.append(Reason(RUN, f"{overrun} although the machine's CPU was neither "
-                                  "saturated, stolen nor contended"))
-    missing = dark.missing() if dark is not None else None
-    if missing:
-        reasons.append(Reason(RUN, missing))
-    return Verdict("degraded" if reasons else "ok", tuple(reasons))
+        reasons.append(overrun_reason(overrun, cpu))
+    if ev.dark is not None:
+        reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
+    unrated = (UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None else ()
+    return Verdict("degraded" if reasons else "ok", tuple(reasons), unrated)
+
+
+def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:
+    """The reason for dark periods that overran, blamed on the machine when its CPU was
+    saturated, stolen or contended (threads waited for a core), else on the run."""
+    mean, steal = cpu.get("machine_cpu_mean_pct"), cpu.get("machine_steal_mean_pct")
+    pressure = cpu.get("machine_cpu_pressure_pct")
+    contended = pressure is not None and pressure > CPU_PRESSURE_PCT
+    if (mean is not None and mean > CPU_SATURATED_PCT) or (
+            steal is not None and steal > CPU_STEAL_PCT) or contended:
+        text = f"{overrun}: Open vSwitch and the OCS app waited for the CPU"
+        if contended:
+            text += f" (some thread waited for a core {pressure:.0f} % of the run)"
+        return Reason(MACHINE, text)
+    return Reason(RUN, f"{overrun} although the machine's CPU was neither saturated, stolen "
+                  "nor contended")
+
+
+def add_reason(summary: dict[str, Any], reason: Reason) -> None:
+    """Degrade a judged run's ``summary`` by one more ``reason`` (once: a reason already there
+    is not added again); the verdict keys stay as :meth:`Verdict.to_summary` writes them."""
+    if summary.get("fidelity") not in ("ok", "degraded"):
+        return  # simulated, or not judged: nothing to degrade
+    causes = list(summary.get("fidelity_causes") or [])
+    if any(c.get("reason") == reason.text for c in causes):
+        return
+    causes.append({"blame": reason.blame, "reason": reason.text})
+    verdict = Verdict("degraded", tuple(Reason(c["blame"], c["reason"]) for c in causes),
+                      tuple(summary.get("fidelity_unrated") or ()))
+    summary.update(verdict.to_summary())
+
+
+def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool
+                        ) -> list[Reason]:
+    """Collectives faster than the link (shaping failed: always the run's) or slower than it,
+    in the median or in the low tail (the machine's when its CPU was busy)."""
+    if median is None:
+        return []
+    if median > THROUGHPUT_RATIO_MAX:
+        return [Reason(RUN, f"collectives moved their bytes at {100 * median:.0f} % of the "
+                       f"configured link rate (median), above {100 * THROUGHPUT_RATIO_MAX:.0f} "
+                       "%: the links were not shaped")]
+    slow = []
+    if median < THROUGHPUT_RATIO_MIN:
+        slow.append(f"collectives reached only {100 * median:.0f} % of the configured link "
+                    "rate (median)")
+    if p10 is not None and p10 < THROUGHPUT_RATIO_P10_MIN:
+        slow.append(f"one collective in ten reached {100 * p10:.0f} % of the configured link "
+                    f"rate or less (p10, limit {100 * THROUGHPUT_RATIO_P10_MIN:.0f} %)")
+    if not slow:
+        return []
+    text = "; ".join(slow)
+    if busy:
+        return [Reason(MACHINE, f"{text}: lower network.link_mbps")]
+    return [Reason(RUN, f"{text} although the machine's CPU was neither saturated nor stolen")]
 
 
 def may_skip(blame: str) -> bool:

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.compute import compute_metrics, rail_state_counts
-from testbed.metrics.darktime import DarkCheck, dark_text
+from testbed.metrics.compute import compute_metrics, exposed_intervals, rail_state_counts
+from testbed.metrics.darktime import DarkCheck, dark_text, overhead_exceeded, overrun_bound
 from testbed.metrics.failover import failover_summary, failover_table
-from testbed.metrics.fidelity import SIMULATED, judge
+from testbed.metrics.fidelity import SIMULATED, Evidence, add_reason, judge, overrun_reason
 from testbed.results import store
 
 
@@ -57,9 +57,17 @@ def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                        ("circuits", m.circuits), ("rails", m.rails)):
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
+    # only switches inside the measured iterations bear on the figures; the late light among
+    # them counts where some collective waited on light
+    windows = [(float(r["t_start_s"]), float(r["t_end_s"])) for r in m.iterations
+               if r["measured"]]
+    bound = (overrun_bound(dark.switches, windows, ((a, b) for a, b, _g, _s
+                                                   in exposed_intervals(events)))
+             if dark is not None else None)
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
-    verdict = (judge(cpu, s["throughput_ratio_median"], s["calls"], s["calls_delivered"],
-                     dark) if backend == "emu" else SIMULATED)
+    verdict = (judge(Evidence(cpu, s["calls"], s["calls_delivered"],
+                              s["throughput_ratio_median"], s["throughput_ratio_p10"], dark,
+                              bound)) if backend == "emu" else SIMULATED)
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
@@ -73,7 +81,8 @@ def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                "modeled_iteration_s": prep.modeled_iteration_s,
                "calibrate_step_s": workload.calibrate_step_s if workload else None,
                "compute_scale": workload.compute_scale if workload else None,
-               "dark_error_ms": dark.to_summary() if dark is not None else None,
+               "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
+               "dark_overrun_bound": bound.to_summary() if bound is not None else None,
                "wall_s": wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
@@ -100,6 +109,20 @@ def _failover_keys(out: Path, prep: RunFacts, records: list[dict[str, Any]],
     if rows or prep.config.faults:
         store.write_csv(out / "failovers.csv", rows)
     return keys
+
+
+def judge_against_baseline(summary: dict[str, Any]) -> dict[str, Any]:
+    """Once a run's baseline is known (``baseline_iteration_time_s``): the bound late light puts
+    on the overhead itself, beside the one on the exposed switching that :func:`finish_run`
+    judged; past the limit the run is degraded (blamed as any overrun). Returns ``summary``."""
+    bound = summary.get("dark_overrun_bound")
+    it, base = summary.get("iteration_time_s"), summary.get("baseline_iteration_time_s")
+    if not bound or it is None or base is None:
+        return summary
+    text = overhead_exceeded(bound, it, base)
+    if text:
+        add_reason(summary, overrun_reason(text, summary.get("cpu") or {}))
+    return summary
 
 
 def failover_keys(prep: Prepared, records: list[dict[str, Any]], events: list[dict[str, Any]],
@@ -147,14 +170,14 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"{f('windows_over_1ms_pct', '{:.0f}')} %, median {f('window_median_s')} s)",
         f"delivery            {summary['calls_delivered']}/{summary['calls']} calls complete, "
         f"{summary['bytes_received_scaled']}/{summary['bytes_expected_scaled']} bytes",
-        f"throughput          median {f('throughput_ratio_median', '{:.2f}')} of the configured "
-        f"{summary['link_mbps']:g} Mbit/s",
+        f"throughput          {_throughput_text(summary)}",
         f"fidelity            {_fidelity_text(summary)}",
     ]
     if "recovery" in summary:
         lines.insert(-1, _failover_text(summary))
     if summary["backend"] == "emu":
-        lines.insert(-1, f"dark periods        {dark_text(summary.get('dark_error_ms'))}")
+        lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
+                                                        summary.get("dark_overrun_bound")))
     if summary.get("calibrate_step_s") is not None:
         lines.insert(2, f"calibration         {_calibration_text(summary)}")
     if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run
@@ -202,13 +225,32 @@ def _failover_text(summary: dict[str, Any]) -> str:
             f"{'all bytes delivered' if summary['after_resume_delivered'] else 'BYTES MISSING'}")
 
 
+def _throughput_text(summary: dict[str, Any]) -> str:
+    """The collectives' rates against the link rate, or ``unrated`` when no call was long
+    enough to rate (the sim backend's runs are not rated either: a modelled network)."""
+    link = f"the configured {summary['link_mbps']:g} Mbit/s"
+    median = summary.get("throughput_ratio_median")
+    if median is None:
+        return f"unrated: no ring collective long enough to rate against {link}"
+    p10 = summary.get("throughput_ratio_p10")
+    tail = "" if p10 is None else f", p10 {p10:.2f}"
+    rated = summary.get("throughput_rated_calls")
+    calls = "" if rated is None else f" over {rated} calls"
+    return f"median {median:.2f}{tail} of {link}{calls}"
+
+
 def _fidelity_text(summary: dict[str, Any]) -> str:
-    """The verdict, whom it blames and why: ``degraded (blamed on the machine): ...``."""
+    """The verdict, whom it blames and why: ``degraded (blamed on the machine): ...``, and
+    the checks that had nothing to judge: ``ok; unrated: throughput ...``."""
     fidelity = summary["fidelity"]
     if fidelity == "simulated":
         return "simulated (a virtual clock: nothing to judge)"
     reasons = summary.get("fidelity_reasons") or []
-    if not reasons:
-        return str(fidelity)
-    return (f"{fidelity} (blamed on the {summary.get('fidelity_blame', 'run')}): "
-            + "; ".join(reasons))
+    text = str(fidelity)
+    if reasons:
+        text = (f"{fidelity} (blamed on the {summary.get('fidelity_blame', 'run')}): "
+                + "; ".join(reasons))
+    unrated = summary.get("fidelity_unrated") or []
+    if unrated:
+        text += "; unrated: " + "; ".join(unrated)
+    return text

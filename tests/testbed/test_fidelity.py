@@ -16,9 +16,14 @@ from testbed.metrics.fidelity import (
     CPU_SATURATED_PCT,
     CPU_STEAL_PCT,
     SIMULATED,
+    THROUGHPUT_RATIO_MAX,
     THROUGHPUT_RATIO_MIN,
+    THROUGHPUT_RATIO_P10_MIN,
+    UNRATED_THROUGHPUT,
     CpuSample,
     CpuSampler,
+    Evidence,
+    Verdict,
     judge,
     may_skip,
 )
@@ -31,7 +36,7 @@ FAST, SLOW = 0.9, 0.5
 
 @pytest.mark.parametrize(("cpu", "ratio", "delivered", "verdict", "blame", "reason_blames"), [
     (QUIET, FAST, 10, "ok", "none", []),
-    (QUIET, None, 10, "ok", "none", []),  # no ring collective to rate: nothing to blame
+    (QUIET, None, 10, "ok", "none", []),  # no ring collective to rate: unrated, not blamed
     (QUIET, SLOW, 10, "degraded", "run", ["run"]),  # slow links on a quiet machine
     (QUIET, FAST, 9, "degraded", "run", ["run"]),  # lost bytes
     (SATURATED, FAST, 10, "degraded", "machine", ["machine"]),
@@ -44,7 +49,7 @@ FAST, SLOW = 0.9, 0.5
         "saturated-slow-lost", "stolen", "stolen-slow", "stolen-lost"])
 def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered: int,
                            verdict: str, blame: str, reason_blames: list[str]) -> None:
-    v = judge(cpu, ratio, 10, delivered)
+    v = judge(Evidence(cpu, 10, delivered, ratio))
     assert (v.fidelity, v.blame) == (verdict, blame)
     assert [r.blame for r in v.reasons] == reason_blames
     assert may_skip(v.blame) == (blame == "machine")
@@ -55,14 +60,14 @@ def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered
 
 
 def test_each_reason_names_its_figure() -> None:
-    texts = [r.text for r in judge(SATURATED | {"machine_steal_mean_pct": 30.0}, 0.5, 10,
-                                   9).reasons]
+    texts = [r.text for r in judge(Evidence(SATURATED | {"machine_steal_mean_pct": 30.0}, 10,
+                                            9, 0.5)).reasons]
     assert len(texts) == 4
     assert "saturated (mean 97 %)" in texts[0]
     assert "30 % of the CPU time to other guests (steal)" in texts[1]
     assert "only 50 % of the configured link rate" in texts[2]
     assert "1 of 10 calls did not deliver" in texts[3]
-    quiet_slow = judge(QUIET, 0.5, 10, 10).reasons[0].text
+    quiet_slow = judge(Evidence(QUIET, 10, 10, 0.5)).reasons[0].text
     assert "neither saturated nor stolen" in quiet_slow
 
 
@@ -73,21 +78,56 @@ def test_each_reason_names_its_figure() -> None:
     ({"machine_steal_mean_pct": CPU_STEAL_PCT + 0.1}, FAST, True),
     (QUIET, THROUGHPUT_RATIO_MIN, False),
     (QUIET, THROUGHPUT_RATIO_MIN - 0.001, True),
-], ids=["cpu-at", "cpu-above", "steal-at", "steal-above", "rate-at", "rate-below"])
+    (QUIET, THROUGHPUT_RATIO_MAX, False),
+    (QUIET, THROUGHPUT_RATIO_MAX + 0.001, True),
+], ids=["cpu-at", "cpu-above", "steal-at", "steal-above", "rate-at", "rate-below",
+        "unshaped-at", "unshaped-above"])
 def test_thresholds_are_strict_at_their_edges(cpu: dict[str, float], ratio: float,
                                               degraded: bool) -> None:
-    assert judge(cpu, ratio, 1, 1).fidelity == ("degraded" if degraded else "ok")
+    assert judge(Evidence(cpu, 1, 1, ratio)).fidelity == ("degraded" if degraded else "ok")
 
 
 def test_low_throughput_is_the_machines_only_when_the_cpu_was_busy() -> None:
     at_edge = {"machine_cpu_mean_pct": CPU_SATURATED_PCT, "machine_steal_mean_pct": CPU_STEAL_PCT}
-    assert judge(at_edge, SLOW, 1, 1).blame == "run"  # neither threshold crossed: quiet
-    assert judge({}, SLOW, 1, 1).blame == "run"  # no CPU samples: nothing excuses the run
+    assert judge(Evidence(at_edge, 1, 1, SLOW)).blame == "run"  # no threshold crossed: quiet
+    assert judge(Evidence({}, 1, 1, SLOW)).blame == "run"  # no CPU samples: nothing excuses it
+
+
+@pytest.mark.parametrize("cpu", [QUIET, SATURATED, STOLEN], ids=["quiet", "saturated", "stolen"])
+def test_an_unshaped_link_degrades_and_blames_the_run_on_any_machine(cpu: dict[str, float]
+                                                                      ) -> None:
+    """Collectives faster than the link rate: the shaping failed, and no load makes links
+    faster."""
+    v = judge(Evidence(cpu, 10, 10, 1.6, 1.4))
+    assert (v.fidelity, v.blame) == ("degraded", "run")
+    unshaped = [r for r in v.reasons if "not shaped" in r.text]
+    assert [r.blame for r in unshaped] == ["run"]
+    assert "160 % of the configured link rate (median), above 105 %" in unshaped[0].text
+
+
+def test_the_low_tail_is_judged_as_well_as_the_median() -> None:
+    ok = judge(Evidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN))
+    assert ok.fidelity == "ok"
+    tail = judge(Evidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN - 0.01))
+    assert (tail.fidelity, tail.blame) == ("degraded", "run")
+    assert "one collective in ten reached 49 % of the configured link rate or less (p10, " \
+           "limit 50 %)" in tail.reasons[0].text
+    busy = judge(Evidence(SATURATED, 10, 10, FAST, 0.3))
+    assert [r.blame for r in busy.reasons] == ["machine", "machine"]
+
+
+def test_a_run_with_nothing_to_rate_says_unrated() -> None:
+    v = judge(Evidence(QUIET, 10, 10, None, None))
+    assert (v.fidelity, v.unrated) == ("ok", (UNRATED_THROUGHPUT,))
+    assert v.to_summary()["fidelity_unrated"] == [UNRATED_THROUGHPUT]
+    assert judge(Evidence(QUIET, 10, 10, FAST, FAST)).unrated == ()
+    assert Verdict("ok").to_summary()["fidelity_unrated"] == []
 
 
 def test_a_simulated_run_is_not_judged() -> None:
     assert SIMULATED.to_summary() == {"fidelity": "simulated", "fidelity_reasons": [],
-                                      "fidelity_blame": "none", "fidelity_causes": []}
+                                      "fidelity_blame": "none", "fidelity_causes": [],
+                                      "fidelity_unrated": []}
     assert not may_skip(SIMULATED.blame)
 
 
