@@ -228,10 +228,16 @@ RUN = "run"
 
 @dataclass(frozen=True)
 class Reason:
-    """One reason a run is degraded, and whom it blames: :data:`MACHINE` or :data:`RUN`."""
+    """One reason a run is degraded, and whom it blames: :data:`MACHINE` or :data:`RUN`.
+
+    ``timing``: the reason is a measured time (late light, slow collectives), which a loaded
+    machine can stretch; every other reason (lost bytes, a wrong or short delay, early light,
+    missing switches, unshaped links) is a fault whatever the load.
+    """
 
     blame: str
     text: str
+    timing: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,7 +262,8 @@ class Verdict:
         nothing to judge, each with why)."""
         return {"fidelity": self.fidelity, "fidelity_reasons": [r.text for r in self.reasons],
                 "fidelity_blame": self.blame,
-                "fidelity_causes": [{"blame": r.blame, "reason": r.text} for r in self.reasons],
+                "fidelity_causes": [{"blame": r.blame, "reason": r.text, "timing": r.timing}
+                                    for r in self.reasons],
                 "fidelity_unrated": list(self.unrated)}
 
 
@@ -292,13 +299,13 @@ def judge(ev: Evidence) -> Verdict:
     saturated = mean is not None and mean > CPU_SATURATED_PCT
     if saturated:
         reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %): "
-                              "lower network.link_mbps or use fewer ranks"))
+                              "lower network.link_mbps or use fewer ranks", timing=True))
     steal = cpu.get("machine_steal_mean_pct")
     stolen = steal is not None and steal > CPU_STEAL_PCT
     if stolen:
         reasons.append(Reason(MACHINE, f"the hypervisor gave {steal:.0f} % of the CPU time to "
                               "other guests (steal): this VM's host is busy; run again when it "
-                              "is quiet"))
+                              "is quiet", timing=True))
     reasons += _throughput_reasons(ev.throughput_ratio_median, ev.throughput_ratio_p10,
                                    busy=saturated or stolen)
     if ev.calls_delivered < ev.calls:
@@ -324,9 +331,9 @@ def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:
         text = f"{overrun}: Open vSwitch and the OCS app waited for the CPU"
         if contended:
             text += f" (some thread waited for a core {pressure:.0f} % of the run)"
-        return Reason(MACHINE, text)
+        return Reason(MACHINE, text, timing=True)
     return Reason(RUN, f"{overrun} although the machine's CPU was neither saturated, stolen "
-                  "nor contended")
+                  "nor contended", timing=True)
 
 
 def add_reason(summary: dict[str, Any], reason: Reason) -> None:
@@ -337,8 +344,9 @@ def add_reason(summary: dict[str, Any], reason: Reason) -> None:
     causes = list(summary.get("fidelity_causes") or [])
     if any(c.get("reason") == reason.text for c in causes):
         return
-    causes.append({"blame": reason.blame, "reason": reason.text})
-    verdict = Verdict("degraded", tuple(Reason(c["blame"], c["reason"]) for c in causes),
+    causes.append({"blame": reason.blame, "reason": reason.text, "timing": reason.timing})
+    verdict = Verdict("degraded", tuple(Reason(c["blame"], c["reason"], bool(c.get("timing")))
+                                        for c in causes),
                       tuple(summary.get("fidelity_unrated") or ()))
     summary.update(verdict.to_summary())
 
@@ -364,8 +372,9 @@ def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool
         return []
     text = "; ".join(slow)
     if busy:
-        return [Reason(MACHINE, f"{text}: lower network.link_mbps")]
-    return [Reason(RUN, f"{text} although the machine's CPU was neither saturated nor stolen")]
+        return [Reason(MACHINE, f"{text}: lower network.link_mbps", timing=True)]
+    return [Reason(RUN, f"{text} although the machine's CPU was neither saturated nor stolen",
+                   timing=True)]
 
 
 def may_skip(blame: str) -> bool:

@@ -24,7 +24,6 @@ from dark_bounds import switch_log, switching_problems
 
 from emulator.runstate import leftovers
 from testbed.check import Check, check_mininet, check_ovs, check_root
-from testbed.metrics.darktime import OVERRUN_REASON
 from testbed.metrics.fidelity import RUN
 
 #: exit status of a CI run stopped because a prerequisite is missing (pytest's "tests failed")
@@ -63,11 +62,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
-#: How the verdict's timing reasons begin: dark periods that overran, collectives slower than
-#: the link. They depend on the machine's load, so a test reports them and does not fail on them.
-TIMING_REASONS = (OVERRUN_REASON, "collectives reached only")
-
-
 def require_fidelity(summary: Mapping[str, Any], out: Path | None, *, delay_ms: float,
                      jitter_ms: float = 0.0) -> None:
     """Assert what an emulated run must show under any load; never skip.
@@ -77,7 +71,7 @@ def require_fidelity(summary: Mapping[str, Any], out: Path | None, *, delay_ms: 
       directory) passes :func:`dark_bounds.switching_problems`: no light before the configured
       delay, the configured delay applied, every switch lit, median overrun within the tests'
       allowance (a doubled delay fails);
-    * the verdict blames the run for nothing but timing (:data:`TIMING_REASONS`): lost bytes,
+    * the verdict blames the run for nothing but timing (a reason's ``timing``): lost bytes,
       a delay other than the configuration's, early light, missing switches or unshaped links
       fail the test whatever the load.
 
@@ -98,7 +92,7 @@ def require_fidelity(summary: Mapping[str, Any], out: Path | None, *, delay_ms: 
             problems.append("the controller switched but the OCS app logged no switch")
         problems += switching_problems(records, delay_ms, jitter_ms)
     for cause in summary.get("fidelity_causes") or ():
-        if cause["blame"] == RUN and not cause["reason"].startswith(TIMING_REASONS):
+        if cause["blame"] == RUN and not cause.get("timing"):
             problems.append(f"blamed on the run: {cause['reason']}")
     assert not problems, "; ".join(problems)
 
