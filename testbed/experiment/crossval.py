@@ -35,6 +35,9 @@ userspace Open vSwitch, 2 cores): one way between a rank and the controller p10 
 0.9-1.3 ms, p90 2-3.6 ms; connect + finish ~2 ms per call and peer, a step ~1 ms; a switching
 overhead of ~4.5 ms at 25 ms; goodput fits of 0.72-0.91 per call shape (medians ~0.90, means
 lower: the default is 0.85). With 16 ranks on the 2 cores the costs were about twice as large.
+Those 4-rank runs came with the config of ``tests/emulation/test_crossval.py``'s calibration
+check; ``examples/llama3-8b-artifact-scaled.yaml`` came after and is the held-out config that
+the same file's validation test holds to :data:`AGREEMENT_BOUND`.
 """
 
 from __future__ import annotations
