@@ -43,7 +43,7 @@ from typing import Any
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig
-from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels, is_degraded
+from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
 from testbed.metrics.fit import fit_families
 from testbed.results import store
 from testbed.results.reference import artifact_reference
@@ -294,9 +294,3 @@ def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
 def csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` as ``sweep.csv`` holds them: list columns as one ``"; "``-joined cell."""
     return [{k: csv_cell(v) if k in LIST_COLUMNS else v for k, v in r.items()} for r in rows]
-
-
-def sweep_degraded(rows: Sequence[dict[str, Any]]) -> bool:
-    """True when any point's run is degraded: every point's figure is printed, so then some
-    printed figure rests on a degraded run."""
-    return any(is_degraded(r) for r in rows)
