@@ -12,6 +12,15 @@ from typing import Any, TypeVar
 from controller.railstate import SEMANTICS
 from testbed.errors import RunRefused, Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.metrics.degraded import (
+    EXIT_DEGRADED,
+    RESTS_ON,
+    degraded_labels,
+    exit_status,
+    is_degraded,
+    legend,
+    mark,
+)
 from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -98,14 +107,32 @@ def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
 
 def with_baseline(summary: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     """Add the baseline's iteration time and the overhead against it (and judge the bound late
-    light puts on that overhead)."""
+    light puts on that overhead), the baseline's verdict (``baseline_fidelity``, ``_blame``,
+    ``_reasons``), and ``rests_on_degraded``: which of the two runs (``baseline``, ``run``)
+    the printed figures rest on are degraded."""
     from testbed.results.summary import judge_against_baseline
 
     base = baseline.get("iteration_time_s")
     summary["baseline_iteration_time_s"] = base
     it = summary.get("iteration_time_s")
     summary["overhead_pct"] = (100.0 * (it - base) / base) if base and it is not None else None
-    return judge_against_baseline(summary)
+    judge_against_baseline(summary)
+    for key in ("fidelity", "fidelity_blame", "fidelity_reasons"):
+        summary[f"baseline_{key}"] = baseline.get(key)
+    summary[RESTS_ON] = degraded_labels([("baseline", baseline), ("run", summary)])
+    return summary
+
+
+def baseline_lines(summary: dict[str, Any], text: str) -> list[str]:
+    """``run --baseline``'s one-screen summary: ``text`` (:func:`summary_text`) with the
+    overhead marked when it rests on a degraded run, and a legend naming each one."""
+    lines = text.splitlines()
+    rests_on = summary.get(RESTS_ON) or []
+    lines = [mark(line, rests_on) if line.startswith("baseline ") else line for line in lines]
+    baseline = {"fidelity": summary.get("baseline_fidelity"),
+                "fidelity_blame": summary.get("baseline_fidelity_blame"),
+                "fidelity_reasons": summary.get("baseline_fidelity_reasons")}
+    return lines + legend([("baseline", baseline), ("run", summary)])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -128,10 +155,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         store.write_json(out / "summary.json", summary)
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
+    elif baseline is not None:
+        print("\n".join(baseline_lines(summary, summary_text(summary))))
+        print(f"results: {out}")
     else:
         print(summary_text(summary))
         print(f"results: {out}")
-    return 3 if summary["fidelity"] == "degraded" else 0  # "simulated" is not degraded
+    if baseline is not None:
+        return exit_status(summary[RESTS_ON])
+    return EXIT_DEGRADED if is_degraded(summary) else 0  # "simulated" is not degraded
 
 
 def _delays_and_modes(args: argparse.Namespace) -> tuple[list[float], list[str]]:
@@ -166,24 +198,41 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
-        print(f"{'mode':<14}{'semantics':<12}{'delay_ms':>9}{'iteration_s':>13}"
-              f"{'overhead_%':>12}  fidelity")
-        for r in rows:
-            it = r.get("iteration_time_s")
-            ov = r.get("overhead_pct")
-            print(f"{r['mode']:<14}{r['semantics']:<12}{float(r['delay_ms']):>9g}"
-                  f"{'' if it in (None, '') else format(float(it), '.3f'):>13}"
-                  f"{'' if ov in (None, '') else format(float(ov), '+.2f'):>12}  "
-                  f"{r.get('fidelity', '')}")
-        meta = json.loads((out / "sweep.json").read_text())
-        for fam in meta["families"]:
-            slope = fam["slope_s_per_s"]
-            ov100 = fam["overhead_100ms_pct"]
-            print(f"{fam['mode']}, {fam['semantics']}: slope "
-                  f"{'n/a' if slope is None else format(slope, '.2f')} s/s (>= 250 ms), "
-                  f"overhead at 100 ms {'n/a' if ov100 is None else format(ov100, '+.1f')} %")
+        print("\n".join(sweep_lines(rows, json.loads((out / "sweep.json").read_text()))))
         print(f"results: {out}")
-    return 0
+    return exit_status(degraded_labels((r["point"], r) for r in rows))
+
+
+def _cell(value: Any, fmt: str, rests_on: Any) -> str:
+    """A figure as printed in a table: formatted, then :data:`MARK` if it rests on a
+    degraded run, else a space (so marked and unmarked figures line up)."""
+    if value in (None, ""):
+        return " "
+    text = format(float(value), fmt)
+    return mark(text, rests_on) if rests_on else text + " "
+
+
+def sweep_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """``sweep``'s table, its families' slopes and 100 ms overheads (``meta``: sweep.json),
+    each figure marked when it rests on a degraded run, and the legend naming those runs."""
+    lines = [f"{'mode':<14}{'semantics':<12}{'delay_ms':>9}{'iteration_s':>14}"
+             f"{'overhead_%':>13}  fidelity"]
+    for r in rows:
+        own = degraded_labels([(r["point"], r)])
+        lines.append(f"{r['mode']:<14}{r['semantics']:<12}{float(r['delay_ms']):>9g}"
+                     f"{_cell(r.get('iteration_time_s'), '.3f', own):>14}"
+                     f"{_cell(r.get('overhead_pct'), '+.2f', r.get(RESTS_ON)):>13}  "
+                     f"{r.get('fidelity', '')}")
+    for fam in meta["families"]:
+        slope = fam["slope_s_per_s"]
+        ov100 = fam["overhead_100ms_pct"]
+        slope_text = 'n/a' if slope is None else mark(
+            format(slope, '.2f'), fam.get("slope_rests_on_degraded", []))
+        ov_text = 'n/a' if ov100 is None else mark(
+            format(ov100, '+.1f'), fam.get("overhead_100ms_rests_on_degraded", []))
+        lines.append(f"{fam['mode']}, {fam['semantics']}: slope {slope_text} s/s (>= 250 ms), "
+                     f"overhead at 100 ms {ov_text} %")
+    return lines + legend((r["point"], r) for r in rows)
 
 
 def _pct(value: float | None, fmt: str = "+.1f") -> str:
@@ -206,18 +255,33 @@ def cmd_ladder(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(ladder, indent=1, default=str))
-        return 0
-    print(f"{'rung':<30}{'baseline_s':>11}  {'mode':<13}{'ovh@100ms_%':>12}{'delta':>8}"
-          f"{'slope_s/s':>10}{'delta':>8}")
+    else:
+        print("\n".join(ladder_lines(ladder)))
+        print(f"results: {out} (ladder.json)")
+    return exit_status(ladder[RESTS_ON])
+
+
+def ladder_lines(ladder: dict[str, Any]) -> list[str]:
+    """``ladder``'s table: per rung and mode the 100 ms overhead, the slope and their deltas
+    from as-written, each marked when it rests on a degraded run, then the legend."""
+    def cell(value: float | None, fmt: str, rests_on: Any) -> str:
+        return "n/a " if value is None else _cell(value, fmt, rests_on)
+
+    ov_key, slope_key = "overhead_100ms_rests_on_degraded", "slope_rests_on_degraded"
+    lines = [f"{'rung':<30}{'baseline_s':>12}  {'mode':<13}{'ovh@100ms_%':>13}{'delta':>9}"
+             f"{'slope_s/s':>11}{'delta':>9}"]
     for r in ladder["rungs"]:
         for i, (mode, fam) in enumerate(r["modes"].items()):
             d = r["delta"][mode]
-            base = _pct(r["baseline_s"], ".3f") if i == 0 else ""
-            print(f"{r['rung'] if i == 0 else '':<30}{base:>11}  {mode:<13}"
-                  f"{_pct(fam['overhead_100ms_pct']):>12}{_pct(d['overhead_100ms_pct']):>8}"
-                  f"{_pct(fam['slope_s_per_s'], '.2f'):>10}{_pct(d['slope_s_per_s'], '+.2f'):>8}")
-    print(f"results: {out} (ladder.json)")
-    return 0
+            base = cell(r["baseline_s"], ".3f",
+                        r.get("baseline_rests_on_degraded")) if i == 0 else ""
+            lines.append(
+                f"{r['rung'] if i == 0 else '':<30}{base:>12}  {mode:<13}"
+                f"{cell(fam['overhead_100ms_pct'], '+.1f', fam.get(ov_key)):>13}"
+                f"{cell(d['overhead_100ms_pct'], '+.1f', d.get(ov_key)):>9}"
+                f"{cell(fam['slope_s_per_s'], '.2f', fam.get(slope_key)):>11}"
+                f"{cell(d['slope_s_per_s'], '+.2f', d.get(slope_key)):>9}")
+    return lines + legend(ladder.get("degraded_runs", {}).items())
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -239,7 +303,16 @@ DEMO_RUNS = (("baseline", "baseline", "port-exact"), ("on-demand", "on-demand", 
              ("degree-aware K=2", "degree-aware", "port-exact"),
              ("rail-state on-demand", "on-demand", "rail-state"),
              ("rail-state provisioning", "provisioning", "rail-state"))
-PAPER_FIG8_100MS = "+6.5 % on demand, +3.5 % with provisioning"
+#: How the demo names the modes of the paper's Fig. 8 figures.
+FIG8_MODE_TEXT = {"on-demand": "on demand", "provisioning": "with provisioning"}
+
+
+def paper_fig8_text() -> str:
+    """The paper's Fig. 8 overheads at 100 ms, from :mod:`testbed.results.reference`."""
+    from testbed.results.reference import PAPER_FIG8_100MS_PCT
+
+    return ", ".join(f"{pct:+.1f} % {FIG8_MODE_TEXT.get(mode, mode)}"
+                     for mode, pct in PAPER_FIG8_100MS_PCT.items())
 
 
 def _ovh(summary: dict[str, Any] | None) -> str:
@@ -262,18 +335,19 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         lines.append(f"{label:<25}{_pct(s.get('iteration_time_s'), '.3f'):>12}{_ovh(s):>10}"
                      f"{_pct(s.get('reconfigurations_per_iteration'), '.1f'):>14}"
                      f"{_pct(s.get('exposed_reconfig_s'), '.3f'):>14}  {s.get('fidelity')}")
-    base_s = _pct(summaries.get(DEMO_RUNS[0][0], {}).get("iteration_time_s"), ".2f")
-    artifact_base_s = _pct(artifact.get(DEMO_RUNS[0][0], {}).get("iteration_time_s"), ".2f")
+    artifact_base = artifact.get(DEMO_RUNS[0][0], {})
+    target = artifact_base.get("calibrate_step_s")
     lines += [
-        f"paper Fig. 8 at 100 ms ({PAPER_FIG8_100MS}) assumes its authors' rail-state model "
+        f"paper Fig. 8 at 100 ms ({paper_fig8_text()}) assumes its authors' rail-state model "
         "(their artifact's controller: a bitmask per rail, requests at phase changes; not a "
         "one-to-one OCS).",
-        "Under rail-state, the artifact's own run (examples/llama3-8b-artifact.yaml, 10.18 s "
-        f"step, sim backend, {artifact_base_s} s baseline) gives "
+        f"Under rail-state, the artifact's own run ({_repo_path(ARTIFACT_CONFIG)}, "
+        + (f"calibrated to a {target:g} s step, " if target is not None else "")
+        + f"sim backend, {_pct(artifact_base.get('iteration_time_s'), '.2f')} s baseline) gives "
         f"{_ovh(artifact.get('rail-state on-demand'))} / "
-        f"{_ovh(artifact.get('rail-state provisioning'))} at {delay_ms:g} ms; this demo's step "
-        f"is {base_s} s, so its overheads are larger (docs/validation.md)."]
-    degraded = {label: s for label, s in summaries.items() if s.get("fidelity") == "degraded"}
+        f"{_ovh(artifact.get('rail-state provisioning'))} at {delay_ms:g} ms; "
+        f"{demo_comparison(summaries, artifact)} (docs/validation.md)."]
+    degraded = {label: s for label, s in summaries.items() if is_degraded(s)}
     for label, s in degraded.items():
         lines.append(f"degraded {label} (blamed on the {s.get('fidelity_blame', 'run')}): "
                      + "; ".join(s.get("fidelity_reasons", [])))
@@ -281,6 +355,37 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         lines.append(f"exit status 3: {len(degraded)} of {len(summaries)} rows are degraded; "
                      "their figures are kept but not to be trusted alone (README, Fidelity)")
     return lines
+
+
+def demo_comparison(summaries: dict[str, dict[str, Any]],
+                    artifact: dict[str, dict[str, Any]]) -> str:
+    """The demo's step and rail-state overheads against the artifact's, saying "larger" or
+    "smaller" only where every overhead compared is, and "so" (a shorter step makes the same
+    exposed switching a larger share) only for a shorter step with larger overheads."""
+    base = summaries.get(DEMO_RUNS[0][0], {}).get("iteration_time_s")
+    artifact_base = artifact.get(DEMO_RUNS[0][0], {}).get("iteration_time_s")
+    text = f"this demo's step is {_pct(base, '.2f')} s"
+    labels = [label for label, _, semantics in DEMO_RUNS if semantics == "rail-state"]
+    pairs = [(summaries.get(x, {}).get("overhead_pct"), artifact.get(x, {}).get("overhead_pct"))
+             for x in labels]
+    compared = [(d, a) for d, a in pairs if d is not None and a is not None]
+    ours = " / ".join(_ovh(summaries.get(x)) for x in labels)
+    if not compared:
+        return text
+    if all(d > a for d, a in compared):
+        shorter = base is not None and artifact_base is not None and base < artifact_base
+        return f"{text}{', so' if shorter else ';'} its rail-state overheads are larger, {ours}"
+    if all(d < a for d, a in compared):
+        return f"{text}; its rail-state overheads are smaller, {ours}"
+    return f"{text}; its rail-state overheads are {ours}"
+
+
+def _repo_path(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (as the README names it)."""
+    try:
+        return str(path.relative_to(DEMO_CONFIG.parents[1]))
+    except ValueError:
+        return str(path)
 
 
 #: The artifact's run under rail-state (sim backend) for the demo's last line.
@@ -316,7 +421,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                f"{cfg.workload.cluster.world_size} ranks, switching delay "
                                f"{delay_ms:g} ms ==", summaries, artifact, delay_ms)))
     print(f"results and plots: {out} ({time.monotonic() - t0:.0f} s)")
-    return 3 if any(s["fidelity"] == "degraded" for s in summaries.values()) else 0
+    return EXIT_DEGRADED if any(is_degraded(s) for s in summaries.values()) else 0
 
 
 def register(sub: Any) -> None:
@@ -329,7 +434,8 @@ def register(sub: Any) -> None:
         "experiment (workload: {torch: ...}) trains the script itself, on loopback and then on "
         "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
         "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
-        "started), 1 the run failed, 3 fidelity degraded.")
+        "started), 1 the run failed, 3 fidelity degraded (with --baseline: the run or its "
+        "baseline; the overhead is then marked * and rests_on_degraded names them).")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")
@@ -345,7 +451,11 @@ def register(sub: Any) -> None:
         "sweep.csv (mode, semantics, delay_ms, iteration_time_s, overhead_pct), sweep.json "
         "(with each family's slope of step time against delay over the points >= 250 ms and "
         "its overhead at 100 ms, and the public Opus artifact's figures), one run directory per "
-        "point and iteration_vs_delay.png.")
+        "point and iteration_vs_delay.png. A figure that rests on a degraded run (its point, "
+        "or the baseline for an overhead) is marked * in the table, with the runs' reasons "
+        "below, and listed under rests_on_degraded in sweep.csv and sweep.json. Exit status: "
+        "0 ok (a --backend sim sweep is never degraded), 3 some point degraded, 2 bad option "
+        "(nothing run).")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default="0,1,10,25,50,100", help="switching delays in ms")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
@@ -374,7 +484,9 @@ def register(sub: Any) -> None:
         "the slope of step time against delay (>= 250 ms) and their differences from the "
         "experiment as written; write ladder.json and each rung's sweep under --out. "
         "no-controller-baseline reuses the as-written points against a baseline where no call "
-        "asks the controller. Exit status 2: bad option, nothing run.")
+        "asks the controller. A figure that rests on a degraded run is marked * and listed "
+        "under rests_on_degraded in ladder.json (simulated runs never are). Exit status: 0 "
+        "ok, 3 some figure rests on a degraded run, 2 bad option (nothing run).")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default="100,250,1000,3000",
                    help="switching delays in ms (include 100 and two >= 250 for the figures)")

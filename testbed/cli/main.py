@@ -67,17 +67,26 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _print_bench(result: dict[str, Any], as_json: bool) -> None:
+    """A benchmark's result: JSON, or one line per key (a row per line for lists of rows).
+    Figures that rest on a degraded run (the result's ``degraded_figures``, rows with a
+    ``rests_on_degraded``) are marked, with a legend naming those runs' reasons."""
+    from testbed.metrics.degraded import MARK, RESTS_ON, legend
+
     if as_json:
         print(json.dumps(result, indent=1))
         return
+    marked = set(result.get("degraded_figures") or ())
     for key, value in result.items():
         if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
             if key != "results":
                 print(f"{key}:")
             for row in value:
-                print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+                print(f"{MARK if row.get(RESTS_ON) else ' '} "
+                      + ", ".join(f"{k}={v}" for k, v in row.items()))
         else:
-            print(f"{key}: {value}")
+            print(f"{key}: {value}{MARK if key in marked else ''}")
+    for line in legend((result.get("degraded_runs") or {}).items()):
+        print(line)
 
 
 def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,9 +248,13 @@ def _floats(text: str) -> list[float]:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    """Run a benchmark and print it; exit 3 when a printed figure rests on a degraded run
+    (the result's ``rests_on_degraded``: ``bench crossval``)."""
+    from testbed.metrics.degraded import RESTS_ON, exit_status
+
     result = args.bench_fn(args)
     _print_bench(result, args.json)
-    return 0
+    return exit_status(result.get(RESTS_ON) or [])
 
 
 def _cmd_workload(args: argparse.Namespace) -> int:
@@ -304,7 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
     b.set_defaults(bench_fn=_bench_workload)
     _add_controller_bench(bench)
-    b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)")
+    b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)",
+                         description="Run CONFIG emulated and simulated from the same plan and "
+                         "compare their mean iteration times (with --semantics/--delays, per "
+                         "point against a 10 %% bound). Exit status: 0, or 3 when an emulated "
+                         "run is degraded (its figures are marked and listed under "
+                         "rests_on_degraded); 1 a run failed, 2 bad input.")
     b.add_argument("config", help="experiment YAML that fits the emulator")
     b.add_argument("--keep", metavar="DIR", help="keep both runs' results under DIR")
     b.add_argument("--seeds", type=int, default=5,

@@ -14,6 +14,9 @@ control-latency draws; the results directory ``sim/`` is the first seed's run.
 :func:`run_crossval_points` does this for several semantics and switching delays
 (``bench crossval --semantics port-exact,rail-state --delays 0,100,250``) and reports, per
 point, the agreement ``|emu - sim| / sim`` against a 10 % bound: a benchmark (JSON), not a test.
+Every comparison rests on its emulated run: a degraded one is listed under
+``rests_on_degraded`` (with its reasons under ``degraded_runs``, and the figures it touches
+under ``degraded_figures``; :mod:`testbed.metrics.degraded`), and ``bench crossval`` exits 3.
 
 It also measures, from the emulated run's records and event log, the constants the sim backend
 uses for the emulator (:data:`testbed.simulator.network.EMULATOR_COSTS`), so that a machine whose
@@ -32,6 +35,9 @@ userspace Open vSwitch, 2 cores): one way between a rank and the controller p10 
 0.9-1.3 ms, p90 2-3.6 ms; connect + finish ~2 ms per call and peer, a step ~1 ms; a switching
 overhead of ~4.5 ms at 25 ms; goodput fits of 0.72-0.91 per call shape (medians ~0.90, means
 lower: the default is 0.85). With 16 ranks on the 2 cores the costs were about twice as large.
+Those 4-rank runs came with the config of ``tests/emulation/test_crossval.py``'s calibration
+check; ``examples/llama3-8b-artifact-scaled.yaml`` came after and is the held-out config that
+the same file's validation test holds to :data:`AGREEMENT_BOUND`.
 """
 
 from __future__ import annotations
@@ -48,10 +54,15 @@ import numpy as np
 
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import load_experiment
+from testbed.metrics.degraded import RESTS_ON, degraded_labels, degraded_runs, union
 from testbed.results import store
 
 #: The emulator and the simulator agree on a point when |emu - sim| / sim is at most this.
 AGREEMENT_BOUND = 0.10
+#: The figures of :func:`run_crossval` that rest on both runs (hence on a degraded one).
+FIGURES = ("emu_iteration_s", "sim_iteration_s", "ratio")
+#: The figures of :func:`run_crossval_points` that rest on every point's runs.
+POINTS_FIGURES = ("all_within_bound", "worst_agreement_pct")
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -191,7 +202,18 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         "sim_wall_s": sim.get("wall_s"), "measured_costs": costs,
         "emu_prefix": prefixes[0] if prefixes else None,
         "work_dir": str(work_dir) if work_dir is not None else None,
+        **degraded_marks(emu, sim),
     }
+
+
+def degraded_marks(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
+    """The keys of :func:`run_crossval`'s result that say which of its two runs (``emulated``,
+    ``simulated``) are degraded: ``rests_on_degraded``, ``degraded_runs`` (their verdicts)
+    and ``degraded_figures`` (:data:`FIGURES` when any run is)."""
+    runs = [("emulated", emu), ("simulated", sim)]
+    rests_on = degraded_labels(runs)
+    return {RESTS_ON: rests_on, "degraded_runs": degraded_runs(runs),
+            "degraded_figures": list(FIGURES) if rests_on else []}
 
 
 def run_crossval_points(config_path: str | Path, semantics: Sequence[str],
@@ -207,15 +229,30 @@ def run_crossval_points(config_path: str | Path, semantics: Sequence[str],
             keep = work_dir / f"{sem}-{delay:g}ms" if work_dir is not None else None
             res = run_crossval(config_path, work_dir=keep, say=say, sim_seeds=sim_seeds,
                                overrides={"semantics": sem, "switching_delay": float(delay)})
-            emu, sim = res["emu_iteration_s"], res["sim_iteration_s"]
-            agreement = abs(emu - sim) / sim if emu and sim else None
-            points.append({"semantics": sem, "delay_ms": float(delay), "emu_iteration_s": emu,
-                           "sim_iteration_s": sim, "agreement_pct": None if agreement is None
-                           else 100.0 * agreement,
-                           "within_bound": agreement is not None
-                           and agreement <= AGREEMENT_BOUND, "detail": res})
+            points.append(crossval_point(sem, float(delay), res))
+    rests_on = union(*(p[RESTS_ON] for p in points))
     return {"config": str(config_path), "bound_pct": 100.0 * AGREEMENT_BOUND,
             "all_within_bound": all(p["within_bound"] for p in points),
             "worst_agreement_pct": max((p["agreement_pct"] for p in points
                                         if p["agreement_pct"] is not None), default=None),
+            RESTS_ON: rests_on,
+            "degraded_runs": {label: v for p in points
+                              for label, v in p["degraded_runs"].items()},
+            "degraded_figures": list(POINTS_FIGURES) if rests_on else [],
             "points": points}
+
+
+def crossval_point(semantics: str, delay_ms: float, res: dict[str, Any]) -> dict[str, Any]:
+    """One point of :func:`run_crossval_points` from its :func:`run_crossval` result ``res``:
+    the agreement, whether it is within the bound, and the degraded runs it rests on (labels
+    ``SEMANTICS D ms: emulated``)."""
+    emu, sim = res["emu_iteration_s"], res["sim_iteration_s"]
+    agreement = abs(emu - sim) / sim if emu and sim else None
+    prefix = f"{semantics} {delay_ms:g} ms: "
+    return {"semantics": semantics, "delay_ms": delay_ms, "emu_iteration_s": emu,
+            "sim_iteration_s": sim,
+            "agreement_pct": None if agreement is None else 100.0 * agreement,
+            "within_bound": agreement is not None and agreement <= AGREEMENT_BOUND,
+            RESTS_ON: [prefix + x for x in res.get(RESTS_ON, [])],
+            "degraded_runs": {prefix + x: v for x, v in res.get("degraded_runs", {}).items()},
+            "detail": res}

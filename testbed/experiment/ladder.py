@@ -32,6 +32,12 @@ Rungs (:data:`RUNGS`), each against the experiment as written:
 
 The differences are not additive (switching two things at once is not the sum of switching
 each); the ladder measures each on its own.
+
+Every figure names the degraded runs it rests on (``rests_on_degraded``, labels ``RUNG: POINT``;
+:mod:`testbed.metrics.degraded`): a rung's baseline step on its baseline, its slope and 100 ms
+overhead on their points and baseline, a delta on both rungs' figures. ``ladder.json`` lists
+them all, with each degraded run's reasons under ``degraded_runs``. Simulated points are never
+degraded, so on the sim backend these lists stay empty.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from typing import Any
 from controller.railstate import PORT_EXACT
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
+from testbed.metrics.degraded import RESTS_ON, as_list, degraded_labels, degraded_runs, union
 from testbed.metrics.fit import fit_families
 from workloads.config import WorkloadConfig
 
@@ -122,21 +129,46 @@ def select_rungs(names: Sequence[str] | None) -> list[Rung]:
     return [r for r in RUNGS if r.name == "as-written" or r.name in names]
 
 
+#: A family's figures and the degraded runs each rests on, as a rung keeps them.
+FAMILY_KEYS = ("slope_s_per_s", "overhead_100ms_pct", "slope_rests_on_degraded",
+               "overhead_100ms_rests_on_degraded", RESTS_ON)
+
+
 def _families_by_mode(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {f["mode"]: {"slope_s_per_s": f["slope_s_per_s"],
-                        "overhead_100ms_pct": f["overhead_100ms_pct"]}
-            for f in fit_families(rows)}
+    return {f["mode"]: {k: f[k] for k in FAMILY_KEYS} for f in fit_families(rows)}
 
 
-def rebase_rows(rows: Sequence[dict[str, Any]], baseline_s: float) -> list[dict[str, Any]]:
-    """``rows`` of a sweep with their overheads taken against ``baseline_s`` instead."""
-    return [{**r, "overhead_pct": None if r.get("iteration_time_s") in (None, "")
-             else 100.0 * (float(r["iteration_time_s"]) / baseline_s - 1.0)} for r in rows]
+def _label(row: dict[str, Any]) -> str:
+    return str(row.get("point") or row["mode"])
+
+
+def in_rung(rows: Sequence[dict[str, Any]], rung_name: str) -> list[dict[str, Any]]:
+    """Sweep ``rows`` with their point labels (and ``rests_on_degraded``) prefixed
+    ``RUNG: ``, so that a ladder's labels say which rung's run they name."""
+    return [{**r, "point": f"{rung_name}: {_label(r)}",
+             RESTS_ON: [f"{rung_name}: {x}" for x in as_list(r.get(RESTS_ON))]} for r in rows]
+
+
+def rebase_rows(rows: Sequence[dict[str, Any]], baseline_s: float,
+                baseline: dict[str, Any] | None = None, baseline_label: str = "baseline"
+                ) -> list[dict[str, Any]]:
+    """``rows`` of a sweep with their overheads taken against ``baseline_s`` instead (the
+    run ``baseline``, named ``baseline_label``): each overhead then rests on its own run and
+    that baseline."""
+    out = []
+    for r in rows:
+        overhead = (None if r.get("iteration_time_s") in (None, "")
+                    else 100.0 * (float(r["iteration_time_s"]) / baseline_s - 1.0))
+        rests_on = degraded_labels([(_label(r), r)] + [(baseline_label, baseline)] * (
+            overhead is not None))
+        out.append({**r, "overhead_pct": overhead, RESTS_ON: rests_on})
+    return out
 
 
 def rung_result(rung: Rung, cfg: ExperimentConfig, rows: Sequence[dict[str, Any]],
-                baseline_s: float | None) -> dict[str, Any]:
-    """One rung's entry: its settings, baseline step and per mode slope and 100 ms overhead."""
+                baseline_s: float | None, baseline_on: Sequence[str] = ()) -> dict[str, Any]:
+    """One rung's entry: its settings, baseline step (and the degraded runs it rests on,
+    ``baseline_on``) and per mode slope and 100 ms overhead."""
     w = cfg.workload
     return {"rung": rung.name, "change": rung.change, "semantics": cfg.semantics,
             "request_points": cfg.request_points,
@@ -144,28 +176,41 @@ def rung_result(rung: Rung, cfg: ExperimentConfig, rows: Sequence[dict[str, Any]
             "reshard_after_forward": w.parallel.reshard_after_forward,
             "micro_batch_size": w.micro_batch_size, "num_microbatches": w.num_microbatches,
             "calibrate_step_s": w.calibrate_step_s, "compute_scale": w.compute_scale,
-            "baseline_s": baseline_s,
+            "baseline_s": baseline_s, "baseline_rests_on_degraded": list(baseline_on),
             "modes": _families_by_mode(rows)}
 
 
 def with_deltas(rungs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each rung with ``delta``: per mode, its slope and 100 ms overhead minus the first
-    rung's (None where either is missing)."""
+    rung's (None where either is missing), and the degraded runs those differences rest on
+    (both rungs' figures')."""
     first = rungs[0]["modes"] if rungs else {}
     out = []
     for r in rungs:
         delta = {}
         for mode, fam in r["modes"].items():
             ref = first.get(mode, {})
-            delta[mode] = {k: None if fam.get(k) is None or ref.get(k) is None
-                           else fam[k] - ref[k]
-                           for k in ("slope_s_per_s", "overhead_100ms_pct")}
+            d: dict[str, Any] = {}
+            rests_on: list[str] = []
+            for k, on in (("slope_s_per_s", "slope_rests_on_degraded"),
+                          ("overhead_100ms_pct", "overhead_100ms_rests_on_degraded")):
+                d[k] = None if fam.get(k) is None or ref.get(k) is None else fam[k] - ref[k]
+                d[on] = [] if d[k] is None else union(fam.get(on, []), ref.get(on, []))
+                rests_on = union(rests_on, d[on])
+            d[RESTS_ON] = rests_on
+            delta[mode] = d
         out.append({**r, "delta": delta})
     return out
 
 
-def _no_controller_baseline_s(cfg: ExperimentConfig, out: Path) -> float | None:
-    """Iteration time of the baseline with no call asking the controller (sim backend)."""
+def ladder_rests_on(rungs: Sequence[dict[str, Any]]) -> list[str]:
+    """Every degraded run some figure of the ladder rests on."""
+    return union(*(r.get("baseline_rests_on_degraded", []) for r in rungs),
+                 *(fam.get(RESTS_ON, []) for r in rungs for fam in r["modes"].values()))
+
+
+def _no_controller_baseline(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
+    """The summary of the baseline with no call asking the controller (sim backend)."""
     from testbed.experiment.prepare import prepare
     from testbed.plan.requestpoints import with_request_points
     from testbed.simulator.run import run_simulated
@@ -173,9 +218,7 @@ def _no_controller_baseline_s(cfg: ExperimentConfig, out: Path) -> float | None:
     prep = prepare(cfg.replace(mode="baseline"), check_capacity=False)
     prep = dataclasses.replace(prep, plan=with_request_points(prep.plan, "none",
                                                               predict=False))
-    summary = run_simulated(prep, out, lambda _m: None)
-    t = summary.get("iteration_time_s")
-    return None if t is None else float(t)
+    return run_simulated(prep, out, lambda _m: None)
 
 
 def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: list[str],
@@ -198,24 +241,38 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
                          "changed)")
     results: list[dict[str, Any]] = []
     written: list[dict[str, Any]] = []
+    runs: list[tuple[str, dict[str, Any]]] = []  # (label, summary or row) of every run
     for rung, variant in zip(rungs, configs, strict=True):
         say(f"rung {rung.name}: {rung.change}")
         if rung.name == NO_CONTROLLER:
-            base = _no_controller_baseline_s(cfg, out / rung.name)
-            rows = rebase_rows(written, base) if base else []
+            label = f"{rung.name}: baseline"
+            summary = _no_controller_baseline(cfg, out / rung.name)
+            runs.append((label, summary))
+            t = summary.get("iteration_time_s")
+            base = None if t is None else float(t)
+            rows = rebase_rows(written, base, summary, label) if base else []
+            base_on = degraded_labels([(label, summary)])
         else:
-            rows = run_sweep(variant, delays_ms, modes, out / rung.name, "sim", workers,
-                             lambda _m: None, semantics=[variant.semantics])
-            base = next((r["iteration_time_s"] for r in rows if r["mode"] == "baseline"),
-                        None)
+            rows = in_rung(run_sweep(variant, delays_ms, modes, out / rung.name, "sim",
+                                     workers, lambda _m: None, semantics=[variant.semantics]),
+                           rung.name)
+            runs += [(r["point"], r) for r in rows]
+            baseline = next((r for r in rows if r["mode"] == "baseline"), None)
+            base = None if baseline is None else baseline["iteration_time_s"]
+            base_on = degraded_labels([(baseline["point"], baseline)]) if (
+                baseline is not None and base is not None) else []
             if rung.name == "as-written":
                 written = rows
-        results.append(rung_result(rung, variant, rows, base))
+        results.append(rung_result(rung, variant, rows, base, base_on))
         say(f"  baseline {base} s; " + "; ".join(
             f"{m}: {f['overhead_100ms_pct']} % at 100 ms, slope {f['slope_s_per_s']} s/s"
             for m, f in results[-1]["modes"].items()))
+    rungs_out = with_deltas(results)
+    rests_on = ladder_rests_on(rungs_out)
     ladder = {"name": cfg.name, "source": cfg.source, "backend": "sim",
-              "delays_ms": delays_ms, "modes": modes, "rungs": with_deltas(results),
+              "delays_ms": delays_ms, "modes": modes, "rungs": rungs_out,
+              RESTS_ON: rests_on,
+              "degraded_runs": degraded_runs((x, s) for x, s in runs if x in rests_on),
               "reference": artifact_reference()}
     store.write_json(out / "ladder.json", ladder)
     return ladder

@@ -23,6 +23,11 @@ the sweep stops with an error naming the pip extra.
 
 A point that fails is recorded with its error and the sweep goes on; a failed baseline leaves
 the overheads empty.
+
+A point's figures rest on its own run and, for the overhead, on the baseline's: each row lists
+the degraded ones under ``rests_on_degraded`` (``point`` labels; :mod:`testbed.metrics.degraded`),
+each family lists those of its slope and its 100 ms overhead, and ``sweep.json`` lists every
+degraded point; ``opus-testbed sweep`` marks those figures and exits 3.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig
+from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
 from testbed.metrics.fit import fit_families
 from testbed.results import store
 from testbed.results.reference import artifact_reference
@@ -48,7 +54,10 @@ Point = tuple[str, str, float]  # (semantics, mode, delay_ms); the baseline's se
 COLUMNS = ("mode", "semantics", "delay_ms", "iteration_time_s", "overhead_pct",
            "exposed_reconfig_s",
            "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
-           "fidelity_blame", "backend", "wall_s", "run_dir", "error")
+           "fidelity_blame", "backend", "wall_s", "run_dir", "error", "point",
+           "fidelity_reasons", RESTS_ON)
+#: Columns whose JSON value is a list of strings, one ``"; "``-joined cell in ``sweep.csv``.
+LIST_COLUMNS = ("fidelity_reasons", RESTS_ON)
 EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
 
 
@@ -126,8 +135,12 @@ def _run_emu_point(cfg: ExperimentConfig, point: Point, run_dir: Path, say: Say
         return {"error": str(exc), "wall_s": time.monotonic() - t0}
 
 
-def _label(point: Point) -> str:
+def point_label(point: Point) -> str:
+    """``baseline`` or ``[SEMANTICS ]MODE D ms``: how rows, legends and
+    ``rests_on_degraded`` name a point."""
     semantics, mode, delay_ms = point
+    if mode == "baseline":
+        return "baseline"
     return f"{semantics + ' ' if semantics else ''}{mode} {delay_ms:g} ms"
 
 
@@ -140,7 +153,7 @@ def _map_sim(cfg: ExperimentConfig, points: list[Point], dirs: list[Path], worke
             summaries = []
             for p, fut in zip(points, futures, strict=True):
                 summaries.append(fut.result())
-                say(f"  {_label(p)}: {_brief(summaries[-1])}")
+                say(f"  {point_label(p)}: {_brief(summaries[-1])}")
             return summaries
     if engine == "ray":
         try:
@@ -210,21 +223,22 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     else:
         summaries = []
         for p, run_dir in zip(points, dirs, strict=True):
-            say(f"point {_label(p)}")
+            say(f"point {point_label(p)}")
             summaries.append(_run_emu_point(cfg, p, run_dir, say))
-            say(f"  {_label(p)}: {_brief(summaries[-1])}")
+            say(f"  {point_label(p)}: {_brief(summaries[-1])}")
     rows = sweep_rows(points, summaries, dirs, backend)
     calibration = sweep_calibration(cfg, points, summaries)
     if calibration and calibration["far"]:
         say(f"note: the measured baseline ({calibration['baseline_iteration_time_s']:.3f} s) is "
             f"{calibration['gap_pct']:+.1f} % off the calibration target "
             f"({calibration['calibrate_step_s']:g} s)")
-    store.write_csv(out / "sweep.csv", rows)
+    store.write_csv(out / "sweep.csv", csv_rows(rows))
     store.write_json(out / "sweep.json", {
         "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
         "calibration": calibration, "wall_s": time.monotonic() - t0,
-        "families": fit_families(rows), "reference": artifact_reference(), "points": rows})
+        "families": fit_families(rows), "reference": artifact_reference(),
+        RESTS_ON: degraded_labels((r["point"], r) for r in rows), "points": rows})
     store.render_sweep(out)
     return rows
 
@@ -250,14 +264,20 @@ def sweep_calibration(cfg: ExperimentConfig, points: Sequence[Point],
 
 def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
                dirs: Sequence[Path], backend: str) -> list[dict[str, Any]]:
-    """One row per point; overheads against the baseline point of the same sweep."""
-    base = next((s.get("iteration_time_s") for (_, m, _), s in zip(points, summaries,
-                                                                   strict=True)
-                 if m == "baseline"), None)
+    """One row per point; overheads against the baseline point of the same sweep. A row's
+    ``rests_on_degraded`` names its own run if degraded and, when it has an overhead, the
+    baseline if degraded."""
+    baseline = next((s for (_, m, _), s in zip(points, summaries, strict=True)
+                     if m == "baseline"), {})
+    base = baseline.get("iteration_time_s")
     rows = []
-    for (semantics, mode, delay), s, run_dir in zip(points, summaries, dirs, strict=True):
+    for point, s, run_dir in zip(points, summaries, dirs, strict=True):
+        semantics, mode, delay = point
         t = s.get("iteration_time_s")
         overhead = None if t is None or not base else 100.0 * (t / base - 1.0)
+        label = point_label(point)
+        rests_on = degraded_labels([(label, s)] + [("baseline", baseline)] * (
+            overhead is not None))
         rows.append({
             "mode": mode, "semantics": semantics, "delay_ms": delay, "iteration_time_s": t,
             "overhead_pct": overhead,
@@ -266,5 +286,11 @@ def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
             "all_iterations_completed": s.get("all_iterations_completed"),
             "fidelity": s.get("fidelity"), "fidelity_blame": s.get("fidelity_blame"),
             "backend": backend, "wall_s": s.get("wall_s"),
-            "run_dir": str(run_dir), "error": s.get("error", "")})
+            "run_dir": str(run_dir), "error": s.get("error", ""), "point": label,
+            "fidelity_reasons": list(s.get("fidelity_reasons") or []), RESTS_ON: rests_on})
     return [{k: r[k] for k in COLUMNS} for r in rows]
+
+
+def csv_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` as ``sweep.csv`` holds them: list columns as one ``"; "``-joined cell."""
+    return [{k: csv_cell(v) if k in LIST_COLUMNS else v for k, v in r.items()} for r in rows]

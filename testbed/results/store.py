@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from testbed.errors import RunError
 from testbed.results import plots
 
 PACKAGES = ("opus-testbed", "os-ken", "pyzmq", "numpy", "matplotlib", "psutil", "PyYAML",
@@ -55,18 +56,33 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+class RecordFileError(RunError):
+    """A JSON-lines file with a bad line that is not a cut-off last line."""
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (``[]`` if it does not exist), one per non-blank line.
+
+    Only a cut-off last line is skipped: an unparsable final line without its newline, as a
+    writer killed mid-line leaves it. Any other unparsable line means the file is corrupt, and
+    the records around it cannot be trusted: :class:`RecordFileError` names the file and line.
+    """
     if not path.exists():
         return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")  # the last item is "" when the file ends with a newline
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue  # a line cut by a crash
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as exc:
+            if number == len(lines):  # no newline after it: the writer stopped mid-line
+                break
+            raise RecordFileError(
+                f"{path}:{number}: not a JSON record ({exc}); only a cut-off last line (a "
+                "writer killed mid-line) is skipped, so this file is corrupt") from exc
     return out
 
 

@@ -14,7 +14,6 @@ must hold under any load and never skips a run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ MISSING_PREREQUISITE_EXIT = pytest.ExitCode.TESTS_FAILED
 
 
 def ci_requested(env: dict[str, str] | None = None) -> bool:
-    """True when ``CI`` is set to a true value (``true``, ``1``, ``yes``, ``on``)."""
-    value = (os.environ if env is None else env).get("CI", "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    """True when ``CI`` is set to a true value (:func:`testbed.check.ci_requested`)."""
+    from testbed.check import ci_requested as ci
+
+    return ci(env)
 
 
 def missing_prerequisites() -> list[Check]:

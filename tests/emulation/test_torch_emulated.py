@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from testbed.check import ci_requested
 from testbed.cli.experiments import run_one
 from testbed.experiment.config import load_experiment
 from testbed.torchjob.config import load_torch_experiment
 from testbed.torchjob.runner import run_torch
 
-if importlib.util.find_spec("torch") is None and os.environ.get("CI", "") != "true":
+if importlib.util.find_spec("torch") is None and not ci_requested():
     pytest.skip("torch is not installed (bash scripts/setup.sh installs it)",
                 allow_module_level=True)
 

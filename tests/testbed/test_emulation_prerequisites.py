@@ -62,3 +62,26 @@ def test_without_ci_missing_open_vswitch_skips_with_the_reason(
     assert "openvswitch: ovs-vswitchd/ovsdb not answering" in out
     assert ovs_fix(tmp_path, monkeypatch) in out
 
+
+
+@pytest.mark.parametrize(("value", "ci"), [
+    ("true", True), ("1", True), (" TRUE ", True), ("yes", True), ("on", True),
+    ("", False), ("0", False), ("false", False), ("no", False), (None, False)])
+def test_ci_is_detected_by_one_rule(value: str | None, ci: bool) -> None:
+    """``CI=1`` and ``CI=true`` both mean CI, for the emulation prerequisites and the torch
+    tests alike (testbed.check.ci_requested is the only reader of ``CI``)."""
+    from testbed.check import ci_requested
+
+    env = {} if value is None else {"CI": value}
+    assert ci_requested(env) is ci
+
+
+def test_nothing_else_reads_the_ci_variable() -> None:
+    readers = []
+    for path in [*ROOT.glob("testbed/**/*.py"), *ROOT.glob("tests/**/*.py")]:
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text()
+        if 'environ.get("CI"' in text or "environ['CI']" in text or 'environ["CI"]' in text:
+            readers.append(str(path.relative_to(ROOT)))
+    assert readers == []

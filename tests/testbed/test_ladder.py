@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,10 +78,15 @@ def test_overheads_are_rebased_and_deltas_taken_against_the_first_rung() -> None
         {"modes": {"on-demand": {"slope_s_per_s": 5.0, "overhead_100ms_pct": 7.0}}},
         {"modes": {"on-demand": {"slope_s_per_s": 8.0, "overhead_100ms_pct": 4.0},
                    "provisioning": {"slope_s_per_s": 1.0, "overhead_100ms_pct": 1.0}}}])
-    assert rungs[0]["delta"]["on-demand"] == {"slope_s_per_s": 0.0, "overhead_100ms_pct": 0.0}
-    assert rungs[1]["delta"] == {
+    def figures(delta: dict[str, Any]) -> dict[str, Any]:
+        return {k: delta[k] for k in ("slope_s_per_s", "overhead_100ms_pct")}
+
+    assert figures(rungs[0]["delta"]["on-demand"]) == {"slope_s_per_s": 0.0,
+                                                       "overhead_100ms_pct": 0.0}
+    assert {m: figures(d) for m, d in rungs[1]["delta"].items()} == {
         "on-demand": {"slope_s_per_s": 3.0, "overhead_100ms_pct": -3.0},
         "provisioning": {"slope_s_per_s": None, "overhead_100ms_pct": None}}
+    assert all(d["rests_on_degraded"] == [] for r in rungs for d in r["delta"].values())
 
 
 def test_ladder_runs_rungs_and_a_baseline_without_controller(tmp_path: Path) -> None:

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
+from testbed.check import ci_requested
 from testbed.cli.main import main
 from testbed.errors import RankFailed
 from testbed.torchjob.config import TorchExperiment, parse_torch_experiment
 from testbed.torchjob.runner import TorchPrepared, run_loopback, run_torch
 
-if importlib.util.find_spec("torch") is None and os.environ.get("CI", "") != "true":
+if importlib.util.find_spec("torch") is None and not ci_requested():
     pytest.skip("torch is not installed (bash scripts/setup.sh installs it)",
                 allow_module_level=True)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.check import ci_requested
 from testbed.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +43,7 @@ def _require_torch_job() -> None:
         return
     with open(ROOT / "pyproject.toml", "rb") as fh:
         extras = tomllib.load(fh)["project"].get("optional-dependencies", {})
-    ci = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
-    if ci and "torch" in extras:
+    if ci_requested() and "torch" in extras:
         pytest.fail(f"CI=true and the project declares torch, but {'; '.join(missing)} "
                     "(fix: bash scripts/setup.sh)")
     pytest.skip("; ".join(missing))
