@@ -65,9 +65,13 @@ CPU_STEAL_PCT = 20.0
 #: Share of the run's time during which some thread waited for a core (Linux pressure stall
 #: information, ``/proc/pressure/cpu``) above which an overrun of the OCS's dark periods is the
 #: machine's: ovs-vswitchd and the OCS app's os-ken threads are ordinary threads, and the
-#: app's confirmation of a switch waits for each of them in turn (measured on this 2-core
-#: machine shared with other jobs: pressure 95-99 %, dark-period error p99 4-86 ms at 10 ms).
-CPU_PRESSURE_PCT = 10.0
+#: app's confirmation of a switch waits for each of them in turn. Measured on this 2-core
+#: machine (``docs/validation.md``, "The fidelity verdict"): an emulated run makes pressure of
+#: its own, 10-42 % for the demo's 16 ranks and 11-25 % for tiny.yaml's 4 with no other work
+#: running, so the former 10 % blamed almost every overrun on the machine; the failover tests
+#: beside two busy loops saw 21-98 % (median ~60 %, their CPU saturated as well). Above 50 %,
+#: other work took the cores; below it, an overrun is the emulation's own (the run's).
+CPU_PRESSURE_PCT = 50.0
 PSI_CPU = Path("/proc/pressure/cpu")
 #: Achieved over configured link rate of the ring collectives: the median must reach
 #: THROUGHPUT_RATIO_MIN and the low tail (p10) THROUGHPUT_RATIO_P10_MIN (slower calls stretch
