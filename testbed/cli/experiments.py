@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from controller.railstate import SEMANTICS
 from testbed.errors import RunRefused, Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.experiment.sweep import DEFAULT_SWEEP_DELAYS
 from testbed.metrics.degraded import (
     EXIT_DEGRADED,
     RESTS_ON,
@@ -21,6 +22,7 @@ from testbed.metrics.degraded import (
     legend,
     mark,
 )
+from testbed.metrics.fit import SLOPE_MIN_DELAY_MS
 from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -223,16 +225,38 @@ def sweep_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                      f"{_cell(r.get('iteration_time_s'), '.3f', own):>14}"
                      f"{_cell(r.get('overhead_pct'), '+.2f', r.get(RESTS_ON)):>13}  "
                      f"{r.get('fidelity', '')}")
+    if any(r["mode"] == "baseline" for r in rows):
+        lines.append("0 ms is the baseline: electrical rails, no OCS; each overhead_% is "
+                     "against it")
     for fam in meta["families"]:
-        slope = fam["slope_s_per_s"]
-        ov100 = fam["overhead_100ms_pct"]
-        slope_text = 'n/a' if slope is None else mark(
-            format(slope, '.2f'), fam.get("slope_rests_on_degraded", []))
-        ov_text = 'n/a' if ov100 is None else mark(
-            format(ov100, '+.1f'), fam.get("overhead_100ms_rests_on_degraded", []))
-        lines.append(f"{fam['mode']}, {fam['semantics']}: slope {slope_text} s/s (>= 250 ms), "
-                     f"overhead at 100 ms {ov_text} %")
+        lines.append(f"{fam['mode']}, {fam['semantics']}: {_slope_text(fam, rows)}, "
+                     f"{_overhead_100_text(fam)}")
     return lines + legend((r["point"], r) for r in rows)
+
+
+def _slope_text(fam: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The family's slope, or why there is none and which delays would give one."""
+    slope = fam["slope_s_per_s"]
+    if slope is not None:
+        return (f"slope {mark(format(slope, '.2f'), fam.get('slope_rests_on_degraded', []))} "
+                f"s/s (>= {SLOPE_MIN_DELAY_MS:g} ms)")
+    delays = sorted({float(r["delay_ms"]) for r in rows if r["mode"] == fam["mode"]
+                     and (r["semantics"] or "") == fam["semantics"]})
+    have = [d for d in delays if d >= SLOPE_MIN_DELAY_MS]
+    largest = f", largest {delays[-1]:g} ms" if delays else ""
+    ok = int(fam.get("slope_points") or 0)
+    why = (f"only {ok} of its {len(have)} succeeded" if len(have) >= 2 else
+           f"this sweep has {len(have)}{largest}")
+    return (f"slope n/a (needs 2 delays >= {SLOPE_MIN_DELAY_MS:g} ms, where exposed switching "
+            f"dominates; {why}: add --delays ...,250,500)")
+
+
+def _overhead_100_text(fam: dict[str, Any]) -> str:
+    ov100 = fam["overhead_100ms_pct"]
+    if ov100 is None:
+        return "overhead at 100 ms n/a (no measured 100 ms point with a baseline)"
+    return (f"overhead at 100 ms "
+            f"{mark(format(ov100, '+.1f'), fam.get('overhead_100ms_rests_on_degraded', []))} %")
 
 
 def _pct(value: float | None, fmt: str = "+.1f") -> str:
@@ -457,7 +481,9 @@ def register(sub: Any) -> None:
         "0 ok (a --backend sim sweep is never degraded), 3 some point degraded, 2 bad option "
         "(nothing run).")
     p.add_argument("config", help="experiment YAML")
-    p.add_argument("--delays", default="0,1,10,25,50,100", help="switching delays in ms")
+    p.add_argument("--delays", default=DEFAULT_SWEEP_DELAYS,
+                   help="switching delays in ms; 0 stands for the electrical baseline, and a "
+                   "slope needs two >= 250 ms (default %(default)s)")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
     p.add_argument("--semantics", dest="semantics_list",

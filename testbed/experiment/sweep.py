@@ -59,6 +59,8 @@ COLUMNS = ("mode", "semantics", "delay_ms", "iteration_time_s", "overhead_pct",
 #: Columns whose JSON value is a list of strings, one ``"; "``-joined cell in ``sweep.csv``.
 LIST_COLUMNS = ("fidelity_reasons", RESTS_ON)
 EXTRAS = {"ray": "ray", "dask": "dask"}  # engine -> pip extra of opus-testbed
+#: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
+DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 
 
 class SweepError(ValueError):
@@ -213,10 +215,12 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
                          "changed)")
     dirs = [point_dir(out, p, tagged=RAIL_STATE in semantics) for p in points]
     out.mkdir(parents=True, exist_ok=True)
-    say(f"sweep {cfg.name} ({backend}): {len(points)} points (baseline, then "
-        f"{', '.join(m for m in dict.fromkeys(modes) if m != 'baseline')} "
-        f"({', '.join(semantics)}) at "
-        f"{', '.join(f'{d:g}' for d in dict.fromkeys(delays_ms))} ms); results in {out}")
+    ocs_delays = [d for d in dict.fromkeys(delays_ms) if d > 0]
+    ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
+    what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
+            f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
+    say(f"sweep {cfg.name} ({backend}): {len(points)} points (the electrical baseline, which "
+        f"stands for 0 ms{what}); results in {out}")
     t0 = time.monotonic()
     if backend == "sim":
         summaries = _map_sim(cfg, points, dirs, workers, engine, say)
