@@ -11,8 +11,13 @@ from typing import Any, TypeVar
 
 from controller.railstate import SEMANTICS
 from testbed.errors import RunRefused, Say, say_stderr
-from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
-from testbed.experiment.sweep import DEFAULT_SWEEP_DELAYS
+from testbed.experiment.config import (
+    DEFAULT_SWEEP_DELAYS,
+    MODES,
+    ExperimentConfig,
+    RunSettings,
+    load_experiment,
+)
 from testbed.metrics.degraded import (
     EXIT_DEGRADED,
     RESTS_ON,
@@ -193,7 +198,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
-                         engine=args.engine, semantics=semantics)
+                         engine=args.engine, semantics=semantics, reference=args.reference)
     except SweepError as exc:  # a bad option: nothing was run
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -474,10 +479,12 @@ def register(sub: Any) -> None:
         description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
         "sweep.csv (mode, semantics, delay_ms, iteration_time_s, overhead_pct), sweep.json "
         "(with each family's slope of step time against delay over the points >= 250 ms and "
-        "its overhead at 100 ms, and the public Opus artifact's figures), one run directory per "
-        "point and iteration_vs_delay.png. A figure that rests on a degraded run (its point, "
-        "or the baseline for an overhead) is marked * in the table, with the runs' reasons "
-        "below, and listed under rests_on_degraded in sweep.csv and sweep.json. Exit status: "
+        "its overhead at 100 ms, and the public Opus artifact's figures when the workload is "
+        "the artifact's or with --reference), one run directory per point and "
+        "iteration_vs_delay.png (axes scaled to the data, degraded points ringed). A figure "
+        "that rests on a degraded run (its point, or the baseline for an overhead) is marked "
+        "* in the table, with the runs' reasons below, and listed under rests_on_degraded in "
+        "sweep.csv and sweep.json. Exit status: "
         "0 ok (a --backend sim sweep is never degraded), 3 some point degraded, 2 bad option "
         "(nothing run).")
     p.add_argument("config", help="experiment YAML")
@@ -496,6 +503,9 @@ def register(sub: Any) -> None:
     p.add_argument("--engine", choices=("process", "ray", "dask"), default="process",
                    help="where simulated points run: a local process pool, or an existing Ray "
                    "or Dask cluster (pip extras opus-testbed[ray] / [dask])")
+    p.add_argument("--reference", action="store_true",
+                   help="draw the public Opus artifact's Llama3-8B points on the plot even when "
+                   "the workload is not the artifact's (they are drawn when it is)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)
