@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
 from testbed.errors import RunRefused, Say, say_stderr
@@ -46,7 +46,8 @@ def make_say() -> Say:
 def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     if with_mode:
         p.add_argument("--mode", choices=MODES, help="override the config's mode")
-        p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+        p.add_argument("--delay", type=_delay,
+                   help="switching delay: ms or a Table 3 technology name")
         p.add_argument("--semantics", choices=SEMANTICS,
                        help="override ocs.semantics: port-exact (one-to-one circuits, the "
                        "default) or rail-state (the public Opus artifact's bitmask model)")
@@ -65,10 +66,19 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
 
 
 def _delay(text: str) -> float | str:
+    """``--delay``: ms or a Table 3 technology name, checked here so that a bad value is
+    blamed on the command line (exit 2), not on the experiment file's key."""
+    from controller.ocs import resolve_switching_delay_ms
+
     try:
-        return float(text)
+        value: float | str = float(text)
     except ValueError:
-        return text
+        value = text
+    try:
+        resolve_switching_delay_ms(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
 
 
 Settings = TypeVar("Settings", bound=RunSettings)
@@ -79,7 +89,7 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
     if getattr(args, "delay", None) is not None:
-        changes["switching_delay"] = _delay(args.delay)
+        changes["switching_delay"] = args.delay
     if getattr(args, "semantics", None):
         changes["semantics"] = args.semantics
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
@@ -178,13 +188,18 @@ def _delays_and_modes(args: argparse.Namespace) -> tuple[list[float], list[str]]
     try:
         delays = [float(x) for x in args.delays.split(",") if x.strip()]
     except ValueError as exc:
-        raise SystemExit(f"error: --delays must be numbers of ms separated by commas: {exc}"
-                         ) from exc
+        _bad_option(f"--delays must be numbers of ms separated by commas: {exc}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
-        raise SystemExit(f"error: unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+        _bad_option(f"unknown mode(s) {bad}; choose from {', '.join(MODES)}")
     return delays, modes
+
+
+def _bad_option(message: str) -> NoReturn:
+    """Refuse a bad option value as argparse does: the message, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -431,7 +446,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return run_demo()
     cfg = load_experiment(DEMO_CONFIG)
     if args.delay is not None:
-        cfg = cfg.replace(switching_delay=_delay(args.delay))
+        cfg = cfg.replace(switching_delay=args.delay)
     out = Path(args.out) if args.out else Path("results") / (
         f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     say = make_say()
@@ -551,7 +566,8 @@ def register(sub: Any) -> None:
                        "with the line saying which model the paper's Fig. 8 assumed. Exit "
                        "status: 0 every row ok, 3 some row degraded (each is named with its "
                        "reason), 1 a run failed.")
-    p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+    p.add_argument("--delay", type=_delay,
+                   help="switching delay: ms or a Table 3 technology name")
     p.add_argument("--out", help="results directory (default results/demo-TIME)")
     p.add_argument("--ocs-only", action="store_true",
                    help="instead, the emulated OCS alone, step by step (the first demo)")
