@@ -10,13 +10,14 @@ arguments; ``run`` returns the exit code (2 for a configuration error).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
 from workloads.errors import WorkloadConfigError
-from workloads.loader import load_workload_source
+from workloads.loader import load_timing, load_workload_source
 from workloads.models import total_params
 from workloads.schedule import Schedule
 from workloads.timing import TimedPhase, TimingModel, timed_phases, windows
@@ -34,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the human summary (the default without --json)")
     parser.add_argument("--scale-up", action="store_true",
                         help="also list phases of intra-server (NVLink) collectives")
-    parser.add_argument("--rail-gbps", type=float, default=TimingModel.rail_gbps,
+    parser.add_argument("--rail-gbps", type=float, default=None,
                         help="rail bandwidth for the modeled start times and for "
-                        "workload.calibrate_step_s (Gbit/s)")
+                        "workload.calibrate_step_s (Gbit/s; default: the file's "
+                        f"network.rail_gbps, as run uses it, else {TimingModel.rail_gbps:g})")
 
 
 def axis_totals(schedule: Schedule, rank: int) -> dict[str, dict[str, Any]]:
@@ -72,6 +74,7 @@ def report(schedule: Schedule, rank: int, model: TimingModel,
                         ("tp", "sp", "dp", "fsdp", "pp", "pp_schedule", "virtual_stages",
                          "cp", "ep")},
         "modeled_iteration_s": iteration_s,
+        "rail_gbps": model.rail_gbps,
         "activation_checkpointing": cfg.activation_checkpointing,
         "calibrate_step_s": cfg.calibrate_step_s,
         "compute_scale": cfg.compute_scale,
@@ -100,7 +103,8 @@ def print_summary(rep: dict[str, Any], out: TextIO) -> None:
           f"pp={p['pp']} ({p['pp_schedule']}, v={p['virtual_stages']}) cp={p['cp']} "
           f"ep={p['ep']}", file=out)
     print(f"ops (all ranks): {rep['ops']:,}   modeled iteration: "
-          f"{rep['modeled_iteration_s'] * 1e3:.1f} ms", file=out)
+          f"{rep['modeled_iteration_s'] * 1e3:.1f} ms on {rep['rail_gbps']:g} Gbit/s rails",
+          file=out)
     if rep["calibrate_step_s"] is not None:
         print(f"compute x{rep['compute_scale']:.4f}: calibrated to a "
               f"{rep['calibrate_step_s']:g} s step", file=out)
@@ -125,7 +129,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute the command; returns the exit code."""
     out = out or sys.stdout
     try:
-        source = load_workload_source(args.config, TimingModel(rail_gbps=args.rail_gbps))
+        timing = load_timing(args.config)
+        if args.rail_gbps is not None:
+            if args.rail_gbps <= 0:
+                raise WorkloadConfigError("must be positive", "--rail-gbps", "command line")
+            timing = dataclasses.replace(timing, rail_gbps=args.rail_gbps)
+        source = load_workload_source(args.config, timing)
         schedule = source.schedule()
     except WorkloadConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -135,7 +144,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     if args.out:
         schedule.to_json(args.out)
-    rep = report(schedule, args.rank, TimingModel(rail_gbps=args.rail_gbps), args.scale_up)
+    rep = report(schedule, args.rank, timing, args.scale_up)
     if args.json:
         json.dump(rep, out, indent=1)
         out.write("\n")

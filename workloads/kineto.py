@@ -26,7 +26,10 @@ same order; a pair's sends meet the receives in order), sizes, p2p peers, and in
 worker thread that ran each collective (a process group's own threads); exactly one
 consistent assignment is accepted, several are refused naming the first call they disagree
 on. Calls on one-member groups move no bytes and are dropped. Axes come from the group
-descriptors (``mesh_pp`` -> ``pp``, ...; :data:`workloads.captured.DESC_AXES`, ``axes`` overrides).
+descriptors (``mesh_pp`` -> ``pp``, ...; :data:`workloads.captured.DESC_AXES`, ``axes`` overrides);
+torch's world group ``default_pg`` is ``dp`` when the job has no other group (plain DDP).
+Refused as a whole, naming the file and the cause: an empty trace, a truncated one, one rank of
+a larger job, a trace with no call in a known layout, an iteration without calls.
 
 Iteration: ``ProfilerStep#N`` spans (``step``, default the last one every trace has), else the
 optimizer steps (``Optimizer.step#...``: iteration ``k`` ends with the ``k``-th), else the
@@ -156,6 +159,7 @@ class Imported:
     layouts: dict[int, str]
     step: str
     calls: dict[int, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # choices made for the user, to print
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -166,11 +170,24 @@ def load_trace(path: str | Path) -> Trace:
     try:
         opener = gzip.open if p.endswith(".gz") else open
         with opener(p, "rt") as fh:
-            doc = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+            text = fh.read()
+    except EOFError as exc:
+        raise KinetoError(f"{p}: truncated: the compressed file ends early ({exc}); was the "
+                          "trace still being written?") from exc
+    except (UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
     except OSError as exc:
         raise KinetoError(f"{p}: cannot read it: {exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not text.strip():
+            raise KinetoError(f"{p}: empty file (0 bytes of JSON)") from exc
+        if exc.pos >= len(text.rstrip()):
+            raise KinetoError(f"{p}: truncated: the JSON ends at byte {len(text)} in the "
+                              "middle of the document; was the trace still being written?"
+                              ) from exc
+        raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise KinetoError(f"{p}: not a torch.profiler Chrome trace (no 'traceEvents' list)")
     info = doc.get("distributedInfo")
@@ -186,6 +203,11 @@ def load_trace(path: str | Path) -> Trace:
             raise KinetoError(f"{p}: bad distributedInfo.pg_config entry {g!r}") from exc
     events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
               and isinstance(e.get("ts"), int | float) and isinstance(e.get("name"), str)]
+    if not events:
+        raise KinetoError(f"{p}: empty: no complete ('ph': 'X') events. A profiler with "
+                          "schedule= records only in its active steps and hands each cycle "
+                          "to on_trace_ready; export there (or call prof.step() every "
+                          "iteration inside the with block), not after it")
     return Trace(p, int(info["rank"]), int(info.get("world_size", 0)), groups, events)
 
 
@@ -582,6 +604,8 @@ def _leaf_spans(trace: Trace, tid: Any, t0: float, t1: float) -> list[tuple[floa
                   and not _is_comm(e["name"]) and float(e["ts"]) < t1
                   and float(e["ts"]) + float(e.get("dur", 0)) > t0),
                  key=lambda s: (s[0], -s[1]))
+    if not ops:  # a thread that ran no CPU op in the step (zip below wants one at least)
+        return []
     return [a for a, b in zip(ops, [*ops[1:], (float("inf"), 0.0)], strict=True)
             if b[0] >= a[1]]
 
@@ -656,10 +680,17 @@ def load_traces(paths: Sequence[str | Path]) -> dict[int, Trace]:
                               f"{first.world_size}")
     missing = sorted(set(range(first.world_size)) - set(traces))
     if missing:
-        raise KinetoError(f"the traces of ranks {missing} are missing (world_size "
-                          f"{first.world_size}): give one trace per rank")
+        given = "a single rank" if len(traces) == 1 else f"{len(traces)} ranks"
+        raise KinetoError(f"{given} of a {first.world_size}-rank job: the traces of ranks "
+                          f"{missing} are missing (world_size {first.world_size}); give one "
+                          "trace per rank (torch.profiler writes one file per rank)")
     for t in traces.values():
         t.layout = detect_layout(t)
+        if t.layout == "none":
+            raise KinetoError(f"{t.path}: unknown layout: no collective call in any layout "
+                              "the importer reads (record_param_comms, nccl:*, c10d::* CPU "
+                              "ops, opus:*); profile with activities=[ProfilerActivity.CPU] "
+                              "after torch.distributed is initialised")
         t.gpu = any(e.get("cat") == "kernel" and e["name"].startswith(NCCL_KERNEL_PREFIXES)
                     for e in t.events)
     return traces
@@ -674,7 +705,14 @@ def import_traces(paths: Sequence[str | Path], *, gpus_per_server: int = 1,
     for r, t in traces.items():
         t0, t1 = bounds[r]
         calls[r] = raw_calls(t, t0, t1)
+    if not any(calls.values()):
+        raise KinetoError(f"no collective call in {how} {step} of any trace (the traces "
+                          "have calls elsewhere); choose another iteration with --step")
     resolve_groups(traces, calls)
+    given = dict(axes or {})
+    axes = _default_axes(traces, calls, given)
+    notes = [f"{WORLD_DESC} (torch's world group, the only group the job uses) taken as the dp "
+             f"axis; --axis {WORLD_DESC}=AXIS names another"] if axes != given else []
     runs = {}
     for r, t in traces.items():
         t0, t1 = bounds[r]
@@ -687,7 +725,24 @@ def import_traces(paths: Sequence[str | Path], *, gpus_per_server: int = 1,
               "torch_version": None, "iteration": label,
               "layouts": {str(r): lay for r, lay in layouts.items()}}
     schedule = schedule_from_runs(runs, gpus_per_server=gpus_per_server, origin=origin)
-    return Imported(schedule, layouts, label, {r: len(c) for r, c in sorted(calls.items())})
+    return Imported(schedule, layouts, label, {r: len(c) for r, c in sorted(calls.items())},
+                    notes)
+
+
+WORLD_DESC = "default_pg"
+
+
+def _default_axes(traces: dict[int, Trace], calls: dict[int, list[RawCall]],
+                  axes: dict[str, str] | None) -> dict[str, str]:
+    """``axes`` with ``default_pg`` -> ``dp`` when every call is on the world group: plain
+    DDP, whose only group is the one torch names ``default_pg``. With any other axis in the
+    job the world group's role (a sync, a data-parallel axis, ...) is the user's to name."""
+    out = dict(axes or {})
+    descs = {traces[r].groups[c.group].desc or c.group
+             for r, lst in calls.items() for c in lst if c.group is not None}
+    if descs == {WORLD_DESC} and WORLD_DESC not in out:
+        out[WORLD_DESC] = "dp"
+    return out
 
 
 def _call(trace: Trace, c: RawCall, wait: tuple[float, float] | None,

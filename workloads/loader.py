@@ -358,6 +358,27 @@ def load_experiment_workload(path: str | Path, timing: TimingModel | None = None
     return load_workload_source(path, timing).config
 
 
+def parse_timing(text: str, source: str = "<string>") -> TimingModel:
+    """The timing model of an experiment document's ``network:`` (``rail_gbps``, ``latency_us``;
+    :class:`TimingModel`'s defaults for what it leaves out), as ``run`` uses it."""
+    doc = _Doc(text, source)
+    top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
+    net = _mapping(doc, top.get("network", {}), "network", None)
+    kwargs: dict[str, float] = {}
+    if "rail_gbps" in net:
+        kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
+        if kwargs["rail_gbps"] <= 0:
+            raise doc.error("network.rail_gbps", "must be positive")
+    if "latency_us" in net:
+        kwargs["latency_s"] = _typed(doc, net["latency_us"], "network.latency_us", float) * 1e-6
+    return TimingModel(**kwargs)
+
+
+def load_timing(path: str | Path) -> TimingModel:
+    """:func:`parse_timing` of the file at ``path``."""
+    return _load_file(path, lambda text, source, _dir: parse_timing(text, source))
+
+
 def load_workload_source(path: str | Path, timing: TimingModel | None = None
                          ) -> WorkloadSource:
     """Read ``path`` and return its workload: a configuration or a schedule file (a

@@ -7,11 +7,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
 from testbed.errors import RunRefused, Say, say_stderr
-from testbed.experiment.config import MODES, ExperimentConfig, RunSettings, load_experiment
+from testbed.experiment.config import (
+    DEFAULT_SWEEP_DELAYS,
+    MODES,
+    ExperimentConfig,
+    RunSettings,
+    load_experiment,
+)
 from testbed.metrics.degraded import (
     EXIT_DEGRADED,
     RESTS_ON,
@@ -21,6 +27,7 @@ from testbed.metrics.degraded import (
     legend,
     mark,
 )
+from testbed.metrics.fit import SLOPE_MIN_DELAY_MS
 from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -39,7 +46,8 @@ def make_say() -> Say:
 def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     if with_mode:
         p.add_argument("--mode", choices=MODES, help="override the config's mode")
-        p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+        p.add_argument("--delay", type=_delay,
+                   help="switching delay: ms or a Table 3 technology name")
         p.add_argument("--semantics", choices=SEMANTICS,
                        help="override ocs.semantics: port-exact (one-to-one circuits, the "
                        "default) or rail-state (the public Opus artifact's bitmask model)")
@@ -58,10 +66,19 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
 
 
 def _delay(text: str) -> float | str:
+    """``--delay``: ms or a Table 3 technology name, checked here so that a bad value is
+    blamed on the command line (exit 2), not on the experiment file's key."""
+    from controller.ocs import resolve_switching_delay_ms
+
     try:
-        return float(text)
+        value: float | str = float(text)
     except ValueError:
-        return text
+        value = text
+    try:
+        resolve_switching_delay_ms(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
 
 
 Settings = TypeVar("Settings", bound=RunSettings)
@@ -72,7 +89,7 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
     if getattr(args, "delay", None) is not None:
-        changes["switching_delay"] = _delay(args.delay)
+        changes["switching_delay"] = args.delay
     if getattr(args, "semantics", None):
         changes["semantics"] = args.semantics
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
@@ -171,13 +188,18 @@ def _delays_and_modes(args: argparse.Namespace) -> tuple[list[float], list[str]]
     try:
         delays = [float(x) for x in args.delays.split(",") if x.strip()]
     except ValueError as exc:
-        raise SystemExit(f"error: --delays must be numbers of ms separated by commas: {exc}"
-                         ) from exc
+        _bad_option(f"--delays must be numbers of ms separated by commas: {exc}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
-        raise SystemExit(f"error: unknown mode(s) {bad}; choose from {', '.join(MODES)}")
+        _bad_option(f"unknown mode(s) {bad}; choose from {', '.join(MODES)}")
     return delays, modes
+
+
+def _bad_option(message: str) -> NoReturn:
+    """Refuse a bad option value as argparse does: the message, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -191,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
-                         engine=args.engine, semantics=semantics)
+                         engine=args.engine, semantics=semantics, reference=args.reference)
     except SweepError as exc:  # a bad option: nothing was run
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -223,16 +245,38 @@ def sweep_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
                      f"{_cell(r.get('iteration_time_s'), '.3f', own):>14}"
                      f"{_cell(r.get('overhead_pct'), '+.2f', r.get(RESTS_ON)):>13}  "
                      f"{r.get('fidelity', '')}")
+    if any(r["mode"] == "baseline" for r in rows):
+        lines.append("0 ms is the baseline: electrical rails, no OCS; each overhead_% is "
+                     "against it")
     for fam in meta["families"]:
-        slope = fam["slope_s_per_s"]
-        ov100 = fam["overhead_100ms_pct"]
-        slope_text = 'n/a' if slope is None else mark(
-            format(slope, '.2f'), fam.get("slope_rests_on_degraded", []))
-        ov_text = 'n/a' if ov100 is None else mark(
-            format(ov100, '+.1f'), fam.get("overhead_100ms_rests_on_degraded", []))
-        lines.append(f"{fam['mode']}, {fam['semantics']}: slope {slope_text} s/s (>= 250 ms), "
-                     f"overhead at 100 ms {ov_text} %")
+        lines.append(f"{fam['mode']}, {fam['semantics']}: {_slope_text(fam, rows)}, "
+                     f"{_overhead_100_text(fam)}")
     return lines + legend((r["point"], r) for r in rows)
+
+
+def _slope_text(fam: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The family's slope, or why there is none and which delays would give one."""
+    slope = fam["slope_s_per_s"]
+    if slope is not None:
+        return (f"slope {mark(format(slope, '.2f'), fam.get('slope_rests_on_degraded', []))} "
+                f"s/s (>= {SLOPE_MIN_DELAY_MS:g} ms)")
+    delays = sorted({float(r["delay_ms"]) for r in rows if r["mode"] == fam["mode"]
+                     and (r["semantics"] or "") == fam["semantics"]})
+    have = [d for d in delays if d >= SLOPE_MIN_DELAY_MS]
+    largest = f", largest {delays[-1]:g} ms" if delays else ""
+    ok = int(fam.get("slope_points") or 0)
+    why = (f"only {ok} of its {len(have)} succeeded" if len(have) >= 2 else
+           f"this sweep has {len(have)}{largest}")
+    return (f"slope n/a (needs 2 delays >= {SLOPE_MIN_DELAY_MS:g} ms, where exposed switching "
+            f"dominates; {why}: add --delays ...,250,500)")
+
+
+def _overhead_100_text(fam: dict[str, Any]) -> str:
+    ov100 = fam["overhead_100ms_pct"]
+    if ov100 is None:
+        return "overhead at 100 ms n/a (no measured 100 ms point with a baseline)"
+    return (f"overhead at 100 ms "
+            f"{mark(format(ov100, '+.1f'), fam.get('overhead_100ms_rests_on_degraded', []))} %")
 
 
 def _pct(value: float | None, fmt: str = "+.1f") -> str:
@@ -402,7 +446,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return run_demo()
     cfg = load_experiment(DEMO_CONFIG)
     if args.delay is not None:
-        cfg = cfg.replace(switching_delay=_delay(args.delay))
+        cfg = cfg.replace(switching_delay=args.delay)
     out = Path(args.out) if args.out else Path("results") / (
         f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     say = make_say()
@@ -450,14 +494,18 @@ def register(sub: Any) -> None:
         description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
         "sweep.csv (mode, semantics, delay_ms, iteration_time_s, overhead_pct), sweep.json "
         "(with each family's slope of step time against delay over the points >= 250 ms and "
-        "its overhead at 100 ms, and the public Opus artifact's figures), one run directory per "
-        "point and iteration_vs_delay.png. A figure that rests on a degraded run (its point, "
-        "or the baseline for an overhead) is marked * in the table, with the runs' reasons "
-        "below, and listed under rests_on_degraded in sweep.csv and sweep.json. Exit status: "
+        "its overhead at 100 ms, and the public Opus artifact's figures when the workload is "
+        "the artifact's or with --reference), one run directory per point and "
+        "iteration_vs_delay.png (axes scaled to the data, degraded points ringed). A figure "
+        "that rests on a degraded run (its point, or the baseline for an overhead) is marked "
+        "* in the table, with the runs' reasons below, and listed under rests_on_degraded in "
+        "sweep.csv and sweep.json. Exit status: "
         "0 ok (a --backend sim sweep is never degraded), 3 some point degraded, 2 bad option "
         "(nothing run).")
     p.add_argument("config", help="experiment YAML")
-    p.add_argument("--delays", default="0,1,10,25,50,100", help="switching delays in ms")
+    p.add_argument("--delays", default=DEFAULT_SWEEP_DELAYS,
+                   help="switching delays in ms; 0 stands for the electrical baseline, and a "
+                   "slope needs two >= 250 ms (default %(default)s)")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
     p.add_argument("--semantics", dest="semantics_list",
@@ -470,6 +518,9 @@ def register(sub: Any) -> None:
     p.add_argument("--engine", choices=("process", "ray", "dask"), default="process",
                    help="where simulated points run: a local process pool, or an existing Ray "
                    "or Dask cluster (pip extras opus-testbed[ray] / [dask])")
+    p.add_argument("--reference", action="store_true",
+                   help="draw the public Opus artifact's Llama3-8B points on the plot even when "
+                   "the workload is not the artifact's (they are drawn when it is)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)
@@ -515,7 +566,8 @@ def register(sub: Any) -> None:
                        "with the line saying which model the paper's Fig. 8 assumed. Exit "
                        "status: 0 every row ok, 3 some row degraded (each is named with its "
                        "reason), 1 a run failed.")
-    p.add_argument("--delay", help="switching delay: ms or a Table 3 technology name")
+    p.add_argument("--delay", type=_delay,
+                   help="switching delay: ms or a Table 3 technology name")
     p.add_argument("--out", help="results directory (default results/demo-TIME)")
     p.add_argument("--ocs-only", action="store_true",
                    help="instead, the emulated OCS alone, step by step (the first demo)")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from testbed.cli.traces import compare_parser, is_compare
 
@@ -33,6 +34,12 @@ examples:
   opus-testbed import kineto rank*.json.gz --out imported/   # profiler traces -> workload
   opus-testbed clean                 # remove leftovers of crashed runs (ours only)
 """
+
+
+def _refuse(message: str) -> NoReturn:
+    """A bad option value: the message on stderr, exit status 2 (as argparse's own)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -137,8 +144,8 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
                  if args.semantics is not None else [cfg.semantics])
     bad = [s for s in semantics if s not in SEMANTICS]
     if bad or not semantics:
-        raise SystemExit(f"opus-testbed: error: unknown semantics {bad}; choose from "
-                         f"{', '.join(SEMANTICS)}")
+        _refuse(f"opus-testbed: error: unknown semantics {bad}; choose from "
+                f"{', '.join(SEMANTICS)}")
     delays = _floats(args.delays) if args.delays is not None else [cfg.switching_delay_ms]
     return run_crossval_points(args.config, semantics, delays, work_dir=keep,
                                sim_seeds=args.seeds)
@@ -149,10 +156,10 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
 
     mirror = {"auto": None, "on": True, "off": False}[args.mirror]
     if args.rails < 1 or args.rails > 8:
-        raise SystemExit(f"opus-testbed: error: --rails must be in 1..8, got {args.rails}")
+        _refuse(f"opus-testbed: error: --rails must be in 1..8, got {args.rails}")
     if mirror and args.rails > 1:
-        raise SystemExit(f"opus-testbed: error: --mirror on simulates rail 0 only, got --rails "
-                         f"{args.rails}")
+        _refuse(f"opus-testbed: error: --mirror on simulates rail 0 only, got --rails "
+                f"{args.rails}")
     return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
                            switching_delay_ms=args.delay, mirror=mirror, rails=args.rails)
 
@@ -243,8 +250,7 @@ def _floats(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"opus-testbed: error: expected comma-separated numbers, got {text!r}"
-                         ) from None
+        _refuse(f"opus-testbed: error: expected comma-separated numbers, got {text!r}")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -263,12 +269,52 @@ def _cmd_workload(args: argparse.Namespace) -> int:
     return int(run(args))
 
 
+def _version() -> str:
+    """The installed distribution's version, else pyproject's (a source checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opus-testbed")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it already names one (or has none
+    worth showing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, False, [], argparse.SUPPRESS)
+                or action.option_strings == [] or isinstance(default, bool)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class RawDefaultsHelpFormatter(DefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """:class:`DefaultsHelpFormatter` keeping the description's and epilog's line breaks."""
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every sub-parser below it a formatter that shows defaults (raw
+    descriptions stay raw)."""
+    current = parser.formatter_class
+    raw = isinstance(current, type) and issubclass(current, argparse.RawDescriptionHelpFormatter)
+    parser.formatter_class = RawDefaultsHelpFormatter if raw else DefaultsHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _show_defaults(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="opus-testbed",
         description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
                     "hosts as GPU ranks, OVS bridges as optical circuit switches.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("check", help="report prerequisites (root, OVS, Mininet, os-ken, ...)",
@@ -369,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=_cmd_workload)
+    _show_defaults(parser)
     return parser
 
 
@@ -430,6 +477,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the run's network and processes were torn down", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader left; say nothing more on stdout
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

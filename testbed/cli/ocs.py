@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -20,8 +21,13 @@ examples:
   export OPUS_OCS_PASSWORD=root
   opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 --json
   opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830
-  opus-testbed ocs disconnect 1 2 --config examples/lab.yaml
+  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830
+  opus-testbed ocs simulate --protocol tl1 --port 3082 --fail-port 3
+  opus-testbed ocs status --protocol tl1 --host 127.0.0.1 --port 3082
+--protocol netconf|tl1 and --driver polatis-netconf|polatis-tl1 are the same setting, on
+every action.
 """
+PROTOCOLS = ("netconf", "tl1")
 
 TARGET_HELP = """\
 the switch: --config FILE (a YAML file with an `ocs:` mapping, e.g. the experiment file), or
@@ -30,14 +36,30 @@ the switch: --config FILE (a YAML file with an `ocs:` mapping, e.g. the experime
 """
 
 
+def _driver(text: str) -> str:
+    """``--driver polatis-netconf|polatis-tl1`` as its protocol (``netconf``/``tl1``)."""
+    protocol = text.removeprefix("polatis-")
+    if protocol not in PROTOCOLS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice {text!r} (choose from polatis-netconf, polatis-tl1)")
+    return protocol
+
+
+def _add_protocol(g: Any) -> None:
+    """``--protocol``/``--driver``: one setting, spelled either way, on every action."""
+    g.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                   help="management protocol (default netconf; same as --driver)")
+    g.add_argument("--driver", dest="protocol", type=_driver, default=None,
+                   metavar="{polatis-netconf,polatis-tl1}",
+                   help="the same as --protocol, as an experiment file's ocs.driver spells it")
+
+
 def _target_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("switch", TARGET_HELP)
     g.add_argument("--config", metavar="FILE",
                    help="YAML file holding an `ocs:` mapping (driver polatis-netconf/-tl1)")
-    g.add_argument("--driver", choices=("polatis-netconf", "polatis-tl1"),
-                   default="polatis-netconf", help="protocol when --host is given "
-                   "(default: polatis-netconf)")
+    _add_protocol(g)
     g.add_argument("--host", help="switch address (one switch, rail 0)")
     g.add_argument("--port", type=int, help="management port (default 830 NETCONF, 3082 TL1)")
     g.add_argument("--username", help="login name (default: admin)")
@@ -66,8 +88,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "NETCONF over SSH (optical-switch YANG) or TL1 over TCP. It validates edits, models "
         "the switching time (touched egress ports read about -60 dBm meanwhile) and can inject "
         "faults. Stop it with Ctrl-C or SIGTERM.")
-    s.add_argument("--protocol", choices=("netconf", "tl1"), default="netconf",
-                   help="management protocol (default netconf)")
+    _add_protocol(s)
     s.add_argument("--port", type=int, default=0,
                    help="TCP port on 127.0.0.1 (default 0: a free port, printed at start)")
     s.add_argument("--size", default="16x16", help="switch size NxN (default 16x16)")
@@ -117,7 +138,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def _parse_size(text: str) -> int:
     a, sep, b = text.lower().partition("x")
     if not a.isdigit() or (sep and b != a) or int(a) < 1:
-        raise SystemExit(f"opus-testbed ocs: error: --size must be NxN (square), got {text!r}")
+        print(f"opus-testbed ocs: error: --size must be NxN (square), got {text!r}",
+              file=sys.stderr)
+        raise SystemExit(2)
     return int(a)
 
 
@@ -129,6 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from emulator.polatis.tl1_server import Tl1Server
 
     size = _parse_size(args.size)
+    args.protocol = args.protocol or "netconf"
     try:
         device = PolatisDevice(size, revision=args.revision or CURRENT_REVISION,
                                switching_time_ms=args.switching_ms)
@@ -175,10 +199,14 @@ def _ocs_config(args: argparse.Namespace) -> Any:
     if args.config:
         if args.host:
             raise OcsConfigError("--host", "give either --config or --host, not both")
+        if args.protocol:
+            raise OcsConfigError("--protocol", "the --config file's ocs.driver names the "
+                                 "protocol; give --protocol/--driver with --host only")
         return load_ocs_config(args.config)
     if not args.host:
         raise OcsConfigError("--host", "give --host HOST (or --config FILE)")
-    mapping: dict[str, Any] = {"driver": args.driver, "host": args.host}
+    mapping: dict[str, Any] = {"driver": f"polatis-{args.protocol or 'netconf'}",
+                               "host": args.host}
     for key, value in (("port", args.port), ("username", args.username),
                        ("password_env", args.password_env),
                        ("credentials_file", args.credentials_file), ("size", args.size),
@@ -193,6 +221,11 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
     from controller.drivers.polatis.errors import PolatisError
     from controller.ocs import ReconfigurationRejected
 
+    # paramiko logs a failed handshake's traceback from its transport thread, on ncclient's
+    # logger; the error printed below says what went wrong
+    for name in ("paramiko", "ncclient"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
+        logging.getLogger(name).propagate = False
     try:
         cfg = _ocs_config(args)
         if not cfg.is_hardware:
@@ -205,6 +238,9 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
         return 2
     except (PolatisError, ReconfigurationRejected) as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        if "SSH protocol banner" in str(exc):
+            print("  the port does not speak SSH: if it is a TL1 port, add --protocol tl1",
+                  file=sys.stderr)
         for note in getattr(exc, "__notes__", []):
             print(f"  {note}", file=sys.stderr)
         return 1
@@ -262,7 +298,7 @@ def _apply(args: argparse.Namespace, connect: bool) -> int:
         else:
             print(f"rail {args.rail}: {'connected' if connect else 'disconnected'} "
                   f"{circuit.port_a}<->{circuit.port_b} in {elapsed_ms:.1f} ms "
-                  "(request to confirmed light)")
+                  f"(request to confirmed {'light' if connect else 'dark'})")
         return 0
 
     return _with_driver(args, body)

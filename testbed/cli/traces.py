@@ -77,7 +77,7 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
                                                   "gpus_per_server": s.cluster.gpus_per_server},
                "layouts": imported.layouts, "iteration": imported.step,
                "calls": imported.calls, "groups": groups,
-               "files": [str(f) for f in files]}
+               "files": [str(f) for f in files], "notes": imported.notes}
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
@@ -86,6 +86,8 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
     print(f"imported {s.world_size} traces (layout {', '.join(layouts)}), {imported.step}: "
           f"{lo if lo == hi else f'{lo} to {hi}'} collective calls per rank")
     print("groups: " + ", ".join(f"{k} {v}" for k, v in groups.items() if v > 1))
+    for note in imported.notes:
+        print(f"note: {note}")
     print(f"schedule:   {files[0]}\nexperiment: {files[1]}  (opus-testbed run {files[1]} "
           "--backend sim)")
     return 0

@@ -83,6 +83,8 @@ OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request
             "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
             "size", "rails")
 REQUEST_POINTS = ("auto", "every", "phase")
+#: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
+DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
 

@@ -10,7 +10,8 @@ when the sweep runs rail-state, ``rail-state-on-demand-25ms/``, ...); the sweep 
 ``sweep.json`` (name, backend, points; per (semantics, mode) *family* the slope of step time
 against delay over the points >= 250 ms and the overhead at 100 ms,
 :func:`testbed.metrics.fit.fit_families`; the public artifact's figures,
-:mod:`testbed.results.reference`) and the plot (:func:`testbed.results.store.render_sweep`).
+:mod:`testbed.results.reference`, when the workload is the artifact's or asked for) and the
+plot (:func:`testbed.results.store.render_sweep`).
 
 Backends: emulated points run one after another (one emulated network at a time on a machine);
 simulated points run in parallel, ``workers`` at a time, in a
@@ -46,7 +47,7 @@ from testbed.experiment.config import MODES, ExperimentConfig
 from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
 from testbed.metrics.fit import fit_families
 from testbed.results import store
-from testbed.results.reference import artifact_reference
+from testbed.results.reference import artifact_reference, matches_artifact
 
 BACKENDS = ("emu", "sim")
 ENGINES = ("process", "ray", "dask")
@@ -191,10 +192,11 @@ def _brief(summary: dict[str, Any]) -> str:
 
 def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], out: Path,
               backend: str, workers: int, say: Say = say_stderr, *,
-              engine: str = "process", semantics: Sequence[str] | None = None
-              ) -> list[dict[str, Any]]:
+              engine: str = "process", semantics: Sequence[str] | None = None,
+              reference: bool = False) -> list[dict[str, Any]]:
     """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows.
-    ``semantics`` defaults to the config's."""
+    ``semantics`` defaults to the config's. The artifact's points go into ``sweep.json`` (and
+    the plot) when the workload is the artifact's or ``reference`` asks for them."""
     if backend not in BACKENDS:
         raise SweepError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if engine not in ENGINES:
@@ -213,10 +215,12 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
                          "changed)")
     dirs = [point_dir(out, p, tagged=RAIL_STATE in semantics) for p in points]
     out.mkdir(parents=True, exist_ok=True)
-    say(f"sweep {cfg.name} ({backend}): {len(points)} points (baseline, then "
-        f"{', '.join(m for m in dict.fromkeys(modes) if m != 'baseline')} "
-        f"({', '.join(semantics)}) at "
-        f"{', '.join(f'{d:g}' for d in dict.fromkeys(delays_ms))} ms); results in {out}")
+    ocs_delays = [d for d in dict.fromkeys(delays_ms) if d > 0]
+    ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
+    what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
+            f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
+    say(f"sweep {cfg.name} ({backend}): {len(points)} points (the electrical baseline, which "
+        f"stands for 0 ms{what}); results in {out}")
     t0 = time.monotonic()
     if backend == "sim":
         summaries = _map_sim(cfg, points, dirs, workers, engine, say)
@@ -227,6 +231,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
             summaries.append(_run_emu_point(cfg, p, run_dir, say))
             say(f"  {point_label(p)}: {_brief(summaries[-1])}")
     rows = sweep_rows(points, summaries, dirs, backend)
+    matches = matches_artifact(cfg.workload)
     calibration = sweep_calibration(cfg, points, summaries)
     if calibration and calibration["far"]:
         say(f"note: the measured baseline ({calibration['baseline_iteration_time_s']:.3f} s) is "
@@ -237,7 +242,8 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
         "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
         "calibration": calibration, "wall_s": time.monotonic() - t0,
-        "families": fit_families(rows), "reference": artifact_reference(),
+        "families": fit_families(rows), "reference_matches": matches,
+        "reference": artifact_reference() if matches or reference else None,
         RESTS_ON: degraded_labels((r["point"], r) for r in rows), "points": rows})
     store.render_sweep(out)
     return rows

@@ -18,6 +18,9 @@ from typing import Any
 
 from testbed.metrics.degraded import RESTS_ON, as_list, degraded_labels, union
 
+#: Delays at and above which a family's points are fitted (there the exposed delays dominate).
+SLOPE_MIN_DELAY_MS = 250.0
+
 
 def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
     """(slope, intercept) of the least-squares line through ``points``; None with fewer than
@@ -39,7 +42,7 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def fit_families(rows: Iterable[Mapping[str, Any]], min_delay_ms: float = 250.0
+def fit_families(rows: Iterable[Mapping[str, Any]], min_delay_ms: float = SLOPE_MIN_DELAY_MS
                  ) -> list[dict[str, Any]]:
     """One entry per (semantics, mode) of ``rows`` (the baseline excluded), in first-seen
     order: ``slope_s_per_s``, ``intercept_s`` (None with fewer than two points at or above

@@ -6,6 +6,7 @@ so values may be strings) and a path, so ``opus-testbed report`` redraws them fr
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot is imported
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from workloads.layout import AXIS_FAMILY
 
@@ -157,37 +159,120 @@ def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
 SEMANTICS_STYLE = {"port-exact": "-", "rail-state": "--"}
 
 
-def sweep_plot(rows: Sequence[Row], path: Path, title: str,
-               families: Sequence[Row] = (), reference: Row | None = None) -> None:
-    """Iteration time (left) and overhead (right) against switching delay (paper Fig. 8): colour
-    is the mode, line style the semantics (slope of each family in the legend); the public
-    artifact's measurements (``reference``, :mod:`testbed.results.reference`) as crosses."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+MODE_MARKER = {"on-demand": "o", "provisioning": "s", "degree-aware": "^"}
+#: A data span (largest / smallest positive value) above which an axis is drawn logarithmic.
+LOG_SPAN = 20.0
+
+
+_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
+def sweep_title(name: str, backend: str, semantics: Sequence[str], modes: Sequence[str],
+                delays_ms: Sequence[float]) -> str:
+    """``NAME: iteration time vs switching delay`` and a second line with what was swept:
+    backend, semantics, OCS modes and their delay range (0 ms is the baseline)."""
+    ocs = [m for m in modes if m != "baseline"]
+    positive = sorted(float(d) for d in delays_ms if float(d) > 0)
+    span = (f"{positive[0]:g}-{positive[-1]:g} ms" if len(positive) > 1 else
+            f"{positive[0]:g} ms" if positive else "no OCS delay")
+    return (f"{name}: iteration time vs switching delay (cf. paper Fig. 8)\n"
+            f"{backend} backend, {', '.join(semantics) or 'port-exact'}; "
+            f"{', '.join(ocs) or 'no OCS mode'} at {span}; 0 ms = electrical baseline")
+
+
+def _scale_x(ax: Any, xs: Sequence[float]) -> None:
+    """Symmetric-log x (linear below 1 ms, so 0 ms is drawn) when the positive delays span
+    more than :data:`LOG_SPAN`; linear otherwise. Limits from the data, with a margin."""
+    pos = [x for x in xs if x > 0]
+    if pos and max(pos) / min(pos) > LOG_SPAN:
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
+        ax.set_xlim(-0.2 if min(xs) <= 0 else min(pos) / 1.5, max(pos) * 1.5)
+    elif xs:
+        pad = 0.05 * ((max(xs) - min(xs)) or 1.0)
+        ax.set_xlim(min(xs) - pad, max(xs) + pad)
+
+
+def _scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> None:
+    """Log y (symmetric-log below ``symlog_below``, for overheads that may be <= 0) when the
+    data span more than :data:`LOG_SPAN`; linear otherwise. Limits from the data."""
+    if not ys:
+        return
+    pos = [y for y in ys if y > 0]
+    wide = pos and max(pos) / min(pos) > LOG_SPAN
+    if wide and symlog_below is not None:
+        ax.set_yscale("symlog", linthresh=symlog_below, linscale=0.5)
+        ax.set_ylim(min(min(ys) * 1.3, -0.2 * symlog_below), max(ys) * 1.5)
+    elif wide and min(ys) > 0:
+        ax.set_yscale("log")
+        ax.set_ylim(min(ys) / 1.3, max(ys) * 1.3)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    else:
+        pad = 0.08 * ((max(ys) - min(ys)) or abs(max(ys)) or 1.0)
+        ax.set_ylim(min(ys) - pad, max(ys) + pad)
+
+
+def _spaced(delays_ms: Sequence[float]) -> list[float]:
+    """The delays to label on a log axis: 0, then each far enough above the last labelled one
+    for both labels to fit (0.28 decades, 0.4 with four digits: 750 after 500, or 2000 after
+    1000, would print over it)."""
+    out: list[float] = []
+    for d in delays_ms:
+        need = 0.28 if d < 1000 else 0.4
+        if d <= 0 or not out or out[-1] <= 0 or math.log10(d / out[-1]) >= need:
+            out.append(d)
+    return out
+
+
+def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
+                 reference: Row | None = None) -> Any:
+    """The sweep's figure (paper Fig. 8): iteration time (left) and overhead against the
+    sweep's baseline (right) per switching delay. Colour and marker are the mode, line style
+    the semantics (each family's slope in the legend); the baseline is the point at 0 ms and
+    a dashed line; points whose run was degraded are ringed; the public artifact's
+    measurements (``reference``, :mod:`testbed.results.reference`) are crosses, drawn only
+    when given. Axes scale to what is drawn (logarithmic over wide spans); the one legend sits
+    below the panels, never over data."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.2))
     slopes = {(str(f.get("semantics") or ""), str(f["mode"])): f.get("slope_s_per_s")
               for f in families}
-    by_family: dict[tuple[str, str], list[tuple[float, float, float | None]]] = defaultdict(list)
+    by_family: dict[tuple[str, str], list[tuple[float, float, float | None, bool]]] = \
+        defaultdict(list)
     for r in rows:
         if r.get("iteration_time_s") in (None, ""):
             continue
         ov = r.get("overhead_pct")
         by_family[(str(r.get("semantics") or ""), str(r["mode"]))].append(
-            (_f(r["delay_ms"]), _f(r["iteration_time_s"]), None if ov in (None, "") else _f(ov)))
+            (_f(r["delay_ms"]), _f(r["iteration_time_s"]), None if ov in (None, "") else _f(ov),
+             r.get("fidelity") == "degraded"))
+    xs: list[float] = []
+    ys_left: list[float] = []
+    ys_right: list[float] = []
+    degraded: list[tuple[Any, float, float]] = []
     for (semantics, mode), pts in sorted(by_family.items()):
         pts.sort()
         color, ls = MODE_STYLE.get(mode, ("tab:gray", "-"))
+        xs += [p[0] for p in pts]
+        ys_left += [p[1] for p in pts]
+        ys_right += [p[2] for p in pts if p[2] is not None]
+        degraded += [(ax, p[0], y) for p in pts if p[3]
+                     for ax, y in ((left, p[1]), (right, p[2])) if y is not None]
         if mode == "baseline":
-            left.axhline(pts[0][1], color=color, ls=ls, label="baseline (electrical rail)")
+            t = pts[0][1]
+            left.axhline(t, color=color, ls=ls, lw=1, label=f"baseline: electrical rails, "
+                         f"0 ms ({t:.3g} s)")
+            left.plot([0.0], [t], marker="D", color=color, ls="")
+            right.axhline(0.0, color=color, ls=ls, lw=1)
+            right.plot([0.0], [0.0], marker="D", color=color, ls="")
             continue
         slope = slopes.get((semantics, mode))
         label = f"{mode}, {semantics}" if semantics else mode
         if slope is not None:
-            label += f" ({slope:.2f} s/s)"
-        ls = SEMANTICS_STYLE.get(semantics, "-")
-        left.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, ls=ls,
-                  label=label)
+            label += f" (slope {slope:.2f} s/s)"
+        style = {"color": color, "ls": SEMANTICS_STYLE.get(semantics, "-"),
+                 "marker": MODE_MARKER.get(mode, "o"), "markersize": 5, "alpha": 0.85}
+        left.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **style)
         right.plot([p[0] for p in pts if p[2] is not None],
-                   [p[2] for p in pts if p[2] is not None], marker="o", color=color, ls=ls,
-                   label=label)
+                   [p[2] for p in pts if p[2] is not None], **style)
     if reference:
         ref_slopes = {str(f["mode"]): f["slope_s_per_s"] for f in reference.get("families", ())}
         by_mode: dict[str, list[Row]] = defaultdict(list)
@@ -195,20 +280,49 @@ def sweep_plot(rows: Sequence[Row], path: Path, title: str,
             by_mode[str(p["mode"])].append(p)
         for mode, pts_ref in by_mode.items():
             color, _ = MODE_STYLE.get(mode, ("tab:gray", "-"))
-            label = f"{mode}, artifact (GPUs, {ref_slopes.get(mode, float('nan')):.2f} s/s)"
-            left.scatter([_f(p["delay_ms"]) for p in pts_ref], [_f(p["step_s"]) for p in pts_ref],
-                         marker="x", color=color, label=label)
-            right.scatter([_f(p["delay_ms"]) for p in pts_ref],
-                          [_f(p["overhead_pct"]) for p in pts_ref], marker="x", color=color,
-                          label=label)
-    left.set_ylabel("iteration time (s)")
-    right.set_ylabel("overhead vs baseline (%; artifact: vs no controller)")
+            label = (f"{mode}, artifact (GPUs, {ref_slopes.get(mode, float('nan')):.2f} s/s; "
+                     "overhead vs its no-controller run)")
+            rx = [_f(p["delay_ms"]) for p in pts_ref]
+            xs += rx
+            ys_left += [_f(p["step_s"]) for p in pts_ref]
+            ys_right += [_f(p["overhead_pct"]) for p in pts_ref]
+            left.scatter(rx, [_f(p["step_s"]) for p in pts_ref], marker="x", color=color,
+                         label=label)
+            right.scatter(rx, [_f(p["overhead_pct"]) for p in pts_ref], marker="x",
+                          color=color)
+    for ax, x, y in degraded:
+        ax.scatter([x], [y], s=160, facecolors="none", edgecolors="tab:red", linewidths=1.5,
+                   zorder=5, label="degraded run (reasons: sweep output)"
+                   if ax is left and (ax, x, y) == degraded[0] else None)
+    _scale_y(left, ys_left)
+    _scale_y(right, [*ys_right, 0.0], symlog_below=10.0)
     for ax in (left, right):
+        ax.yaxis.set_major_formatter(_PLAIN)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    left.set_ylabel("iteration time (s)")
+    right.set_ylabel("overhead vs the baseline (%)")
+    swept = _spaced(sorted(set(xs)))
+    for ax in (left, right):
+        _scale_x(ax, xs)
+        if ax.get_xscale() == "symlog" and len(swept) <= 12:  # the swept delays, as numbers
+            ax.set_xticks(swept)
+            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("OCS switching delay (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
+        ax.grid(alpha=0.3, which="both")
+    handles, labels = left.get_legend_handles_labels()
+    fig.suptitle(title, fontsize=11)
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))),
+               fontsize=8, frameon=False)
+    rows_of_legend = -(-len(labels) // 3)
+    fig.tight_layout(rect=(0.0, 0.01 + 0.045 * rows_of_legend, 1.0, 1.0))
+    return fig
+
+
+def sweep_plot(rows: Sequence[Row], path: Path, title: str,
+               families: Sequence[Row] = (), reference: Row | None = None) -> None:
+    """:func:`sweep_figure`, written to ``path``."""
+    fig = sweep_figure(rows, title, families, reference)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -168,8 +168,13 @@ def render_sweep(sweep_dir: Path) -> list[Path]:
     meta = json.loads((sweep_dir / "sweep.json").read_text()) if (
         sweep_dir / "sweep.json").exists() else {}
     path = sweep_dir / "iteration_vs_delay.png"
-    plots.sweep_plot(rows, path, f"{meta.get('name', sweep_dir.name)}: iteration time vs "
-                     "switching delay (paper Fig. 8)", families=meta.get("families", ()),
+    title = plots.sweep_title(
+        str(meta.get("name", sweep_dir.name)), str(meta.get("backend", "?")),
+        meta.get("semantics") or sorted({str(r.get("semantics")) for r in rows
+                                         if r.get("semantics")}),
+        meta.get("modes") or list(dict.fromkeys(str(r["mode"]) for r in rows)),
+        meta.get("delays_ms") or sorted({float(r["delay_ms"]) for r in rows}))
+    plots.sweep_plot(rows, path, title, families=meta.get("families", ()),
                      reference=meta.get("reference"))
     return [path]
 

@@ -43,9 +43,11 @@ def test_check_json_lists_each_prerequisite_with_a_verdict() -> None:
     assert all(c["ok"] or c["fix"] for c in data["checks"]), "a failed check without a fix hint"
 
 
-def test_bad_benchmark_numbers_are_rejected_with_the_value() -> None:
-    with pytest.raises(SystemExit, match="'1,x'"):
+def test_bad_benchmark_numbers_are_rejected_with_the_value(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad:
         main(["bench", "fidelity", "--delays", "1,x"])
+    assert bad.value.code == 2 and "'1,x'" in capsys.readouterr().err
 
 
 def test_unknown_command_is_a_usage_error() -> None:

@@ -182,5 +182,6 @@ def test_sweep_compares_the_two_semantics(tmp_path: Path) -> None:
         assert fam["overhead_100ms_pct"] == pytest.approx(next(
             float(r["overhead_pct"]) for r in table
             if r["semantics"] == fam["semantics"] and float(r["delay_ms"]) == 100))
-    assert meta["reference"]["no_controller_s"] == pytest.approx(10.1775)
+    # tiny is not the artifact's workload: its points stay off the sweep (--reference adds them)
+    assert meta["reference"] is None and meta["reference_matches"] is False
     assert (tmp_path / "iteration_vs_delay.png").stat().st_size > 0

@@ -59,6 +59,19 @@ def test_bad_traces_exit_2_naming_file_and_event_and_leave_nothing(
     assert not out.exists()
 
 
+def test_an_empty_trace_exits_2_naming_the_cause(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A profiler with schedule= exported after its with block writes a trace without events:
+    refused, exit 2, no traceback (it was an uncaught ValueError)."""
+    empty = tmp_path / "rank0.json"
+    empty.write_text(json.dumps({"traceEvents": [], "distributedInfo": {
+        "rank": 0, "world_size": 1, "pg_config": []}}))
+    assert main(["import", "kineto", str(empty), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "rank0.json: empty: no complete" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 def test_import_refuses_a_non_empty_output_directory_and_bad_options(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "keep.txt").write_text("mine")

@@ -13,6 +13,7 @@ import gzip
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,20 +202,46 @@ def test_traces_that_disagree_are_refused(tmp_path: Path) -> None:
     assert "no other member has a matching call for it (ranks whose traces disagree" in msg
 
 
-def test_a_collective_on_the_world_group_needs_an_axis(tmp_path: Path) -> None:
-    docs = {r: trace(r, "L1", calls=[("allreduce", "0", 1, 100.0, -1)]) for r in range(4)}
+def _world_docs(extra: Sequence[tuple[str, str, int, float, int]] = ()
+                ) -> dict[int, dict[str, Any]]:
+    """Each rank all-reduces once on the world group (``default_pg``), plus ``extra``."""
+    docs = {r: trace(r, "L1", calls=[("allreduce", "0", 1, 100.0, -1), *extra])
+            for r in range(4)}
     for d in docs.values():
         for e in d["traceEvents"]:
-            if e["name"] == "record_param_comms":
+            if e["name"] == "record_param_comms" and e["args"]["Process Group Name"] == "0":
                 e["args"]["Group size"] = 4
+    return docs
+
+
+def test_a_job_only_on_the_world_group_is_data_parallel(tmp_path: Path) -> None:
+    """Plain DDP: torch's only group is default_pg; its all-reduce is the dp axis."""
+    imp = import_traces(write(tmp_path, _world_docs()))
+    s = imp.schedule
+    assert s.config.parallel.dp == 4 and "default_pg (torch's world group" in imp.notes[0]
+    assert collectives(s, 0) == [("dp", "all_reduce", 4)]
+
+
+def test_the_world_group_beside_another_axis_needs_an_axis(tmp_path: Path) -> None:
+    docs = _world_docs([("_allgather_base", "3", 1024, 300.0, -1)])
     msg = refusal(tmp_path, docs)
     assert "group default_pg [0, 1, 2, 3] has no schedule axis" in msg
     assert "--axis default_pg=AXIS" in msg
+    s = import_traces(write(tmp_path / "named", docs), axes={"default_pg": "dp"}).schedule
+    assert [a for a, _, _ in collectives(s, 0)] == ["dp", "fsdp"]
 
 
 @pytest.mark.parametrize(("change", "words"), [
     (lambda d: d[1].pop("distributedInfo"), ["rank1.json: no distributedInfo.rank"]),
-    (lambda d: d.pop(3), ["traces of ranks [3] are missing"]),
+    (lambda d: d.pop(3), ["3 ranks of a 4-rank job: the traces of ranks [3] are missing"]),
+    (lambda d: [d.pop(r) for r in (1, 2, 3)],
+     ["a single rank of a 4-rank job: the traces of ranks [1, 2, 3] are missing"]),
+    (lambda d: d[2].update(traceEvents=[]), ["rank2.json: empty: no complete", "on_trace_ready"]),
+    (lambda d: d[2].update(traceEvents=[{"ph": "M", "name": "process_name", "pid": 7}]),
+     ["rank2.json: empty"]),
+    (lambda d: [e.update(name="my_op") for e in d[1]["traceEvents"]
+                if e["name"] == "record_param_comms"],
+     ["rank1.json: unknown layout: no collective call"]),
     (lambda d: d[2]["distributedInfo"].update(rank=0), ["rank 0 again"]),
     (lambda d: d[1]["distributedInfo"].update(world_size=8), ["world_size 8"]),
     (lambda d: d[0].update(traceEvents="x"), ["rank0.json: not a torch.profiler Chrome trace"]),
@@ -228,6 +255,13 @@ def test_bad_trace_sets_are_refused_naming_the_file(tmp_path: Path, change: Any,
         assert word in msg
 
 
+def test_a_step_without_collectives_is_refused(tmp_path: Path) -> None:
+    docs = {r: trace(r, "L1", calls=[(c, g, n, ts + 2000.0, peer)
+                                     for c, g, n, ts, peer in job_calls(r)]) for r in range(4)}
+    msg = refusal(tmp_path, docs)
+    assert "no collective call in ProfilerStep 3 of any trace" in msg and "--step" in msg
+
+
 def test_unreadable_files_and_missing_steps_are_refused(tmp_path: Path) -> None:
     bad = tmp_path / "rank0.json.gz"
     bad.write_bytes(b"not gzip")
@@ -235,6 +269,19 @@ def test_unreadable_files_and_missing_steps_are_refused(tmp_path: Path) -> None:
         load_trace(bad)
     with pytest.raises(KinetoError, match="cannot read it"):
         load_trace(tmp_path / "absent.json")
+    text = json.dumps(trace(0, "L1"))
+    (tmp_path / "cut.json").write_text(text[:len(text) // 2])
+    with pytest.raises(KinetoError, match=r"cut\.json: truncated: the JSON ends at byte"):
+        load_trace(tmp_path / "cut.json")
+    with gzip.open(tmp_path / "cut.json.gz", "wt") as fh:
+        fh.write(text)
+    data = (tmp_path / "cut.json.gz").read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(KinetoError, match=r"cut\.json\.gz: truncated: the compressed file"):
+        load_trace(tmp_path / "cut.json.gz")
+    (tmp_path / "zero.json").write_text("")
+    with pytest.raises(KinetoError, match=r"zero\.json: empty file"):
+        load_trace(tmp_path / "zero.json")
     with pytest.raises(KinetoError, match=r"has no ProfilerStep 7 \(it has \[1\]\); choose one "
                                           "with --step"):
         import_traces(REAL_PATHS, step=7)

@@ -96,6 +96,27 @@ def test_cli_summary_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "bad.yaml:2:19: workload.model" in capsys.readouterr().err
 
 
+def test_cli_models_the_rails_of_the_file(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    """``workload FILE`` times the phases on the file's network.rail_gbps, as ``run`` does
+    (it used 200 Gbit/s whatever the file said); --rail-gbps still overrides it."""
+    tiny = str(ROOT / "examples" / "tiny.yaml")
+    assert "rail_gbps: 400" in Path(tiny).read_text()
+    rates = {}
+    for extra in ((), ("--rail-gbps", "400"), ("--rail-gbps", "200")):
+        code, text = _cli(tiny, "--json", *extra)
+        rep = json.loads(text)
+        rates[extra] = (rep["rail_gbps"], rep["modeled_iteration_s"])
+    assert rates[()] == rates[("--rail-gbps", "400")]
+    assert rates[()][0] == 400 and rates[("--rail-gbps", "200")][1] > rates[()][1]
+    code, text = _cli(tiny)
+    assert "on 400 Gbit/s rails" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(tiny).read_text().replace("rail_gbps: 400", "rail_gbps: fast"))
+    code, _ = _cli(str(bad))
+    assert code == 2 and "network.rail_gbps" in capsys.readouterr().err
+
+
 def test_benchmark_reports_a_sane_iteration() -> None:
     """The benchmark's figures have their shape and are plausible; its speed and memory are
     what it reports (``opus-testbed bench workload --json``), not what a test asserts."""
