@@ -7,8 +7,8 @@ Measured overruns (the achieved dark period minus the configured delay, from the
 ``ocs-events.jsonl``) of the failover tests' runs at 10 ms, each with 50-102 switches, on this
 2-core machine with two busy loops beside the suite (``sh -c 'while :; do :; done'`` twice) and
 other work running, 100 runs: median 0.82-1.91 ms (in the first 20: p10 0.75-1.10 ms, min
-0.57-0.88 ms), but p99 2.7-34 ms and max up to 50 ms. The median and the lower tail hold under any load; the upper tail does
-not. So a test asserts, of a run's switches:
+0.57-0.88 ms), but p99 2.7-34 ms and max up to 50 ms. The median and the lower tail hold under
+any load; the upper tail does not. So a test asserts, of a run's switches:
 
 * none lit before its delay (``dark >= delay``, with the fault plan's jitter range),
 * the delay the app applied is the configured one (or within the jitter range),
