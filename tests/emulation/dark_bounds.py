@@ -12,8 +12,12 @@ any load; the upper tail does not. So a test asserts, of a run's switches:
 
 * none lit before its delay (``dark >= delay``, with the fault plan's jitter range),
 * the delay the app applied is the configured one (or within the jitter range),
-* the median overrun is within :func:`overrun_allowance_ms`, which is below the delay itself,
-  so that a doubled delay fails at every delay the tests use, 5 ms and 10 ms included;
+* with :data:`MEDIAN_MIN_SWITCHES` switches or more, the median overrun is within
+  :func:`overrun_allowance_ms`, which is below the delay itself, so that a doubled delay fails
+  at every delay the tests use, 10 ms included; with fewer the median is one tail sample (one
+  switch of a multihop run overran 9.3 ms at 5 ms while other tests ran beside it), so then
+  the *smallest* overrun must stay below 90 % of the delay: a doubled delay still fails, and a
+  test with few switches uses a delay long enough for that (the algorithm tests: 50 ms);
 
 and of a single switch (the OCS-level tests, a few switches each) that it is dark at most
 ``delay + overrun_allowance_ms(delay)`` (:func:`dark_bound_ms`). The run's p99 and maximum are
@@ -36,6 +40,8 @@ OVERRUN_MAX_SHARE_OF_DELAY = 0.9
 #: The app's timestamps are two reads of one monotonic clock: no slack is needed below the
 #: delay; this much covers float rounding in the JSON log.
 EARLY_SLACK_MS = 0.01
+#: Fewest switches whose median overrun is judged (below it, the smallest overrun is)
+MEDIAN_MIN_SWITCHES = 10
 
 
 def overrun_allowance_ms(delay_ms: float) -> float:
@@ -93,8 +99,12 @@ def switching_problems(records: list[Mapping[str, Any]], delay_ms: float,
     never = len(set(applied) - lit)
     if never:
         problems.append(f"{never} switches went dark and never lit")
-    if overruns and statistics.median(overruns) > overrun_allowance_ms(delay_ms):
-        problems.append(f"median overrun {statistics.median(overruns):.2f} ms over "
-                        f"{len(overruns)} switches beyond the tests' "
-                        f"{overrun_allowance_ms(delay_ms):.2f} ms at {delay_ms:g} ms")
+    if len(overruns) >= MEDIAN_MIN_SWITCHES:
+        if statistics.median(overruns) > overrun_allowance_ms(delay_ms):
+            problems.append(f"median overrun {statistics.median(overruns):.2f} ms over "
+                            f"{len(overruns)} switches beyond the tests' "
+                            f"{overrun_allowance_ms(delay_ms):.2f} ms at {delay_ms:g} ms")
+    elif overruns and min(overruns) >= OVERRUN_MAX_SHARE_OF_DELAY * delay_ms:
+        problems.append(f"every one of {len(overruns)} switches overran by "
+                        f"{min(overruns):.2f} ms or more at {delay_ms:g} ms (a doubled delay?)")
     return problems
