@@ -39,7 +39,8 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ``iteration`` is an iterations-table row; with ``iteration: -1`` every call and compute block
     overlapping its ``t_start_s``..``t_end_s`` is drawn, whatever its iteration (a failover's
     span). ``marks`` are vertical lines (time, label, colour); ``highlight`` are dark periods
-    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare).
+    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare). The x range
+    ends at the last thing drawn, not at the window's end (ranks not drawn may end later).
     """
     t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
     it = int(iteration["iteration"])
