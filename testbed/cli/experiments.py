@@ -31,6 +31,8 @@ from testbed.metrics.fit import SLOPE_MIN_DELAY_MS
 from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+PERFETTO_HELP = ("also write trace.json into each run directory: the timeline for "
+                 "ui.perfetto.dev (opus-testbed export perfetto)")
 
 
 def make_say() -> Say:
@@ -170,6 +172,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if baseline is not None:
         summary = with_baseline(summary, baseline)
         store.write_json(out / "summary.json", summary)
+    if args.perfetto:
+        from testbed.cli.export import export_tree
+
+        export_tree(out.parent if baseline is not None else out, say)
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
     elif baseline is not None:
@@ -217,6 +223,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except SweepError as exc:  # a bad option: nothing was run
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.perfetto:
+        from testbed.cli.export import export_tree
+
+        export_tree(out, make_say())
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
@@ -486,6 +496,7 @@ def register(sub: Any) -> None:
     p.add_argument("--baseline", action="store_true",
                    help="also run the electrical baseline first and report the overhead")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
+    p.add_argument("--perfetto", action="store_true", help=PERFETTO_HELP)
     add_overrides(p)
     p.set_defaults(func=cmd_run)
 
@@ -522,6 +533,7 @@ def register(sub: Any) -> None:
                    help="draw the public Opus artifact's Llama3-8B points on the plot even when "
                    "the workload is not the artifact's (they are drawn when it is)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--perfetto", action="store_true", help=PERFETTO_HELP)
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)
 

@@ -22,6 +22,7 @@ examples:
   opus-testbed run examples/llama3-8b.yaml --baseline   # one experiment end to end (root)
   opus-testbed sweep examples/llama3-8b.yaml --delays 0,10,100   # paper Fig. 8 (root)
   opus-testbed report results/DIR    # redraw the plots of a run or sweep
+  opus-testbed export perfetto results/DIR   # the run as a trace for ui.perfetto.dev
   opus-testbed demo                  # baseline vs OCS +/- provisioning (root)
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
@@ -331,12 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_clean)
 
     from testbed.cli.experiments import register as register_experiments
+    from testbed.cli.export import register as register_export
     from testbed.cli.traces import register as register_traces
     from testbed.cost.cli import register as register_cost
 
     register_experiments(sub)
     register_traces(sub)
     register_cost(sub)
+    register_export(sub)
     _add_ocs(sub)
 
     p = sub.add_parser("bench", help="benchmarks, JSON on stdout",

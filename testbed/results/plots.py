@@ -41,7 +41,8 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ``iteration`` is an iterations-table row; with ``iteration: -1`` every call and compute block
     overlapping its ``t_start_s``..``t_end_s`` is drawn, whatever its iteration (a failover's
     span). ``marks`` are vertical lines (time, label, colour); ``highlight`` are dark periods
-    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare).
+    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare). The x range
+    ends at the last thing drawn, not at the window's end (ranks not drawn may end later).
     """
     t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
     it = int(iteration["iteration"])
@@ -52,11 +53,13 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     rows = len(ranks) + len(rails)
     fig, ax = plt.subplots(figsize=(12, 0.45 * rows + 1.6))
     ylabels = []
+    ends = [t_s - t0 for t_s, _label, _color in marks]  # where something drawn ends
     for y, rank in enumerate(ranks):
         ylabels.append(f"rank {rank}")
         spans = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
                  if int(c["rank"]) == rank and shown(c["it"], _f(c["t_start"]), _f(c["t_end"]))]
         ax.broken_barh(spans, (y - 0.35, 0.7), color="0.85")
+        ends += [a + d for a, d in spans]
         by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
         waits = []
         for c in calls:
@@ -70,6 +73,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
             if a - w0 > 1e-3:
                 waits.append((w0, a - w0))
         ax.broken_barh(waits, (y - 0.12, 0.24), color="tab:red", alpha=0.35)
+        ends += [a + d for a, d in waits] + [a + d for v in by_axis.values() for a, d in v]
         for axis, spans_ax in by_axis.items():
             ax.broken_barh(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
                            label=axis.upper())
@@ -81,6 +85,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
                 and _f(c["t_light_s"]) >= t0 and _f(c["t_dark_s"]) <= t1]
         ax.broken_barh(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
         moved = [(a - t0, b - a) for r, a, b in highlight if r == rail]
+        ends += [a + d for a, d in [*dark, *moved]]
         if moved:
             ax.broken_barh(moved, (y - 0.35, 0.7), color="tab:red",
                            label="dark (circuits moving to the spare)")
@@ -94,7 +99,9 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ax.legend(uniq.values(), uniq.keys(), loc="upper center", ncol=6, fontsize=8,
               bbox_to_anchor=(0.5, -0.12))
     ax.set_yticks(range(rows), ylabels)
-    ax.set_xlim(0, t1 - t0)
+    # the x range ends at the last thing drawn (within the window), not past it
+    last = min(t1 - t0, max(ends, default=t1 - t0))
+    ax.set_xlim(0, last if last > 0 else t1 - t0)
     ax.set_xlabel(f"time in iteration {it} (s)" if it >= 0 else "time (s)")
     ax.set_title(title)
     ax.invert_yaxis()
