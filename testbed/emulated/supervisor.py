@@ -37,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,6 +49,7 @@ from emulator import naming
 from testbed.errors import RankFailed, RunError, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared
+from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import ReplayPlan
 
 LOOP_S = 0.02
@@ -426,7 +427,7 @@ class Supervisor:
             client.unregister_job(self.job.job_id)
 
     def _register(self, ports: dict[int, RankPorts]) -> None:
-        self.job = self.plan.job(f"{self.base_job}-e{self.epoch}", ports)
+        self.job = self.plan.job(epoch_job_id(self.base_job, self.epoch), ports)
         with ControllerClient(self.endpoint) as client:
             client.register_job(self.job)
 
@@ -438,16 +439,17 @@ class Supervisor:
 
     def _resume_iteration(self) -> int:
         """The first iteration that not every rank completed in the current epoch."""
-        return min(self.done.values())
+        return resume_iteration(self.done.values())
 
-    def _pick_spare(self, rank: int, failed_host: int) -> int | None:
-        rail = self.spec.rail_of(rank)
-        server = self.spec.host_server(failed_host)
-        free = [h for h, s in self.hosts.items() if s.rank is None and not s.broken
-                and s.failed_s is None and s.proc is not None and s.proc.poll() is None
-                and self.spec.host_ports(h)[0].rail == rail]
-        free.sort(key=lambda h: (self.spec.host_server(h) != server, h))
-        return free[0] if free else None
+    def _host(self, host: int) -> Host:
+        return Host(host, self.spec.host_ports(host)[0].rail, self.spec.host_server(host),
+                    tuple(p.port for p in self.spec.host_ports(host)))
+
+    def _free_hosts(self) -> list[Host]:
+        """Hosts that can take a rank over: idle, healthy, their process alive."""
+        return [self._host(h) for h, s in self.hosts.items() if s.rank is None
+                and not s.broken and s.failed_s is None and s.proc is not None
+                and s.proc.poll() is None]
 
     def _failover(self, failure: Failure) -> None:
         rank, old = failure.rank, failure.host
@@ -457,20 +459,16 @@ class Supervisor:
         self.net.router.release(old)
         self.hosts[old].rank, self.hosts[old].failed_s = None, time.time()
         self.hosts[old].proc = None
-        spare = self._pick_spare(rank, old)
-        if spare is None:
+        failed = replace(self._host(old), ports=self.job.ranks[rank].ports)
+        takeover = take_over(self.job.ranks, rank, failed, self._free_hosts())
+        if takeover is None:
             self._event("no_spare", rank=rank, rail=self.spec.rail_of(rank))
             raise RankFailed(rank, f"{failure.detail}; no spare is left on rail "
                              f"{self.spec.rail_of(rank)} to take rank {rank} over")
+        spare = takeover.spare.host
         self.net.router.assign(rank, spare)
-        ports = dict(self.job.ranks)
-        new_ports = tuple(p.port for p in self.spec.host_ports(spare))
-        self._event("spare_assigned", rank=rank, host=spare, failed_host=old,
-                    rail=self.spec.rail_of(rank), old_ports=list(ports[rank].ports),
-                    new_ports=list(new_ports),
-                    same_server=self.spec.host_server(spare) == self.spec.host_server(old))
-        ports[rank] = RankPorts(rank, ports[rank].rail, new_ports)
-        self._register(ports)
+        self._event("spare_assigned", **takeover.event())
+        self._register(takeover.ports)
         start = self._resume_iteration()
         self.done = dict.fromkeys(self.done, start)
         self.hosts[spare].rank = rank

@@ -41,6 +41,7 @@ from controller.drivers.faults import OcsFaults
 from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec, RankPorts, SpareSlot
 from testbed.experiment.faults import RANK_FAULTS, Fault
+from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import PlanOp
 from testbed.simulator.engine import PlanSimulation, SimulationError, _Call, _Rank
 
@@ -227,12 +228,13 @@ class FailoverSimulation(PlanSimulation):
 
     def _completed(self) -> int:
         """The first iteration not every rank completed in this epoch."""
-        out = self.iterations
-        for st in self.ranks.values():
-            done = next((it for it in range(st.first, self.iterations) if st.left[it]),
-                        self.iterations)
-            out = min(out, done)
-        return out
+        return resume_iteration([self.iterations] + [
+            next((it for it in range(st.first, self.iterations) if st.left[it]),
+                 self.iterations) for st in self.ranks.values()])
+
+    def _host(self, host: int) -> Host:
+        rail, ports, server = self.hosts[host]
+        return Host(host, rail, server, ports)
 
     def _detected(self, rank: int, via: str) -> None:
         host = self.host_of[rank]
@@ -245,22 +247,19 @@ class FailoverSimulation(PlanSimulation):
         delay_s = self.costs.restart_s
         if self.policy == "spares":
             rail = ports[rank].rail
-            server = self.hosts[host][2]
-            free = sorted((h for h in self.free if self.hosts[h][0] == rail),
-                          key=lambda h: (self.hosts[h][2] != server, h))
-            if not free:
+            failed = Host(host, rail, self.hosts[host][2], ports[rank].ports)
+            takeover = take_over(ports, rank, failed, (self._host(h) for h in self.free))
+            if takeover is None:
                 self._event("no_spare", rank=rank, rail=rail)
                 raise SimulationError(f"rank {rank} failed at t={self.now:.6f} s and no spare "
                                       f"is left on rail {rail} to take it over")
-            spare = free[0]
+            spare = takeover.spare.host
             self.free.discard(spare)
             self.host_of[rank] = spare
             if self.repair_s is not None and host not in self.broken:
                 self._at(self.now + self.repair_s, self._repaired, host)
-            self._event("spare_assigned", rank=rank, host=spare, failed_host=host, rail=rail,
-                        old_ports=list(ports[rank].ports), new_ports=list(self.hosts[spare][1]),
-                        same_server=self.hosts[spare][2] == server)
-            ports[rank] = RankPorts(rank, rail, self.hosts[spare][1])
+            self._event("spare_assigned", **takeover.event())
+            ports = takeover.ports
         else:
             self.ocs_faults.failed.clear()  # the job moves to a healthy rack
             delay_s = (self.costs.restart_all_s + self.migration_delay_s
@@ -277,7 +276,7 @@ class FailoverSimulation(PlanSimulation):
         self.epoch += 1
         # the same job on the new ports: its stages and port check (none on electrical rails)
         # carry over, as the runner's plan.job does on the emulator
-        job = dataclasses.replace(self.job, job_id=f"{self.base_job}-e{self.epoch}",
+        job = dataclasses.replace(self.job, job_id=epoch_job_id(self.base_job, self.epoch),
                                   ranks=ports)
         self.job = job
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
