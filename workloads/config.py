@@ -12,6 +12,7 @@ they change what each rank sends (:mod:`workloads.algorithms`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from workloads.algorithms import DEFAULT_ALGORITHM
@@ -123,13 +124,7 @@ class WorkloadConfig:
     def algorithm_for(self, kind: str, axis: str) -> str:
         """The algorithm chosen for collectives of ``kind`` on ``axis`` (default: the first
         of the kind's algorithms)."""
-        chosen = DEFAULT_ALGORITHM.get(kind, "")
-        for k, a, name in self.algorithms:
-            if k == kind and a == axis:
-                return name
-            if k == kind and not a:
-                chosen = name
-        return chosen
+        return chosen_algorithm(self.algorithms, kind, axis)
 
     @property
     def straggler_delay_s(self) -> dict[int, float]:
@@ -287,3 +282,17 @@ def _first_non_unit(p: ParallelConfig) -> str:
     """The degree to blame for a world-size mismatch: the largest non-TP degree."""
     degrees = {"pp": p.pp, "dp": p.dp, "fsdp": p.fsdp, "cp": p.cp, "tp": p.tp}
     return max(degrees, key=lambda k: (k != "tp", degrees[k]))
+
+
+def chosen_algorithm(algorithms: Iterable[tuple[str, str, str]], kind: str, axis: str) -> str:
+    """Among ``algorithms`` ((kind, axis or "" for every axis, name) choices) the one for
+    collectives of ``kind`` on ``axis``: its axis's own choice, else the kind's choice for
+    every axis, else the kind's default (the first of its algorithms; "" for kinds with none).
+    """
+    chosen = DEFAULT_ALGORITHM.get(kind, "")
+    for k, a, name in algorithms:
+        if k == kind and a == axis:
+            return name
+        if k == kind and not a:
+            chosen = name
+    return chosen

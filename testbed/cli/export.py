@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from testbed.results.store import parse_jsonl_lines, read_jsonl
+
 TRACE_FILE = "trace.json"
 
 
@@ -127,39 +129,8 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").split("\n")
-    return _parse(path, [line if not any(s in line for s in _UNSHOWN) else ""
-                         for line in lines])
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """A JSON-lines file's records, as :func:`testbed.results.store.read_jsonl` (``[]`` if the
-    file does not exist), parsed in one call of the JSON decoder."""
-    if not path.exists():
-        return []
-    return _parse(path, path.read_text(encoding="utf-8").split("\n"))
-
-
-def _parse(path: Path, lines: list[str]) -> list[dict[str, Any]]:
-    """The records of ``lines`` (blank ones skipped); on a bad line, line by line, so that only
-    a cut-off last line is skipped and any other names the file and line."""
-    from testbed.results.store import RecordFileError
-
-    kept = [line for line in lines if line.strip()]
-    try:
-        return list(json.loads("[" + ",".join(kept) + "]"))
-    except ValueError:
-        pass
-    out = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError as exc:
-            if number == len(lines):
-                break
-            raise RecordFileError(f"{path}:{number}: not a JSON record ({exc})") from exc
-    return out
+    return parse_jsonl_lines(path, [line if not any(s in line for s in _UNSHOWN) else ""
+                                    for line in lines])
 
 
 _UNSHOWN = tuple(f'"event":{sp}"{name}"' for name in ("complete", "collective_done")
@@ -189,10 +160,10 @@ def export_run(run_dir: Path, out: Path | None = None, ranks: frozenset[int] | N
     def rank_records() -> Iterator[tuple[int, list[dict[str, Any]]]]:
         for rank, path in _rank_files(run_dir):
             if ranks is None or rank in ranks:
-                yield rank, read_records(path)
+                yield rank, read_jsonl(path)
 
     stream = trace_events(facts, rank_records(), events,
-                          ocs=read_records(run_dir / "emulator" / "ocs-events.jsonl"),
+                          ocs=read_jsonl(run_dir / "emulator" / "ocs-events.jsonl"),
                           iterations=iterations,
                           failovers=store.read_csv(run_dir / "failovers.csv"))
     other = {"run": str(run_dir.resolve()), "name": facts.name, "t0_s": facts.t0_s,

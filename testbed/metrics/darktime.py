@@ -224,7 +224,7 @@ class ErrorStats:
                 "max": self.max_ms, "min": self.min_ms}
 
 
-def _union(intervals: Iterable[Interval]) -> list[Interval]:
+def union_intervals(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, disjoint intervals covering the same time as ``intervals``."""
     out: list[Interval] = []
     for a, b in sorted(i for i in intervals if i[1] > i[0]):
@@ -344,8 +344,8 @@ def overrun_bound(sws: Sequence[Switch], windows: Sequence[Interval],
     """The :class:`OverrunBound` of ``sws`` over the measured iterations ``windows`` (start,
     end), given the intervals during which some collective waited on light (``waiting``; None:
     unknown, every late instant counts)."""
-    late = _union(i for s in sws if (i := s.late_interval) is not None)
-    waits = _union(waiting) if waiting is not None else None
+    late = union_intervals(i for s in sws if (i := s.late_interval) is not None)
+    waits = union_intervals(waiting) if waiting is not None else None
     if waits is not None:
         late = _intersect(late, waits)
     bounds, exposed = [], []

@@ -32,7 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from testbed.metrics.darktime import ExpectedDelay
+from testbed.metrics.darktime import ExpectedDelay, union_intervals
+from workloads.config import chosen_algorithm
 from workloads.layout import AXIS_FAMILY
 from workloads.phases import KIND_FAMILY
 
@@ -43,8 +44,6 @@ PID_RUN = 1
 PID_CONTROLLER = 2
 PID_OCS = 100  # + rail
 PID_SERVER = 10_000  # + server
-#: Algorithms a kind runs unless the experiment chose another (:mod:`workloads.algorithms`).
-DEFAULT_ALGORITHMS = {"all_to_all": "pairwise", "send": "pairwise", "recv": "pairwise"}
 #: Controller events shown on the group tracks (besides intents, acks and decisions).
 GROUP_EVENTS = ("speculative_intent", "provisioned")
 #: Controller events shown elsewhere or not at all: the ranks' spans show completions.
@@ -80,15 +79,9 @@ class RunFacts:
         return self.ranks is None or rank in self.ranks
 
     def algorithm(self, kind: str, axis: str) -> str:
-        """The configured algorithm of ``kind`` on ``axis`` (as
-        :meth:`workloads.config.WorkloadConfig.algorithm_for`)."""
-        chosen = DEFAULT_ALGORITHMS.get(kind, "ring")
-        for k, a, name in self.algorithms:
-            if k == kind and a == axis:
-                return name
-            if k == kind and not a:
-                chosen = name
-        return chosen
+        """The configured algorithm of ``kind`` on ``axis``, as the schedule chose it (kinds
+        without a choice of algorithm run a ring)."""
+        return chosen_algorithm(self.algorithms, kind, axis) or "ring"
 
 
 @dataclass(frozen=True)
@@ -341,7 +334,7 @@ def failure_events(trace: Trace, failovers: Iterable[Record], events: Iterable[R
         dark = [(max(s.t_dark_s, t_detect), min(s.t_light_s, t_end)) for s in sws
                 if s.rail == int(rail) and ports & set(s.ports) and s.t_light_s >= t_resume
                 and s.t_dark_s <= t_end]
-        for a, b in _union(dark):
+        for a, b in union_intervals(dark):
             out.append(trace.span(where, "rewiring", "failure", a, b,
                                   {"rail": int(rail), "ports": sorted(ports)}))
     marks = None
@@ -351,16 +344,6 @@ def failure_events(trace: Trace, failovers: Iterable[Record], events: Iterable[R
             out.append(trace.instant(marks, str(e["event"]), "failure", float(e["t_s"]),
                                      {k: v for k, v in e.items() if k not in ("event", "t_s")}))
     yield from out
-
-
-def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 # --------------------------------------------------------------------------- the OCS

@@ -69,8 +69,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")  # the last item is "" when the file ends with a newline
+    return parse_jsonl_lines(path, path.read_text(encoding="utf-8").split("\n"))
+
+
+def parse_jsonl_lines(path: Path, lines: list[str]) -> list[dict[str, Any]]:
+    """The records of ``path``'s ``lines`` (its text split at newlines: the last item is ""
+    when the file ends with one; blank lines are skipped), as :func:`read_jsonl` reads them.
+    A good file is parsed in one call of the JSON decoder; on a bad line, line by line."""
+    kept = [line for line in lines if line.strip()]
+    try:
+        return list(json.loads("[" + ",".join(kept) + "]"))
+    except ValueError:
+        pass
     out = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
