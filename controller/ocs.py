@@ -352,6 +352,7 @@ class PortState(enum.StrEnum):
     LIT = "lit"  # part of a circuit that carries light
     DARK = "dark"  # being switched: no light
     IDLE = "idle"  # no circuit
+    FAILED = "failed"  # the switch reports the port failed (a Polatis port status): no light
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The device's TL1 agent over plain TCP, serving the same :class:`PolatisDevice` as NETCONF.
 
 Commands (forms in :mod:`controller.drivers.polatis.tl1`): ACT-USER, CANC-USER, ENT-PATCH,
-DLT-PATCH, RTRV-PATCH, RTRV-NETYPE, RTRV-PORT-POWER. Every command but ACT-USER needs a login. An
-ENT-PATCH creates (an ingress or egress already in use is refused with SAAS); DLT-PATCH takes either
-end of a patch. Faults as for NETCONF: slow replies, and a connection dropped right after an applied
-ENT/DLT-PATCH, before its reply.
+DLT-PATCH, RTRV-PATCH, RTRV-NETYPE, RTRV-PORT-POWER, RTRV-PORT-SHUTTER (``OPEN``, or ``FAILED``
+for a port failed by fault injection: the TL1 module says why that word). Every command but
+ACT-USER needs a login. An ENT-PATCH creates (an ingress or egress already in use is refused with
+SAAS); DLT-PATCH takes either end of a patch. Faults as for NETCONF: slow replies, and a
+connection dropped right after an applied ENT/DLT-PATCH, before its reply.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from controller.drivers.polatis.tl1 import Tl1Command, format_reply, parse_command
+from controller.drivers.polatis.tl1 import (
+    Tl1Command,
+    format_reply,
+    parse_command,
+    shutter_state,
+)
 from emulator.polatis.model import DeviceError, EditOp, PolatisDevice
 from emulator.polatis.server import BackgroundServer
 
@@ -147,11 +153,11 @@ class Tl1Server(BackgroundServer):
             return [f"POLATIS,{device.model},OPTICAL SWITCH,{device.software}"], None
         if cmd.verb == "RTRV-PORT-POWER":
             now = device.clock()
-            ports = _ports(cmd.aid) if cmd.aid else list(range(1, 2 * device.size + 1))
-            bad = [p for p in ports if not 1 <= p <= 2 * device.size]
-            if bad:
-                raise _Reply("IIAC", f"port {bad[0]} is out of range 1..{2 * device.size}")
+            ports = self._all_ports(cmd.aid)
             return [f"{p}:{device.power_dbm(p, now):.2f}" for p in ports], None
+        if cmd.verb == "RTRV-PORT-SHUTTER":
+            ports = self._all_ports(cmd.aid)
+            return [f"{p}:{shutter_state(device.port_status(p))}" for p in ports], None
         if cmd.verb in ("ENT-PATCH", "DLT-PATCH"):
             ops = self._patch_ops(cmd)
             loop = asyncio.get_running_loop()
@@ -163,6 +169,15 @@ class Tl1Server(BackgroundServer):
                 return [], "drop"
             return [], None
         raise _Reply("ICNV", f"command {cmd.verb} is not supported")
+
+    def _all_ports(self, aid: str) -> list[int]:
+        """The ports of ``aid`` (every port if blank), each checked against the switch size."""
+        n = 2 * self.device.size
+        ports = _ports(aid) if aid else list(range(1, n + 1))
+        bad = [p for p in ports if not 1 <= p <= n]
+        if bad:
+            raise _Reply("IIAC", f"port {bad[0]} is out of range 1..{n}")
+        return ports
 
     def _patch_ops(self, cmd: Tl1Command) -> list[EditOp]:
         device = self.device

@@ -115,7 +115,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "status", parents=[parent], help="show a switch: model, size, circuits, port light",
         description="Connect to the configured switch(es) and show model, size, YANG revision, "
         "the rail circuits read from the device, one-way (stray) pairs, and each rail port's "
-        "light (lit, dark, idle).")
+        "light (lit, dark, idle, or failed as the switch reports it).")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_status)
 

@@ -17,6 +17,7 @@ from controller.drivers.polatis import (
     PolatisDriver,
     make_driver,
 )
+from controller.drivers.polatis import tl1 as tl1_wire
 from controller.drivers.polatis.ports import PortMap
 from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
@@ -135,12 +136,27 @@ def test_device_refusal_names_rail_ports_and_reason_then_re_reads(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_failed_port_reads_dark(protocol: str, device: PolatisDevice,
-                                  netconf: NetconfServer, tl1: Tl1Server,
-                                  connect: Connect) -> None:
+def test_a_failed_port_reads_failed_on_both_protocols(protocol: str, device: PolatisDevice,
+                                                      netconf: NetconfServer, tl1: Tl1Server,
+                                                      connect: Connect) -> None:
     driver = connect(protocol, _server(protocol, netconf, tl1))
     driver.apply(0, add=[(1, 2), (3, 4)])
-    device.faults.failed_ports.add(SIZE + 2)  # the receive side of rail port 2
+    device.faults.failed_ports.add(SIZE + 2)  # the receive side of rail port 2 (lit before)
+    device.faults.failed_ports.add(5)  # an idle port's ingress
     states = driver.port_states(0)
-    assert states[2] == PortState.DARK and states[1] == PortState.LIT
-    assert states[3] == states[4] == PortState.LIT
+    assert states[2] == states[5] == PortState.FAILED
+    assert states[1] == states[3] == states[4] == PortState.LIT
+    assert states[6] == PortState.IDLE
+    assert driver._link(0).session.port_status()[SIZE + 2] == "FAILED"
+
+
+def test_tl1_shutter_reply_on_the_wire(device: PolatisDevice, tl1: Tl1Server) -> None:
+    device.faults.failed_ports.add(3)
+    with socket.create_connection(("127.0.0.1", tl1.port), timeout=5) as s:
+        s.sendall(b"ACT-USER::admin:1::root;RTRV-PORT-SHUTTER::2&&4:2:;RTRV-PORT-SHUTTER::99:3:;")
+        framer, messages = tl1_wire.Tl1Framer(), []
+        while len(messages) < 3:
+            messages += framer.feed(s.recv(4096).decode())
+    replies = [tl1_wire.parse_reply(m) for m in messages]
+    assert replies[1] is not None and replies[1].data == ("2:OPEN", "3:FAILED", "4:OPEN")
+    assert replies[2] is not None and replies[2].code == "IIAC"

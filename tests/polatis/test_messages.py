@@ -86,6 +86,15 @@ def test_tl1_commands_have_the_documented_forms() -> None:
     assert tl1.dlt_patch(1, 9) == "DLT-PATCH::1:9:;"
     assert tl1.rtrv_patch(10) == "RTRV-PATCH:::10:;"
     assert tl1.canc_user("admin", 11) == "CANC-USER::admin:11:;"
+    assert tl1.rtrv_port_shutter(1, 16, 12) == "RTRV-PORT-SHUTTER::1&&16:12:;"
+
+
+def test_tl1_shutter_states_read_as_port_status() -> None:
+    # OPEN/CLOSED as public Polatis TL1 clients read them; other states pass through
+    data = ["1:OPEN", "2:CLOSED", " 3 : failed ", "junk"]
+    assert tl1.parse_port_shutter(data) == {1: "ENABLED", 2: "DISABLED", 3: "FAILED"}
+    assert [tl1.shutter_state(s) for s in ("ENABLED", "DISABLED", "FAILED")] == [
+        "OPEN", "CLOSED", "FAILED"]
 
 
 REPLY_OK = '\r\n\n   POLATIS 24-05-01 10:00:00\r\nM  12 COMPLD\r\n   "1,17"\r\n   "2,18"\r\n;\r\n'

@@ -106,3 +106,21 @@ def test_status_reports_config_and_device_errors_with_exit_codes(
         assert "ocs.hots: unknown key" in capsys.readouterr().err
         assert ocs_cli.main(["status"]) == 2
         assert "--host" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("protocol", ["netconf", "tl1"])
+def test_status_shows_a_failed_port_as_failed(protocol: str, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPUS_OCS_PASSWORD", "root")
+    device = PolatisDevice(SIZE, switching_time_ms=1.0)
+    device.faults.failed_ports.add(3)  # as `ocs simulate --fail-port 3`
+    server_cls = NetconfServer if protocol == "netconf" else Tl1Server
+    with server_cls(device) as server:
+        target = ["--protocol", protocol, "--host", "127.0.0.1", "--port", str(server.port),
+                  "--size", str(SIZE)]
+        assert ocs_cli.main(["status", *target, "--json"]) == 0
+        (rail,) = json.loads(capsys.readouterr().out)["rails"]
+        assert rail["port_states"]["3"] == "failed"
+        assert {rail["port_states"][str(p)] for p in (1, 2, 4)} == {"idle"}
+        assert ocs_cli.main(["status", *target]) == 0
+        assert "failed: 3;" in capsys.readouterr().out

@@ -11,9 +11,10 @@ a duplex circuit is two pairs). The driver keeps the controller's view of every 
   *dirty* and re-reads its cross-connects from the device -- at once, and again before anything
   else is sent to it -- so the view never diverges from the glass;
 * reads ``circuits``/``port_states`` straight from the device and adopts what it reads as the
-  view (a circuit whose egress monitor reads below ``dark_below_dbm``, default -40 dBm, is
-  dark: switching, failed, or no light); while an edit is in flight on a rail, the device's
-  session is busy and those reads answer from the view, with the switched ports dark.
+  view (a port the switch reports FAILED is failed; a circuit whose egress monitor reads below
+  ``dark_below_dbm``, default -40 dBm, is dark: switching or no light); while an edit is in
+  flight on a rail, the device's session is busy and those reads answer from the view, with the
+  switched ports dark.
 
 Timestamps are wall-clock seconds (``time.time``, as the other drivers): ``t_request_s`` when the
 edit is sent, ``t_dark_s`` the same instant (the device starts on receipt; the wire hides the
@@ -116,6 +117,9 @@ class PolatisDriver(ocs.OcsDriver):
     def port_states(self, rail: int) -> dict[int, ocs.PortState]:
         """Light per rail port, from the device's cross-connects, monitors and port status.
 
+        A rail port whose ingress or egress the switch reports FAILED (NETCONF ``port-config``
+        status, TL1 RTRV-PORT-SHUTTER) is FAILED, whatever its cross-connect.
+
         While an edit is in flight on the rail the device session is busy (NETCONF replies
         come in request order, TL1 is serial), so the answer then comes from the view: the
         ports being switched are dark.
@@ -137,8 +141,9 @@ class PolatisDriver(ocs.OcsDriver):
         out: dict[int, ocs.PortState] = {}
         for p in link.pm.ports:
             ingress, egress = link.pm.ingress(p), link.pm.egress(p)
-            failed = "FAILED" in (status.get(ingress), status.get(egress))
-            if failed or p in view.stray:
+            if "FAILED" in (status.get(ingress), status.get(egress)):
+                out[p] = ocs.PortState.FAILED
+            elif p in view.stray:
                 out[p] = ocs.PortState.DARK
             elif p in peers:
                 reading = power.get(egress)

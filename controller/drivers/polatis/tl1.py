@@ -8,7 +8,16 @@ Commands (``<ctag>`` is a correlation tag the reply echoes; blank fields stay bl
     RTRV-PATCH:::<ctag>:;                    list patches, one data line "<in>,<out>" each
     RTRV-NETYPE:::<ctag>:;                   "<vendor>,<model>,<type>,<version>" (size in model)
     RTRV-PORT-POWER::<a>&&<b>:<ctag>:;       "<port>:<dBm>" per port in a..b
+    RTRV-PORT-SHUTTER::<a>&&<b>:<ctag>:;     "<port>:<state>" per port in a..b
     CANC-USER::<user>:<ctag>:;               log out
+
+Port status over TL1 is the shutter state: ``OPEN`` (enabled; ``RLS-PORT-SHUTTER`` opens) or
+``CLOSED`` (disabled; ``OPR-PORT-SHUTTER`` closes), as public Polatis TL1 clients use it (e.g.
+QualiSystems/cloudshell-L1-polatis reads ``RTRV-PORT-SHUTTER:<tid>:1&&<2N>:<ctag>:;`` and parses
+``"<port>:<state>"``). What a real switch prints there for a *failed* port is not in any source
+found; the simulator prints ``FAILED``, the word its NETCONF ``port-config`` status uses, and
+:func:`parse_port_shutter` passes any state other than OPEN/CLOSED through upper-cased, so the
+driver calls a port failed only on ``FAILED``. Check this against the switch's TL1 manual.
 
 A reply (GR-831 style) is a header line with the source id, date and time, then
 ``M  <ctag> COMPLD`` or ``M  <ctag> DENY``; a DENY's next line holds a four-letter error code;
@@ -67,6 +76,19 @@ def rtrv_netype(ctag: int | str) -> str:
 
 def rtrv_port_power(first: int, last: int, ctag: int | str) -> str:
     return f"RTRV-PORT-POWER::{int(first)}&&{int(last)}:{ctag}:;"
+
+
+def rtrv_port_shutter(first: int, last: int, ctag: int | str) -> str:
+    return f"RTRV-PORT-SHUTTER::{int(first)}&&{int(last)}:{ctag}:;"
+
+
+#: RTRV-PORT-SHUTTER state -> port status (the NETCONF ``port-config`` word)
+SHUTTER_STATUS = {"OPEN": "ENABLED", "CLOSED": "DISABLED"}
+
+
+def shutter_state(status: str) -> str:
+    """The RTRV-PORT-SHUTTER state a port of ``status`` (ENABLED, DISABLED, FAILED) shows."""
+    return next((k for k, v in SHUTTER_STATUS.items() if v == status), status)
 
 
 # --- replies -------------------------------------------------------------------------------
@@ -142,6 +164,18 @@ def parse_patches(data: Sequence[str]) -> dict[int, int]:
         m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", line)
         if m:
             out[int(m.group(1))] = int(m.group(2))
+    return out
+
+
+def parse_port_shutter(data: Sequence[str]) -> dict[int, str]:
+    """``port -> status`` (ENABLED, DISABLED, or another state upper-cased, e.g. FAILED) from
+    RTRV-PORT-SHUTTER data lines ``"<port>:<state>"``."""
+    out: dict[int, str] = {}
+    for line in data:
+        m = re.fullmatch(r"\s*(\d+)\s*:\s*(\S+)\s*", line)
+        if m:
+            state = m.group(2).upper()
+            out[int(m.group(1))] = SHUTTER_STATUS.get(state, state)
     return out
 
 
@@ -258,7 +292,11 @@ class Tl1Session(DeviceSession):
             self._command(partial(rtrv_port_power, 1, 2 * self._size)).data)
 
     def port_status(self) -> dict[int, str]:
-        return {}  # not read over TL1: the power monitors tell dark ports
+        """Status per device port from RTRV-PORT-SHUTTER; empty if the switch denies it."""
+        if not self._size:
+            return {}
+        reply = self._command(partial(rtrv_port_shutter, 1, 2 * self._size), check=False)
+        return parse_port_shutter(reply.data) if reply.ok else {}
 
     def close(self) -> None:
         if self._sock is None:
