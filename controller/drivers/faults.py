@@ -88,7 +88,7 @@ class FaultInjectingDriver(OcsDriver):
         states = self.inner.port_states(rail)
         for r, p in self.faults.failed:
             if r == rail and p in states:
-                states[p] = PortState.DARK
+                states[p] = PortState.FAILED
         return states
 
     def set_switching_delay_ms(self, rail: int, delay_ms: float) -> None:
