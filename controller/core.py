@@ -64,6 +64,8 @@ from typing import Any, Generic, TypeVar, overload
 from controller.job import Edge, JobError, JobSpec
 from controller.ocs import ApplyResult, Circuit, CrossconnectState, RailDescription, Reconfiguration
 from controller.railstate import (
+    INFLIGHT,
+    JOIN,
     PORT_EXACT,
     RAIL_STATE,
     SEMANTICS,
@@ -84,11 +86,14 @@ Event = dict[str, object]
 class CoreConfig:
     """Scheduling modes: provisioning (paper §4.1) and degree-aware assignment (ours), and the
     controller semantics: ``port-exact`` (one-to-one port matchings) or ``rail-state`` (the
-    public artifact's bitmask per rail, :mod:`controller.railstate`)."""
+    public artifact's bitmask per rail, :mod:`controller.railstate`), and under rail-state
+    what a request does with a bit already being switched to its value (``rail_state_inflight``:
+    ``join`` that switch, the default, or ``reflip`` as the artifact's controller does)."""
 
     provisioning: bool = False
     degree_aware: bool = False
     semantics: str = PORT_EXACT
+    rail_state_inflight: str = JOIN
 
     def __post_init__(self) -> None:
         if self.semantics not in SEMANTICS:
@@ -97,12 +102,16 @@ class CoreConfig:
         if self.degree_aware and self.semantics == RAIL_STATE:
             raise ValueError("degree-aware assignment keeps port matchings; rail-state has "
                              "none (use port-exact semantics)")
+        if self.rail_state_inflight not in INFLIGHT:
+            raise ValueError(f"rail_state_inflight must be one of {', '.join(INFLIGHT)}, got "
+                             f"{self.rail_state_inflight!r}")
 
     @classmethod
-    def for_mode(cls, mode: str, semantics: str = PORT_EXACT) -> CoreConfig:
+    def for_mode(cls, mode: str, semantics: str = PORT_EXACT,
+                 rail_state_inflight: str = JOIN) -> CoreConfig:
         """The configuration of an experiment mode (``on-demand``: neither option)."""
         return cls(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware",
-                   semantics=semantics)
+                   semantics=semantics, rail_state_inflight=rail_state_inflight)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -595,7 +604,8 @@ class OpusCore:
         self._rs: _RailStateJob | None = None  # the rail-state job (one per core)
         if self.config.semantics == RAIL_STATE:
             self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
-                                  "rail_state_early_bits": 0, "late_predictions": 0})
+                                  "rail_state_joined_bits": 0, "rail_state_early_bits": 0,
+                                  "late_predictions": 0})
         initial: dict[int, set[Circuit]] = {}
         for c in circuits:
             initial.setdefault(c.rail, set()).add(c)
@@ -1717,7 +1727,8 @@ class OpusCore:
             if rails:
                 op = bit_op_of(grp, job.stages)
                 ops[gid] = dict.fromkeys(rails, op)
-        return _RailStateJob(job.job_id, RailStateModel(range(n_rails)), ops, shadow)
+        model = RailStateModel(range(n_rails), self.config.rail_state_inflight)
+        return _RailStateJob(job.job_id, model, ops, shadow)
 
     def _rs_intent(self, rs: _RailStateJob, grp: _Group, inst: _Instance | None,
                    intent: Intent, now: float, ref: object, out: Output) -> None:
@@ -1739,7 +1750,8 @@ class OpusCore:
         rid = rs.next_request
         rs.next_request += 1
         served = rs.model.serve(rid, rs.ops.get(grp.group_id, {}))
-        self.counters["stale_reflips"] += served.stale_bits
+        self.counters["stale_reflips"] += served.stale_bits - served.joined_bits
+        self.counters["rail_state_joined_bits"] += served.joined_bits
         self.counters["rail_state_early_bits"] += served.early_bits
         out._events.append({
             "event": "rail_state_served", "t_s": now, "job": grp.job_id, "group": grp.group_id,
@@ -1747,7 +1759,8 @@ class OpusCore:
             "requested": {str(r): m for r, m in served.requested.items()},
             "completed": {str(r): m for r, m in served.completed.items()},
             "bits": sorted([r, b] for r, b in served.request.bits) if served.request else [],
-            "stale_bits": served.stale_bits, "early_bits": served.early_bits})
+            "stale_bits": served.stale_bits, "joined_bits": served.joined_bits,
+            "early_bits": served.early_bits})
         if served.request is None:
             inst.state = _State.ACTIVE
             self.counters["acked_at_once"] += 1
@@ -1804,19 +1817,32 @@ class OpusCore:
         out = Output()
         rid, _reconfs = rs.inflight.pop(decision_id)
         self._end_events(decision_id, results, now, out)
-        inst = rs.calls.pop(rid)
         started = rs.model.finished(rid)
-        grp = inst.group
-        if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now, out):
-            inst.state = _State.ACTIVE
-            if inst.real:
-                self._ack(inst, out, now, True)
-            else:
-                out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
-                                   "group": grp.group_id, "seq": inst.seq})
+        self._rs_settle(rs, now, out, "")
         for rid_next in started:
             self._rs_start(rs, rid_next, now, out)
         return out
+
+    def _rs_settle(self, rs: _RailStateJob, now: float, out: Output, error: str) -> None:
+        """Ack the calls whose own and joined switches have all lit; fail the others."""
+        for rid, ok in rs.model.settled():
+            inst = rs.calls.pop(rid)
+            grp = inst.group
+            if not ok:
+                for _rank, ref in inst.real.items():
+                    self._reject(out, now, ref, "reconfig_failed",
+                                 f"switching for group {grp.group_id} failed: "
+                                 f"{error or 'a switch it joined failed'}")
+                self._drop(inst)
+                continue
+            if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now,
+                                                                                      out):
+                inst.state = _State.ACTIVE
+                if inst.real:
+                    self._ack(inst, out, now, True)
+                else:
+                    out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                                       "group": grp.group_id, "seq": inst.seq})
 
     def _rs_failed(self, rs: _RailStateJob, decision_id: int, error: str, now: float,
                    withdrawn: bool = False) -> Output:
@@ -1830,12 +1856,8 @@ class OpusCore:
         out._events.append(event)
         for rc in reconfs:
             self._undo(decision_id, rc, now, out)
-        inst = rs.calls.pop(rid)
         started = rs.model.finished(rid, lit=False)
-        for _rank, ref in inst.real.items():
-            self._reject(out, now, ref, "reconfig_failed",
-                         f"switching for group {inst.group.group_id} failed: {error}")
-        self._drop(inst)
+        self._rs_settle(rs, now, out, error)
         for rid_next in started:
             self._rs_start(rs, rid_next, now, out)
         return out

@@ -16,15 +16,20 @@ Rules (per optical rail ``r``, two masks, ``requested[r]`` and ``completed[r]``,
   (``fsdp``, ``dp``, ``edp``) of stage ``s`` **clears** bit ``s``; the pipeline ring (the
   grad-norm all-reduce) changes **nothing** (the artifact's shim never asks for it); any other
   axis on a rail cannot be expressed (:class:`~controller.job.JobError`);
-* the bits that switch are ``requested[r] XOR completed[r]`` against the *completed* mask as it
-  is when the call is served: stale while switches are in flight, so a request for a state that
-  is still switching flips the same bits again (a *stale re-flip*); nothing to switch: the call
+* the bits that change are ``requested[r] XOR completed[r]`` against the *completed* mask as it
+  is when the call is served (stale while switches are in flight); nothing changed: the call
   is acknowledged at once;
+* a changed bit that a switch in flight or waiting already takes to the requested value (a
+  *stale* bit) is, by ``inflight`` (:data:`INFLIGHT`): ``join`` (the default) not switched
+  again: the call waits for that switch to end, as a real switch heading to a state delivers
+  it once; ``reflip``: switched again, queued behind it (the artifact's controller compares
+  with the completed mask only, so its worker sleeps again: a *stale re-flip*);
 * each changed bit is one switch of one switching delay; the bits of one request switch in
   parallel (one request costs about one delay); a request starts once all its bits are free and
   bits are first-come-first-served (a bit stays blocked behind an earlier waiting request);
-* when a request's switches end, ``completed[r]`` becomes the target recorded when it was served
-  (the last to finish wins) and the call is acknowledged. No circuit is protected, no port is
+* when a request's own switches and the switches it joined have ended, ``completed[r]``
+  becomes the target recorded when it was served (the last to finish wins) and the call is
+  acknowledged; a joined switch that fails fails the call. No circuit is protected, no port is
   dark to the data plane: only acknowledgements wait.
 
 Physical realisation (both backends): as in the artifact's measurements (NCCL over the cluster's
@@ -48,6 +53,10 @@ from controller.ocs import Circuit, Reconfiguration
 PORT_EXACT = "port-exact"
 RAIL_STATE = "rail-state"
 SEMANTICS = (PORT_EXACT, RAIL_STATE)
+#: What a request does with a bit already being switched to its value: join that switch, or
+#: flip the bit again after it (:class:`RailStateModel`).
+JOIN, REFLIP = "join", "reflip"
+INFLIGHT = (JOIN, REFLIP)
 #: Axes whose groups clear their stage's bit (the artifact's non-PP backends).
 DP_AXES = frozenset({"fsdp", "dp", "edp"})
 #: Ports of a shadow rail: 1 is the common end, the circuit alternates 1-2 / 1-3.
@@ -106,11 +115,13 @@ def bit_op_of(group: CommGroup, stage_of: Mapping[int, int]) -> BitOp:
 
 @dataclass(frozen=True)
 class Request:
-    """A served call that switches: its target and the bits that flip, per rail."""
+    """A served call that switches: its target, the bits it flips, and the requests whose
+    switches it joined (``after``; ``join`` only)."""
 
     request_id: int
     target: Mapping[int, int]  # rail -> the requested mask when served (changed rails only)
     bits: frozenset[Bit]
+    after: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,7 @@ class Served:
     request: Request | None
     start: tuple[int, ...] = ()
     stale_bits: int = 0  # changed bits that a switch in flight or waiting already takes there
+    joined_bits: int = 0  # of those, the bits joined instead of flipped again (``join``)
     early_bits: int = 0  # bits free now but held behind an earlier waiting request
 
 
@@ -131,14 +143,21 @@ class RailStateModel:
     """The masks of every rail and the first-come-first-served switching of their bits."""
 
     rails: Iterable[int]
+    inflight: str = JOIN
     requested: dict[int, int] = field(init=False)
     completed: dict[int, int] = field(init=False)
     _busy: dict[Bit, int] = field(init=False, default_factory=dict)  # bit -> request switching
     _waiting: list[Request] = field(init=False, default_factory=list)
     _going: dict[Bit, tuple[int, int]] = field(init=False, default_factory=dict)  # last switch
-    _requests: dict[int, Request] = field(init=False, default_factory=dict)  # not finished
+    _requests: dict[int, Request] = field(init=False, default_factory=dict)  # not settled
+    _open: dict[int, set[int]] = field(init=False, default_factory=dict)  # joined, not ended
+    _switched: set[int] = field(init=False, default_factory=set)  # own switches ended
+    _failed: set[int] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
+        if self.inflight not in INFLIGHT:
+            raise ValueError(f"inflight must be one of {', '.join(INFLIGHT)}, got "
+                             f"{self.inflight!r}")
         self.requested = dict.fromkeys(self.rails, 0)
         self.completed = dict.fromkeys(self.rails, 0)
 
@@ -157,29 +176,60 @@ class RailStateModel:
         completed = {r: self.completed[r] for r in ops}
         if not bits:
             return Served(requested, completed, None)
-        stale = sum(1 for rail, b in bits if (g := self._going.get((rail, b))) is not None
-                    and g[1] == (target[rail] >> b & 1))
+        stale = {(rail, b) for rail, b in bits if (g := self._going.get((rail, b))) is not None
+                 and g[1] == (target[rail] >> b & 1)}
+        joined = stale if self.inflight == JOIN else set()
+        after = frozenset(self._going[bit][0] for bit in joined)
+        bits -= joined
         held = {bit for w in self._waiting for bit in w.bits}
         early = sum(1 for bit in bits if bit not in self._busy and bit in held)
-        req = Request(request_id, target, frozenset(bits))
+        req = Request(request_id, target, frozenset(bits), after)
         self._requests[request_id] = req
+        self._open[request_id] = set(after)
         for rail, b in bits:
             self._going[(rail, b)] = (request_id, target[rail] >> b & 1)
-        self._waiting.append(req)
-        return Served(requested, completed, req, self._start(), stale, early)
+        if bits:
+            self._waiting.append(req)
+        else:
+            self._switched.add(request_id)
+        return Served(requested, completed, req, self._start(), stale_bits=len(stale),
+                      joined_bits=len(joined), early_bits=early)
 
     def finished(self, request_id: int, *, lit: bool = True) -> tuple[int, ...]:
-        """A request's switches ended (``lit``: the rail took its target; else they failed
-        and the completed mask stays); returns the requests that may start now."""
-        req = self._requests.pop(request_id)
+        """A request's own switches ended (``lit``: the bits took their values; else they
+        failed, and so do the requests that joined them); returns the requests that may start
+        now. :meth:`settled` then gives the requests that are done."""
+        req = self._requests[request_id]
         for bit in req.bits:
             if self._busy.get(bit) == request_id:
                 del self._busy[bit]
             if self._going.get(bit, (None,))[0] == request_id:
                 del self._going[bit]
-        if lit:
-            self.completed.update(req.target)
+        self._switched.add(request_id)
+        if not lit:
+            self._failed.add(request_id)
+        for rid, waits in self._open.items():
+            if request_id in waits:
+                waits.discard(request_id)
+                if not lit:
+                    self._failed.add(rid)
         return self._start()
+
+    def settled(self) -> list[tuple[int, bool]]:
+        """The requests whose own and joined switches have all ended, in serving order, each
+        with whether it succeeded; the completed mask takes each success's target."""
+        done = sorted(rid for rid in self._switched if not self._open.get(rid))
+        out = []
+        for rid in done:
+            req = self._requests.pop(rid)
+            self._switched.discard(rid)
+            self._open.pop(rid, None)
+            ok = rid not in self._failed
+            self._failed.discard(rid)
+            if ok:
+                self.completed.update(req.target)
+            out.append((rid, ok))
+        return out
 
     def request(self, request_id: int) -> Request:
         return self._requests[request_id]

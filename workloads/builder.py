@@ -166,6 +166,7 @@ class _ProgramBuilder:
         self.cursor: list[int] = []  # the compute/sync chain's last op
         self.last_on: dict[str, int] = {}  # last async collective per communicator axis
         self.grad_sync: list[int] = []
+        self.sends: list[int] = []  # the pipeline sends issued so far
         m = cfg.model_spec
         self.tokens = cfg.micro_batch_size * cfg.seq_len // self.p.cp
         self.flops_per_s = cfg.gpu.peak_bf16_tflops * 1e12 * cfg.mfu
@@ -211,8 +212,11 @@ class _ProgramBuilder:
         return i
 
     def p2p(self, kind: str, tag: str, peer_stage: int, deps: list[int]) -> int:
-        return self.add(TemplateOp(kind, tag, tuple(deps), axis="pp", size_bytes=self.act_bytes,
-                                   peer_stage=peer_stage))
+        i = self.add(TemplateOp(kind, tag, tuple(deps), axis="pp", size_bytes=self.act_bytes,
+                                peer_stage=peer_stage))
+        if kind == "send":
+            self.sends.append(i)
+        return i
 
     # --- sizes -------------------------------------------------------------------------
     @property
@@ -286,8 +290,9 @@ class _ProgramBuilder:
         """FSDP frees the gathered parameters of ``units``; the next use gathers them again."""
         self.unsharded.difference_update(u.name for u in units)
 
-    def reduce_grads(self, unit: Unit, tag: str) -> None:
-        """Gradient sync of a unit whose backward just finished (last micro-batch)."""
+    def reduce_grads(self, unit: Unit, tag: str, extra: list[int] | None = None) -> None:
+        """Gradient sync of a unit whose backward just finished (last micro-batch); the
+        reduce-scatters also wait for ``extra``."""
         r = self.cfg.reduce_dtype_bytes
         if self.fsdp_on:
             for axis, n in (("fsdp", unit.dense), ("edp", unit.expert)):
@@ -295,7 +300,7 @@ class _ProgramBuilder:
                     continue
                 s = self.sizes[axis]
                 i = self.async_coll("reduce_scatter", axis, f"{tag}.{axis}.rs",
-                                    _ceil(n, s) * s * r, list(self.cursor))
+                                    _ceil(n, s) * s * r, self.cursor + (extra or []))
                 if i is not None:
                     self.grad_sync.append(i)
                     if axis == "fsdp" and self.p.dp > 1:
@@ -455,12 +460,18 @@ class _ProgramBuilder:
     def finish(self) -> None:
         """The end of the step: the pipeline stage's gradient reduction (reshard-after-forward
         under PP), DDP's last buckets, the optimizer's synchronisation all-reduces, then the
-        loss-logging all-reduces."""
+        loss-logging all-reduces.
+
+        The stage's reduction waits for its pipeline sends: PyTorch's ``Schedule1F1B`` waits
+        for the last send's work (``_wait_batch_p2p(send_work)``) before the stage reduces its
+        gradients (``perform_reduce_grad``; ``torch/distributed/pipelining/schedules.py``), and
+        the artifact's recorded main-thread order has the last send before the
+        reduce-scatters."""
         if self.reduce_at_step_end:
             for c in range(self.stage, self.p.chunks, self.p.pp):
                 units = self.units(c)
                 for u in units:
-                    self.reduce_grads(u, f"step.c{c}.{u.name}")
+                    self.reduce_grads(u, f"step.c{c}.{u.name}", list(self.sends))
                 self.reshard(units)
         for axis in ("dp", "edp"):
             self.flush_bucket(axis, self.buckets[axis])

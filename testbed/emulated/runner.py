@@ -208,7 +208,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             events = EventLog(out / "controller-events.jsonl")
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
                                     config=CoreConfig.for_mode(cfg.mode,
-                                                               cfg.effective_semantics),
+                                                               cfg.effective_semantics,
+                                                               cfg.rail_state_inflight),
                                     event_log=events, heartbeat_timeout_s=heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)

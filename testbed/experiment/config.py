@@ -30,6 +30,9 @@ packet-switched as the baseline's (one port per rank; ``ports_per_rank`` is igno
 bits switch on small shadow OCS rails. Request points: ``every``
 call asks (port-exact needs it), or only at the artifact's points, ``phase``
 (:mod:`testbed.plan.requestpoints`); ``auto`` is ``phase`` under rail-state, else ``every``.
+``ocs.rail_state_inflight``: a rail-state request for a bit already being switched to its value
+``join``s that switch (the default: a switch delivers a state once) or ``reflip``s it after it
+(the artifact's controller).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated OCS directly;
@@ -50,7 +53,7 @@ from typing import Any, Self
 
 from controller.drivers import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
-from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
+from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from testbed.experiment.faults import (
     FAILOVER_KEYS,
@@ -79,7 +82,8 @@ from workloads.schedule import Schedule
 from workloads.timing import TimingModel
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
-OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points", "host",
+OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points",
+            "rail_state_inflight", "host",
             "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
             "size", "rails")
 REQUEST_POINTS = ("auto", "every", "phase")
@@ -106,6 +110,7 @@ class RunSettings:
     driver: str = "emulated"
     semantics: str = PORT_EXACT
     request_points: str = "auto"
+    rail_state_inflight: str = JOIN
     ocs_options: dict[str, Any] = field(default_factory=dict)
     rail_gbps: float = 200.0
     link_mbps: float | None = None  # None: calibrate for this machine
@@ -192,6 +197,10 @@ class RunSettings:
         if self.semantics not in SEMANTICS:
             raise ExperimentError(f"must be one of {', '.join(SEMANTICS)}, got "
                                   f"{self.semantics!r}", "ocs.semantics", self.source)
+        if self.rail_state_inflight not in INFLIGHT:
+            raise ExperimentError(f"must be one of {', '.join(INFLIGHT)}, got "
+                                  f"{self.rail_state_inflight!r}", "ocs.rail_state_inflight",
+                                  self.source)
         if self.request_points not in REQUEST_POINTS:
             raise ExperimentError(f"must be one of {', '.join(REQUEST_POINTS)}, got "
                                   f"{self.request_points!r}", "ocs.request_points", self.source)
@@ -226,6 +235,7 @@ class RunSettings:
                 "ports_per_rank": self.effective_ports_per_rank, "driver": self.driver,
                 "semantics": self.effective_semantics,
                 "request_points": self.effective_request_points,
+                "rail_state_inflight": self.rail_state_inflight,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
                 "warmup": self.warmup, "seed": self.seed}
@@ -344,12 +354,13 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         if driver not in DRIVERS:
             raise doc.error("ocs.driver", f"must be one of {', '.join(DRIVERS)}, got {driver!r}")
         kwargs["driver"] = driver
-    for key in ("semantics", "request_points"):
+    for key in ("semantics", "request_points", "rail_state_inflight"):
         if key in ocs:
             kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", str)
     kwargs["ocs_options"] = {k: v for k, v in ocs.items()
                              if k not in ("switching_delay", "ports_per_rank", "driver",
-                                          "semantics", "request_points")}
+                                          "semantics", "request_points",
+                                          "rail_state_inflight")}
     net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
     if "rail_gbps" in net:
         kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)

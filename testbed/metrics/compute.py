@@ -276,15 +276,20 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
 
 def rail_state_counts(events: Sequence[Record]) -> dict[str, int] | None:
     """Rail-state calls served: in all, acknowledged at once, bits flipped, stale re-flips
-    (bits a switch in flight or waiting already took there) and bits that waited free behind
-    an earlier request (where the artifact's per-bit threads would not wait); None without
-    rail-state events."""
+    (bits a switch in flight or waiting already took there, flipped again), joined bits (such
+    bits whose switch the call waited for instead, ``ocs.rail_state_inflight: join``) and bits
+    that waited free behind an earlier request (where the artifact's per-bit threads would not
+    wait); None without rail-state events."""
     served = [e for e in events if e.get("event") == "rail_state_served"]
     if not served:
         return None
-    return {"served": len(served), "acked_at_once": sum(1 for e in served if not e["bits"]),
+    joined = [int(e.get("joined_bits", 0)) for e in served]
+    return {"served": len(served),
+            "acked_at_once": sum(1 for e, j in zip(served, joined, strict=True)
+                                 if not e["bits"] and not j),
             "bit_flips": sum(len(e["bits"]) for e in served),
-            "stale_reflips": sum(int(e["stale_bits"]) for e in served),
+            "stale_reflips": sum(int(e["stale_bits"]) for e in served) - sum(joined),
+            "joined_bits": sum(joined),
             "early_bits": sum(int(e.get("early_bits", 0)) for e in served)}
 
 

@@ -50,7 +50,14 @@ from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec
 from controller.ocs import ApplyResult, ReconfigurationRejected
 from controller.profile import CallProfile, CallSignature
-from controller.railstate import PORT_EXACT, RAIL_STATE, SHADOW_PORTS, job_shape, shadow_rails
+from controller.railstate import (
+    JOIN,
+    PORT_EXACT,
+    RAIL_STATE,
+    SHADOW_PORTS,
+    job_shape,
+    shadow_rails,
+)
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
@@ -224,7 +231,8 @@ class PlanSimulation:
                  switching_delay: float | str, iterations: int, network: NetworkModel,
                  gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
                  mirrors: Mapping[int, Sequence[Mirror]] | None = None,
-                 semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None) -> None:
+                 semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None,
+                 rail_state_inflight: str = JOIN) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
@@ -245,7 +253,8 @@ class PlanSimulation:
             mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
         assert isinstance(self.driver.clock, VirtualClock)
         self.clock: VirtualClock = self.driver.clock
-        self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT)
+        self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT,
+                                          rail_state_inflight)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
         self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}

@@ -44,7 +44,8 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
                           switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
                           network=net, gpus_per_server=cluster.gpus_per_server,
-                          seed=seed or cfg.seed, semantics=cfg.effective_semantics)
+                          seed=seed or cfg.seed, semantics=cfg.effective_semantics,
+                          rail_state_inflight=cfg.rail_state_inflight)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None

@@ -19,7 +19,15 @@ import pytest
 from controller.core import CoreConfig, Intent, OpusCore, Output
 from controller.job import CommGroup, JobError, JobSpec, rail_job_ports
 from controller.ocs import ApplyResult, RailDescription, Reconfiguration
-from controller.railstate import NO_OP, BitOp, RailStateModel, bit_op_of, flip_reconf, shadow_rails
+from controller.railstate import (
+    NO_OP,
+    REFLIP,
+    BitOp,
+    RailStateModel,
+    bit_op_of,
+    flip_reconf,
+    shadow_rails,
+)
 
 DELAY_S = 0.1
 STAGES = {0: 0, 1: 0, 2: 1, 3: 1}
@@ -42,9 +50,10 @@ def _rails(data_mode: str = "electrical") -> list[RailDescription]:
 class _Clocked:
     """A core on a virtual clock: decisions light after the delay, acks are recorded."""
 
-    def __init__(self, provisioning: bool = False) -> None:
+    def __init__(self, provisioning: bool = False, inflight: str = "join") -> None:
         mode = "provisioning" if provisioning else "on-demand"
-        self.core = OpusCore(_rails(), CoreConfig.for_mode(mode, semantics="rail-state"))
+        self.core = OpusCore(_rails(), CoreConfig.for_mode(mode, semantics="rail-state",
+                                                           rail_state_inflight=inflight))
         self.now = 0.0
         self.heap: list[tuple[float, int, Callable[[], Output]]] = []
         self.tick = itertools.count()
@@ -98,8 +107,9 @@ class _Clocked:
 
 
 def test_railstate_worked_example() -> None:
-    """The five requests of the design note: acks at 0, 110, 210, 310, 410 ms."""
-    c = _Clocked()
+    """The five requests of the design note under ``reflip`` (the artifact's controller): acks
+    at 0, 110, 210, 310, 410 ms."""
+    c = _Clocked(inflight="reflip")
     a0 = c.ask(0.000, "A")  # clears bit 0: already clear, acked at once
     x = c.ask(0.010, "X")  # sets {0, 1}: bits 0, 1 switch 10 -> 110 ms
     y = c.ask(0.020, "Y")  # requested 11 but completed still 00: re-flips both, 110 -> 210
@@ -123,6 +133,25 @@ def test_railstate_worked_example() -> None:
         ("A", 0b00, 0b11)]
 
 
+def test_railstate_worked_example_joining() -> None:
+    """The same requests under ``join`` (the default): Y joins X's switch (110 ms); B flips
+    bit 1 120 -> 220; A' joins B on bit 1 and flips bit 0 130 -> 230."""
+    c = _Clocked()
+    a0 = c.ask(0.000, "A")
+    x = c.ask(0.010, "X")
+    y = c.ask(0.020, "Y")
+    b = c.ask(0.120, "B")
+    a1 = c.ask(0.130, "A")
+    c.run_until()
+    got = {name: c.ack_time(g, s) for name, g, s in
+           (("A", "A", a0), ("X", "X", x), ("Y", "Y", y), ("B", "B", b), ("A'", "A", a1))}
+    assert got == pytest.approx({"A": 0.0, "X": 0.110, "Y": 0.110, "B": 0.220, "A'": 0.230})
+    assert c.masks() == (0b00, 0b00)
+    counters = c.core.counters
+    assert counters["stale_reflips"] == 0 and counters["rail_state_joined_bits"] == 3
+    assert counters["decisions"] == 3 and counters["bit_flips"] == 4
+
+
 def test_railstate_at_once_uses_completed() -> None:
     """A request equal to the completed mask is acked at once while a switch is in flight."""
     c = _Clocked()
@@ -140,18 +169,24 @@ def test_railstate_at_once_uses_completed() -> None:
     assert c.masks() == (0b11, 0b11)
 
 
-def test_railstate_1f1b_stale_pattern() -> None:
+@pytest.mark.parametrize("inflight, a_ack_s, reflips, joined",
+                         [("reflip", 1.2, 1, 0), ("join", 1.101, 0, 1)])
+def test_railstate_1f1b_stale_pattern(inflight: str, a_ack_s: float, reflips: int,
+                                      joined: int) -> None:
     """From 11, stage 1 clears bit 1, then stage 0 clears bit 0: the second one's stale diff
-    includes bit 1 (queued behind the first), so it acks one delay later."""
-    c = _Clocked()
+    includes bit 1. ``reflip``: queued behind the first, it acks one delay later; ``join``:
+    it waits for the first's switch of bit 1 while its bit 0 switches, one delay after it
+    asked."""
+    c = _Clocked(inflight=inflight)
     c.ask(0.0, "X")
     c.run_until(0.2)
     b = c.ask(1.0, "B")
     a = c.ask(1.001, "A")
     c.run_until()
     assert c.ack_time("B", b) == pytest.approx(1.1)
-    assert c.ack_time("A", a) == pytest.approx(1.2)
-    assert c.core.counters["stale_reflips"] == 1
+    assert c.ack_time("A", a) == pytest.approx(a_ack_s)
+    assert c.core.counters["stale_reflips"] == reflips
+    assert c.core.counters["rail_state_joined_bits"] == joined
     assert c.masks() == (0b00, 0b00)
 
 
@@ -191,7 +226,7 @@ def test_railstate_switches_only_shadow_rails() -> None:
 
 
 def test_model_alone_orders_bits_first_come_first_served() -> None:
-    m = RailStateModel([0])
+    m = RailStateModel([0], REFLIP)
     first = m.serve(1, {0: BitOp("set", frozenset({0, 1}))})
     assert first.request is not None and first.start == (1,)
     second = m.serve(2, {0: BitOp("clear", frozenset({1}))})  # 01 against 00: bit 0 flips
@@ -199,17 +234,35 @@ def test_model_alone_orders_bits_first_come_first_served() -> None:
     assert second.start == () and second.stale_bits == 1  # request 1 takes bit 0 to 1 already
     third = m.serve(3, {0: BitOp("set", frozenset({0}))})  # 01 again: bit 0, behind request 2
     assert third.start == () and third.stale_bits == 1
-    assert m.finished(1) == (2,)
+    assert m.finished(1) == (2,) and m.settled() == [(1, True)]
     assert m.completed[0] == 0b11
-    assert m.finished(2) == (3,)
+    assert m.finished(2) == (3,) and m.settled() == [(2, True)]
     assert m.completed[0] == 0b01
-    assert m.finished(3) == () and m.requested[0] == m.completed[0] == 0b01
+    assert m.finished(3) == () and m.settled() == [(3, True)]
+    assert m.requested[0] == m.completed[0] == 0b01
+
+
+def test_model_alone_joins_a_switch_to_the_same_value() -> None:
+    """``join``: request 2 wants bit 0 at 1, which request 1 is switching to: it flips
+    nothing, starts nothing, and settles with request 1; a failed switch fails its joiners."""
+    m = RailStateModel([0])
+    assert m.serve(1, {0: BitOp("set", frozenset({0}))}).start == (1,)
+    second = m.serve(2, {0: BitOp("set", frozenset({0}))})
+    assert second.request is not None and second.request.bits == frozenset()
+    assert second.request.after == {1} and second.joined_bits == 1 and second.start == ()
+    assert m.settled() == []
+    assert m.finished(1) == () and m.settled() == [(1, True), (2, True)]
+    assert m.completed[0] == 0b01
+    m.serve(3, {0: BitOp("clear", frozenset({0}))})
+    m.serve(4, {0: BitOp("clear", frozenset({0}))})
+    assert m.finished(3, lit=False) == () and m.settled() == [(3, False), (4, False)]
+    assert m.completed[0] == 0b01
 
 
 def test_model_counts_bits_held_behind_a_waiting_request() -> None:
     """Bit 0 of rail 1 is free but held by request 2 (waiting for rail 0's bit): request 3 on
     it waits too, where the artifact's per-bit threads would have let it run."""
-    m = RailStateModel([0, 1])
+    m = RailStateModel([0, 1], REFLIP)
     set0, set1 = BitOp("set", frozenset({0})), BitOp("set", frozenset({1}))
     assert m.serve(1, {0: set0}).start == (1,)
     second = m.serve(2, {0: set1, 1: set0})  # rail 0: 11 against 00, bit 0 busy: waits
