@@ -322,8 +322,8 @@ def overhead_exceeded(bound: dict[str, Any], iteration_s: float, baseline_s: flo
                       ) -> str | None:
     """With a baseline: record in ``bound`` (a ``dark_overrun_bound`` summary) the share (%) of
     the overhead itself (iteration minus baseline, s) that its mean takes, and say why it
-    passes :data:`OVERHEAD_LIMIT_PCT`, or None. An overhead of 0 or less with late light in it
-    has no share to bound: it passes the limit."""
+    passes :data:`OVERHEAD_LIMIT_PCT`, or None. An overhead of 0 or less cannot absorb any late
+    light: with late light in the measured iterations it passes the limit."""
     mean_s = bound.get("mean_s")
     if mean_s is None:
         return None

@@ -23,8 +23,8 @@ why and whom it blames (:class:`Verdict`):
 A check with nothing to judge says so: a run without a ring collective long enough to rate
 has its throughput ``unrated`` (``fidelity_unrated``), whatever its verdict.
 
-A degraded run is never presented as a clean result, and a test may skip a run only when the
-machine is blamed (:func:`may_skip`). A simulated run is not judged at all: its verdict is
+A degraded run is never presented as a clean result; the emulation tests never skip on a
+verdict (``tests/emulation/conftest.py``). A simulated run is not judged at all: its verdict is
 ``simulated`` (:data:`SIMULATED`).
 
 Calibration (:func:`calibrated_link_mbps`) picks the emulated per-port rate for this machine.
@@ -379,8 +379,3 @@ def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool
         return [Reason(MACHINE, f"{text}: lower network.link_mbps", timing=True)]
     return [Reason(RUN, f"{text} although the machine's CPU was neither saturated nor stolen",
                    timing=True)]
-
-
-def may_skip(blame: str) -> bool:
-    """The one rule for tests: a degraded run may go unjudged only when the machine is blamed."""
-    return blame == MACHINE

@@ -10,7 +10,8 @@ other work running, 100 runs: median 0.82-1.91 ms (in the first 20: p10 0.75-1.1
 0.57-0.88 ms), but p99 2.7-34 ms and max up to 50 ms. The median and the lower tail hold under
 any load; the upper tail does not. So a test asserts, of a run's switches:
 
-* none lit before its delay (``dark >= delay``, with the fault plan's jitter range),
+* none lit before its delay (``dark >= delay`` but for the verdict's clock slack, with the
+  fault plan's jitter range),
 * the delay the app applied is the configured one (or within the jitter range),
 * with :data:`MEDIAN_MIN_SWITCHES` switches or more, the median overrun is within
   :func:`overrun_allowance_ms`, which is below the delay itself, so that a doubled delay fails
@@ -26,20 +27,24 @@ the fidelity verdict's business, reported in its summary, not asserted here.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from testbed.metrics.darktime import (
+    ExpectedDelay,
+    early_slack_ms,
+    switches,
+    unfinished_switches,
+)
+from testbed.results.store import read_jsonl
 
 #: Overrun a test accepts: this many ms or this share of the delay, whichever is larger ...
 OVERRUN_MIN_MS = 10.0
 OVERRUN_SHARE = 0.2
 #: ... but never as much as the delay: a doubled delay must fail
 OVERRUN_MAX_SHARE_OF_DELAY = 0.9
-#: The app's timestamps are two reads of one monotonic clock: no slack is needed below the
-#: delay; this much covers float rounding in the JSON log.
-EARLY_SLACK_MS = 0.01
 #: Fewest switches whose median overrun is judged (below it, the smallest overrun is)
 MEDIAN_MIN_SWITCHES = 10
 
@@ -64,39 +69,30 @@ def dark_bound_ms(delay_ms: float) -> float:
 
 def switch_log(out: Path) -> list[dict[str, Any]]:
     """The OCS app's records of an emulated run (``emulator/ocs-events.jsonl``), [] if none."""
-    path = out / "emulator" / "ocs-events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(out / "emulator" / "ocs-events.jsonl")
 
 
 def switching_problems(records: list[Mapping[str, Any]], delay_ms: float,
                        jitter_ms: float = 0.0) -> list[str]:
-    """What is wrong with a run's switches whatever the load: light before the configured
-    delay, a delay other than the configured one, a switch never lit, or a median overrun
-    beyond :func:`overrun_allowance_ms`. Empty when the switching is right."""
-    low_ms, high_ms = max(0.0, delay_ms - jitter_ms), delay_ms + jitter_ms
-    applied = {(int(e["rail"]), float(e["t_s"])): float(e["delay_ms"]) for e in records
-               if e.get("event") == "dark" and e.get("delay_ms") is not None}
-    problems = [f"the app applied a {d:g} ms delay, the configuration says "
-                f"{delay_ms:g} ms" + (f" +- {jitter_ms:g}" if jitter_ms else "")
-                for d in applied.values() if not low_ms - EARLY_SLACK_MS <= d
-                <= high_ms + EARLY_SLACK_MS]
+    """What is wrong with a run's switches whatever the load: light before the delay (the
+    configured one, or the app's own draw within the jitter range, less the verdict's clock
+    slack), a delay other than the configured one, a switch never lit, or an overrun beyond
+    the tests' allowance (see the module docstring). Empty when the switching is right. The
+    switches are read as the verdict reads them (:func:`testbed.metrics.darktime.switches`)."""
+    expected = ExpectedDelay(delay_ms, jitter_ms=jitter_ms)
+    problems = []
     overruns = []
-    lit = set()
-    for e in records:
-        if e.get("event") != "light":
-            continue
-        key = (int(e["rail"]), float(e["t_dark_s"]))
-        lit.add(key)
-        dark_ms = (float(e["t_light_s"]) - float(e["t_dark_s"])) * 1e3
-        expected_ms = applied.get(key, delay_ms)
-        due_ms = max(expected_ms, low_ms)  # neither the applied nor the configured delay
-        if dark_ms < due_ms - EARLY_SLACK_MS:
-            problems.append(f"rail {key[0]} lit after {dark_ms:.2f} ms, before its "
+    for sw in switches(records, expected):
+        applied_ms = sw.recorded_delay_ms if sw.recorded_delay_ms is not None else delay_ms
+        if sw.record_disagrees:
+            problems.append(f"the app applied a {applied_ms:g} ms delay, the configuration says "
+                            f"{expected.text()}")
+        due_ms = max(applied_ms, sw.low_ms)  # neither the applied nor the configured delay
+        if sw.dark_ms < due_ms - early_slack_ms(due_ms):
+            problems.append(f"rail {sw.rail} lit after {sw.dark_ms:.2f} ms, before its "
                             f"{due_ms:g} ms delay")
-        overruns.append(dark_ms - expected_ms)
-    never = len(set(applied) - lit)
+        overruns.append(sw.dark_ms - applied_ms)
+    never = unfinished_switches(records)
     if never:
         problems.append(f"{never} switches went dark and never lit")
     if len(overruns) >= MEDIAN_MIN_SWITCHES:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,13 @@ DELAY_MS = 25.0  # TINY's switching delay
 CALIBRATION_RATIO = (0.75, 1.33)
 
 
+def _not_judged(emu: dict[str, Any], figure: str) -> None:
+    """Say, in pytest's warnings summary, that the agreement was not asserted and why: a
+    comparison with an emulated run the verdict blames on the machine compares the machine."""
+    warnings.warn(f"agreement not asserted ({figure}): the emulated run is degraded, blamed on "
+                  f"the machine: {'; '.join(emu.get('fidelity_reasons') or [])}", stacklevel=2)
+
+
 def _judged(tmp_path: Path, delay_ms: float, gate: FidelityGate) -> dict[str, Any]:
     """The emulated run's summary, after the gate asserted what holds under any load."""
     emu = tmp_path / "runs" / "emu"
@@ -80,7 +88,9 @@ def test_sim_predicts_a_held_out_config_within_the_product_bound(
     point = crossval_point(result["semantics"], HELD_OUT_DELAY_MS, result)
     assert point["agreement_pct"] is not None
     assert result["emu_reconfigurations"] > 0 and result["sim_reconfigurations_per_iteration"] > 0
-    if emu["fidelity_blame"] != "machine":
+    if emu["fidelity_blame"] == "machine":
+        _not_judged(emu, f"{point['agreement_pct']:.1f} %")
+    else:
         assert point["within_bound"], (
             f"|emu - sim| / sim = {point['agreement_pct']:.1f} % > {100 * AGREEMENT_BOUND:g} %"
             f": emulated {result['emu_iteration_times_s']}, simulated "
@@ -101,7 +111,9 @@ def test_calibration_check_sim_reproduces_the_config_it_was_fitted_on(
     assert result["emu_reconfigurations"] > 0  # the warm-up switches at least
     assert result["sim_reconfigurations_per_iteration"] > 0
     assert (tmp_path / "runs" / "sim" / "summary.json").exists()
-    if emu["fidelity_blame"] != "machine":
+    if emu["fidelity_blame"] == "machine":
+        _not_judged(emu, f"ratio {result['ratio']:.3f}")
+    else:
         assert CALIBRATION_RATIO[0] <= result["ratio"] <= CALIBRATION_RATIO[1], (
             f"ratio {result['ratio']:.3f}: emulated {result['emu_iteration_times_s']}, "
             f"simulated {result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} "

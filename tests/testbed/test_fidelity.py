@@ -25,7 +25,6 @@ from testbed.metrics.fidelity import (
     Evidence,
     Verdict,
     judge,
-    may_skip,
 )
 
 QUIET = {"machine_cpu_mean_pct": 40.0, "machine_steal_mean_pct": 1.0}
@@ -52,7 +51,6 @@ def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered
     v = judge(Evidence(cpu, 10, delivered, ratio))
     assert (v.fidelity, v.blame) == (verdict, blame)
     assert [r.blame for r in v.reasons] == reason_blames
-    assert may_skip(v.blame) == (blame == "machine")
     summary = v.to_summary()
     assert summary["fidelity"] == verdict and summary["fidelity_blame"] == blame
     assert summary["fidelity_reasons"] == [r.text for r in v.reasons]
@@ -128,7 +126,6 @@ def test_a_simulated_run_is_not_judged() -> None:
     assert SIMULATED.to_summary() == {"fidelity": "simulated", "fidelity_reasons": [],
                                       "fidelity_blame": "none", "fidelity_causes": [],
                                       "fidelity_unrated": []}
-    assert not may_skip(SIMULATED.blame)
 
 
 def test_busy_is_what_is_neither_idle_nor_iowait_and_steal_is_read_as_such(
@@ -209,3 +206,16 @@ def _wait_for(condition: Any, timeout_s: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for CPU samples"
         time.sleep(0.02)
+
+
+def test_reasons_say_whether_load_can_explain_them() -> None:
+    """Slow collectives and a busy CPU are timing (a loaded machine stretches them); lost bytes
+    and unshaped links are faults whatever the load: the emulation tests' gate fails on those."""
+    busy = {"machine_cpu_mean_pct": CPU_SATURATED_PCT + 5}
+    slow = judge(Evidence(busy, 10, 9, THROUGHPUT_RATIO_MIN / 2))
+    timing = {r.text.split(" ")[0]: r.timing for r in slow.reasons}
+    assert timing == {"the": True, "collectives": True, "1": False}, slow.reasons
+    unshaped = judge(Evidence({}, 10, 10, THROUGHPUT_RATIO_MAX + 0.1))
+    assert [(r.blame, r.timing) for r in unshaped.reasons] == [("run", False)]
+    assert [c["timing"] for c in slow.to_summary()["fidelity_causes"]] == [
+        r.timing for r in slow.reasons]
