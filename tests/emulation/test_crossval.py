@@ -14,10 +14,8 @@
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -59,62 +57,47 @@ DELAY_MS = 25.0  # TINY's switching delay
 CALIBRATION_RATIO = (0.75, 1.33)
 
 
-def _not_judged(emu: dict[str, Any], figure: str) -> None:
-    """Say, in pytest's warnings summary, that the agreement was not asserted and why: a
-    comparison with an emulated run the verdict blames on the machine compares the machine."""
-    warnings.warn(f"agreement not asserted ({figure}): the emulated run is degraded, blamed on "
-                  f"the machine: {'; '.join(emu.get('fidelity_reasons') or [])}", stacklevel=2)
-
-
-def _judged(tmp_path: Path, delay_ms: float, gate: FidelityGate) -> dict[str, Any]:
-    """The emulated run's summary, after the gate asserted what holds under any load."""
+def _judged(tmp_path: Path, delay_ms: float, gate: FidelityGate) -> None:
+    """The gate on the emulated run: what holds under any load."""
     emu = tmp_path / "runs" / "emu"
-    summary: dict[str, Any] = json.loads((emu / "summary.json").read_text())
-    gate(summary, emu, delay_ms=delay_ms)
-    return summary
+    gate(json.loads((emu / "summary.json").read_text()), emu, delay_ms=delay_ms)
 
 
 @pytest.mark.slow
 def test_sim_predicts_a_held_out_config_within_the_product_bound(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
-    """The agreement is a timing claim: it is asserted unless the verdict says the machine
-    could not keep up (its CPU saturated, stolen or contended: the emulated run then measures
-    the machine, as two busy loops beside the suite make it); the run's invariants always."""
+    """The agreement is a timing claim, asserted whatever the verdict: it held beside two busy
+    loops too (measured 2026-11-27 in a CI run with both, the emulated run degraded with its CPU
+    saturated: agreement 0.7 %; the calibration check's ratio 1.036), and on a quiet machine
+    (1.1 %, ratio 1.046)."""
     result = run_crossval(HELD_OUT, work_dir=tmp_path / "runs", say=lambda _m: None)
     if result["emu_prefix"]:
         no_leftovers.append(result["emu_prefix"])
     assert result["switching_delay_ms"] == HELD_OUT_DELAY_MS
-    emu = _judged(tmp_path, HELD_OUT_DELAY_MS, fidelity_gate)
+    _judged(tmp_path, HELD_OUT_DELAY_MS, fidelity_gate)
     point = crossval_point(result["semantics"], HELD_OUT_DELAY_MS, result)
     assert point["agreement_pct"] is not None
     assert result["emu_reconfigurations"] > 0 and result["sim_reconfigurations_per_iteration"] > 0
-    if emu["fidelity_blame"] == "machine":
-        _not_judged(emu, f"{point['agreement_pct']:.1f} %")
-    else:
-        assert point["within_bound"], (
-            f"|emu - sim| / sim = {point['agreement_pct']:.1f} % > {100 * AGREEMENT_BOUND:g} %"
-            f": emulated {result['emu_iteration_times_s']}, simulated "
-            f"{result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} seeds)")
+    assert point["within_bound"], (
+        f"|emu - sim| / sim = {point['agreement_pct']:.1f} % > {100 * AGREEMENT_BOUND:g} %: "
+        f"emulated {result['emu_iteration_times_s']}, simulated "
+        f"{result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} seeds)")
 
 
 def test_calibration_check_sim_reproduces_the_config_it_was_fitted_on(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
     """A calibration check (see the module docstring), with its own looser bound, asserted
-    as the held-out test's is."""
+    whatever the verdict, as the held-out test's is."""
     config = tmp_path / "crossval.yaml"
     config.write_text(TINY)
     result = run_crossval(config, work_dir=tmp_path / "runs", say=lambda _m: None)
     if result["emu_prefix"]:
         no_leftovers.append(result["emu_prefix"])
     assert result["emu_iteration_s"] and result["sim_iteration_s"]
-    emu = _judged(tmp_path, DELAY_MS, fidelity_gate)
+    _judged(tmp_path, DELAY_MS, fidelity_gate)
     assert result["emu_reconfigurations"] > 0  # the warm-up switches at least
     assert result["sim_reconfigurations_per_iteration"] > 0
     assert (tmp_path / "runs" / "sim" / "summary.json").exists()
-    if emu["fidelity_blame"] == "machine":
-        _not_judged(emu, f"ratio {result['ratio']:.3f}")
-    else:
-        assert CALIBRATION_RATIO[0] <= result["ratio"] <= CALIBRATION_RATIO[1], (
-            f"ratio {result['ratio']:.3f}: emulated {result['emu_iteration_times_s']}, "
-            f"simulated {result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} "
-            "seeds)")
+    assert CALIBRATION_RATIO[0] <= result["ratio"] <= CALIBRATION_RATIO[1], (
+        f"ratio {result['ratio']:.3f}: emulated {result['emu_iteration_times_s']}, "
+        f"simulated {result['sim_iteration_s']:.3f} s (mean of {result['sim_seeds']} seeds)")
