@@ -27,7 +27,10 @@ TorchTitan's own trainer runs the same way (:mod:`testbed.torchjob.titan_main` i
 
 The trainer gets ``--training.steps {steps} --debug.seed {seed}``, the compatibility flags
 (:data:`testbed.torchjob.titan_compat.REQUIRED_ARGS`), then the overrides (which may use the
-same placeholders). ``mode``, ``ocs``, ``network`` and ``run`` are those of every experiment
+same placeholders). TorchTitan's ``batch`` and ``loss_mesh`` meshes count as the ``fsdp``
+axis (:data:`TITAN_AXES`; with a replicate dimension, name them in ``axes``).
+
+``mode``, ``ocs``, ``network`` and ``run`` are those of every experiment
 (:mod:`testbed.experiment.config`); the tensors are real, so no bytes are scaled and
 ``network.rail_gbps`` plays no part. Errors name the key and its ``file:line:column``.
 """
@@ -48,6 +51,9 @@ from workloads.loader import TOP_LEVEL_KEYS, _Doc, _load_file, _mapping, _typed,
 TORCH_KEYS = ("script", "args", "axes")
 TITAN_KEYS = ("module", "config", "overrides", "axes")
 TITAN_SCRIPT = Path(__file__).resolve().parent / "titan_main.py"
+# TorchTitan's data-parallel meshes besides ``fsdp``: the batch (token counts) and loss
+# (logged loss) all-reduces run on the FSDP group when there is no replicate dimension
+TITAN_AXES = {"mesh_batch": "fsdp", "mesh_loss_mesh": "fsdp"}
 PLACEHOLDERS = ("steps", "seed")
 
 
@@ -142,7 +148,7 @@ def _torch_workload(doc: _Doc, data: dict[str, Any], base_dir: Path) -> TorchWor
 def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
     from testbed.torchjob.titan_compat import REQUIRED_ARGS
 
-    names = {}
+    names: dict[str, str] = {}
     for key in ("module", "config"):
         if key not in data:
             raise doc.error(f"workload.torchtitan.{key}", "required (e.g. module: llama3, "
@@ -159,8 +165,8 @@ def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
                             "run.seed)")
     args = ["--module", names["module"], "--config", names["config"], *REQUIRED_ARGS,
             "--training.steps", "{steps}", "--debug.seed", "{seed}", *overrides]
-    return TorchWorkload(TITAN_SCRIPT, tuple(args), _axes(doc, data, "workload.torchtitan"),
-                         titan=names)
+    axes = {**TITAN_AXES, **_axes(doc, data, "workload.torchtitan")}
+    return TorchWorkload(TITAN_SCRIPT, tuple(args), axes, titan=names)
 
 
 def _arguments(doc: _Doc, raw: Any, where: str) -> list[str]:

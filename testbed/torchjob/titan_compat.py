@@ -135,7 +135,7 @@ def _cpu_memory_monitor() -> None:
     import torch
     from torchtitan.components import metrics
 
-    class CpuMemoryMonitor(metrics.DeviceMemoryMonitor):  # type: ignore[misc]
+    class CpuMemoryMonitor(metrics.DeviceMemoryMonitor):
         def __init__(self, device: str = "cpu") -> None:
             self.device = torch.device("cpu")
             self.device_name = "cpu"
