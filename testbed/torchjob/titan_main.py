@@ -34,7 +34,8 @@ def _has(argv: list[str], flag: str) -> bool:
 
 def titan_argv(argv: list[str], *, corpus: Path, tokenizer: Path, dump: Path | None
                ) -> list[str]:
-    """``argv`` with the assets' paths and the dump folder, where the overrides left them."""
+    """``argv`` with the assets' paths and the dump folder, where the overrides left them (put
+    first: a subcommand such as ``activation_checkpoint:none`` must stay last)."""
     extra = []
     if not _has(argv, "--hf_assets_path"):
         extra += ["--hf_assets_path", str(tokenizer)]
@@ -42,7 +43,7 @@ def titan_argv(argv: list[str], *, corpus: Path, tokenizer: Path, dump: Path | N
         extra += ["--dataloader.dataset_path", str(corpus)]
     if dump is not None and not _has(argv, "--dump_folder"):
         extra += ["--dump_folder", str(dump)]
-    return [*argv, *extra]
+    return [*extra, *argv]
 
 
 def _report_losses() -> None:
