@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,52 @@ def test_the_corpus_is_the_same_on_every_machine() -> None:
     a, b = corpus_lines(20), corpus_lines(20)
     assert a == b and len(a) == 20 and all(line.endswith(".") for line in a)
     assert json.loads(json.dumps({"text": a[0]}))["text"] == a[0]
+
+
+def _titan_capture() -> dict[int, list[dict]]:
+    """``data/titan-2x2.jsonl.gz``: step 3's records of the loopback reference of
+    ``examples/torchtitan/llama3-debug-4x1.yaml`` (TorchTitan 0.3.0, torch 2.13.0 CPU)."""
+    recs: dict[int, list[dict]] = defaultdict(list)
+    with gzip.open(Path(__file__).parent / "data" / "titan-2x2.jsonl.gz", "rt") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            recs[rec["rank"]].append(rec)
+    return recs
+
+
+def test_generated_and_captured_titan_differ_only_as_documented() -> None:
+    """The differences workloads/FORMAT.md lists for TorchTitan 0.3.0, and no others."""
+    from testbed.torchjob.capture import schedule_from_records
+    from workloads.compare import compare, load_any
+
+    generated = load_any(EXAMPLE.parent / "llama3-debug-generated.yaml")
+    captured = schedule_from_records(_titan_capture(), iteration=2, gpus_per_server=1)
+    rep = compare(generated, captured)
+    phases = {rank: {side: [(p["axis"], p["kind"], p["calls"], p["message_bytes"])
+                            for p in rep["ranks"][str(rank)][side]] for side in ("a", "b")}
+              for rank in (0, 2)}
+    # stage 0: the previous step's 3 loss-logging all-reduces and the token count open the
+    # step; the gradient-norm all-reduce carries one fp32 per parameter tensor (22)
+    a, b = phases[0]["a"], phases[0]["b"]
+    assert b[0] == ("dp", "allreduce", 4, 4 + 4 + 8 + 8) and a[-1] == ("dp", "allreduce", 3, 16)
+    assert a[:3] == b[1:4] and a[4] == b[5] == ("pp", "allreduce", 1, 4)
+    assert a[3] == ("dp", "allreduce", 1, 4) and b[4] == ("dp", "allreduce", 1, 22 * 4)
+    # stage 1: the chunked loss gathers [norm, output] 2m + 1 times and reduces it in every
+    # micro-batch (output only, then both), the norm's last gradient at the end
+    a, b = phases[2]["a"], phases[2]["b"]
+    root_ag = sum(1 for c in captured.ops_of(2) if c.kind == "all_gather"
+                  and c.size_bytes == 524544)
+    assert root_ag == 2 * 2 + 1
+    rs = [c.size_bytes for c in captured.ops_of(2) if c.kind == "reduce_scatter"]
+    assert rs == [2097152, 2098176, 3409920, 3409920, 3409920, 1024]
+    assert [c.size_bytes for c in generated.ops_of(2) if c.kind == "reduce_scatter"] == [
+        3409920, 3409920, 3409920, 2098176]
+    assert b[-1] == ("pp", "allreduce", 1, 4) and b[-2] == ("dp", "allreduce", 1, 23 * 4)
+    assert (rep["ranks"]["0"]["boundaries"], rep["ranks"]["2"]["boundaries"]) == (
+        {"a": 4, "b": 3}, {"a": 7, "b": 7})
+    # every other message size agrees exactly
+    for rank in range(4):
+        sizes = {side: {(o.kind, o.size_bytes) for o in s.ops_of(rank)
+                        if o.is_collective and o.size_bytes > 1024 and o.size_bytes != 2097152}
+                 for side, s in (("a", generated), ("b", captured))}
+        assert sizes["a"] == sizes["b"]
