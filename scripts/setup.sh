@@ -3,8 +3,9 @@
 #   1. apt packages (Mininet, Open vSwitch, tools),
 #   2. a virtual environment at .venv/ that also sees Debian's mininet package,
 #   3. the project and its Python dependencies installed into it, PyTorch's CPU build included
-#      (the `torch` extra; torch jobs on the rails), and TorchTitan (the `torchtitan` extra,
-#      pinned; its local tokenizer and corpus are built in ~/.cache/opus-testbed),
+#      (the `torch` extra; torch jobs on the rails), and TorchTitan (the `torchtitan` extra:
+#      torchtitan==0.3.0, the version testbed/torchjob/titan_compat.py is pinned to; no triton;
+#      about 470 MB and 25 s), its tokenizer and corpus built in ~/.cache/opus-testbed,
 #   4. Open vSwitch started when it is not running (no systemd needed).
 # Each step is skipped when already done, so `make test` and `make demo` can call it every time.
 set -euo pipefail
@@ -15,7 +16,6 @@ APT_PACKAGES=(mininet python3-setuptools openvswitch-switch openvswitch-common e
 VENV=.venv
 PY=/usr/bin/python3
 TORCH_VERSION=2.13.0
-TORCHTITAN_VERSION=0.3.0   # pinned with torch 2.13 by testbed/torchjob/titan_compat.py
 
 log() { printf '[setup] %s\n' "$*"; }
 
