@@ -67,6 +67,7 @@ from workloads.kineto_calls import (
 )
 from workloads.steps import P2P_KINDS, chunk_sizes
 from workloads.trace_common import (
+    WORLD_DESC,
     Group,
     Imported,
     check_out_dir,
@@ -81,6 +82,7 @@ __all__ = ["Imported", "KinetoError", "check_out_dir", "detect_layout", "experim
            "import_traces", "iterations", "kind_of", "load_trace", "raw_calls", "write_import"]
 
 WAIT_SLACK_US = 1000.0
+WORLD_NAME = "0"  # torch's name of the world group (``pg_config``'s ``pg_name`` of default_pg)
 US = 1e-6
 
 
@@ -130,7 +132,14 @@ def load_trace(path: str | Path) -> Trace:
                           "schedule= records only in its active steps and hands each cycle "
                           "to on_trace_ready; export there (or call prof.step() every "
                           "iteration inside the with block), not after it")
-    return Trace(p, int(info["rank"]), int(info.get("world_size", 0)), groups, events)
+    world = info.get("world_size")
+    pg_known = "pg_config" in info
+    if not pg_known:  # PyTorch before about 2.2: rank and world size only
+        if not isinstance(world, int) or world < 1 or not 0 <= info["rank"] < world:
+            raise KinetoError(f"{p}: distributedInfo has neither pg_config nor a valid "
+                              f"world_size ({world!r}) for rank {info['rank']}")
+        groups[WORLD_NAME] = Group(WORLD_NAME, WORLD_DESC, tuple(range(world)))
+    return Trace(p, int(info["rank"]), int(world or 0), groups, events, pg_known=pg_known)
 
 
 def detect_layout(trace: Trace) -> str:
@@ -163,7 +172,12 @@ def resolve_groups(traces: dict[int, Trace], calls: dict[int, list[RawCall]]) ->
     try:
         groups = assign_groups(calls, view, lanes)
     except GroupInferenceError as exc:
-        raise KinetoError(str(exc)) from exc
+        bare = sorted(r for r, t in traces.items() if not t.pg_known)
+        why = (f" (the traces of ranks {bare} carry no process groups: their distributedInfo "
+               "has rank and world_size only, as PyTorch before about 2.2 writes it, so the "
+               "world group is the only one known and a call that is not on it cannot be "
+               "placed)") if bare else ""
+        raise KinetoError(f"{exc}{why}") from exc
     for (r, i), name in groups.items():
         calls[r][i].group = name
 

@@ -54,6 +54,9 @@ class Trace:
     events: list[dict[str, Any]]
     layout: str = ""
     gpu: bool = False
+    #: False when ``distributedInfo`` lists no ``pg_config`` (PyTorch before about 2.2): then
+    #: ``groups`` holds only the world group, synthesized from ``world_size``
+    pg_known: bool = True
 
 
 @dataclass
@@ -98,8 +101,15 @@ def _comm_events(trace: Trace) -> list[dict[str, Any]]:
     pick = match.get(trace.layout)
     if pick is None:
         return []
-    return sorted((e for e in trace.events if e.get("cat") != "kernel" and pick(e)),
+    return sorted((e for e in trace.events if on_host(e) and pick(e)),
                   key=lambda e: (e["ts"], -float(e.get("dur", 0))))
+
+
+def on_host(e: dict[str, Any]) -> bool:
+    """An event of the CPU timeline: not a kernel nor the ``gpu_user_annotation`` copy Kineto
+    draws of an annotation on the GPU stream (``nccl:all_reduce`` appears on both)."""
+    cat = str(e.get("cat", ""))
+    return cat != "kernel" and not cat.startswith("gpu_")
 
 
 def _first_tensor(dims: Any) -> Any:
@@ -129,14 +139,18 @@ def _kind(trace: Trace, e: dict[str, Any], name: str) -> str:
     return kind
 
 
-def _candidates(trace: Trace, kind: str, size: int | None, peer: int = -1) -> list[str]:
-    """Groups of this rank that can carry the call: the size fits, the peer is another rank."""
+def _candidates(trace: Trace, kind: str, size: int | None, peer: int = -1,
+                me: int = -1) -> list[str]:
+    """Groups of this rank that can carry the call: the size fits, the peer is another rank,
+    and this rank is group rank ``me`` when the trace says so (``nccl:send 0->1``)."""
     out = []
     for g in trace.groups.values():
         n = len(g.ranks)
         if n < 2 or trace.rank not in g.ranks or (size is not None and n != size):
             continue
         if kind in P2P_KINDS and not (0 <= peer < n and g.ranks[peer] != trace.rank):
+            continue
+        if me >= 0 and (me >= n or g.ranks[me] != trace.rank):
             continue
         out.append(g.name)
     return out
@@ -153,7 +167,9 @@ def _named_call(trace: Trace, e: dict[str, Any]) -> RawCall | None:
     src = _source(trace, e)
     try:
         elem = _dtype_bytes(trace, e, a.get("dtype"))
-        size = to_int(a["In msg nelems"]) * elem
+        # "In msg size" is the older name of the same count (about torch 2.1): PyTorch passes
+        # tensor.numel() as ParamCommsDebugInfo's inSize either way
+        size = to_int(a["In msg nelems"] if "In msg nelems" in a else a["In msg size"]) * elem
         group_size = to_int(a.get("Group size", 0)) or None
         peer = to_int(a["Rank"]) if kind in P2P_KINDS else -1
     except (KeyError, TypeError, ValueError) as exc:
@@ -216,16 +232,17 @@ def _dims_call(trace: Trace, e: dict[str, Any], kind: str, annotation: dict[str,
         group_size = int(ratio) if ratio == int(ratio) else None
     if group_size == 1:
         return None
-    peer = -1
+    peer = me = -1
     conc = a.get("Concrete Inputs") or []
     if kind in P2P_KINDS:
         named = P2P_NAME.search(e["name"])  # "nccl:send 0->1", "nccl:recv 1<-0" (group ranks)
         try:
+            me = int(named.group(1)) if named else -1
             peer = int(named.group(3)) if named else int(conc[2])
         except (IndexError, TypeError, ValueError) as exc:
             raise KinetoError(f"{src}: {kind} without its peer ('Concrete Inputs'[2] or "
                               "'A->B' in the name)") from exc
-    call = RawCall(kind, e, size, src, _candidates(trace, kind, group_size, peer),
+    call = RawCall(kind, e, size, src, _candidates(trace, kind, group_size, peer, me),
                    group_peer=peer)
     if kind == "all_to_all" and len(conc) > 4:
         split = int_list(conc[4])
@@ -291,10 +308,11 @@ def raw_calls(trace: Trace, t0: float = float("-inf"), t1: float = float("inf")
             call = _named_call(trace, e)
         else:
             kind = _kind(trace, e, name)
+            args_from = e
             if trace.layout == "L2" and "Input Dims" not in e.get("args", {}):
-                e = _with_enclosing_args(trace, e)
+                args_from = _with_enclosing_args(trace, e)
             ann = _take_annotation(pool, kind, e) if pool else None
-            call = _dims_call(trace, e, kind, ann)
+            call = _dims_call(trace, args_from, kind, ann)
             if call is not None and ann is not None:
                 call.done_us = float(ann["ts"]) + float(ann.get("dur", 0))
                 if ann.get("tid") != e.get("tid"):  # a collective on its group's worker
@@ -305,31 +323,61 @@ def raw_calls(trace: Trace, t0: float = float("-inf"), t1: float = float("inf")
     return out
 
 
+def _enclosing_comms(trace: Trace, e: dict[str, Any]) -> dict[str, Any] | None:
+    """L2: the innermost ``record_param_comms`` op on ``e``'s thread that was running when the
+    ``nccl:`` annotation ``e`` started (NCCL ends the annotation when the work completes,
+    after the op has returned, so only its start lies inside)."""
+    best = None
+    for o in trace.events:
+        if o["name"] == "record_param_comms" and o.get("tid") == e.get("tid") and on_host(o) \
+                and o["ts"] <= e["ts"] <= float(o["ts"]) + float(o.get("dur", 0)) \
+                and (best is None or o["ts"] >= best["ts"]):
+            best = o
+    return best
+
+
 def _with_enclosing_args(trace: Trace, e: dict[str, Any]) -> dict[str, Any]:
     """L2: an ``nccl:`` annotation with the arguments of its ``record_param_comms`` op."""
-    end = float(e["ts"]) + float(e.get("dur", 0))
-    for o in trace.events:
-        if o["name"] == "record_param_comms" and o.get("tid") == e.get("tid") \
-                and o["ts"] <= e["ts"] and float(o["ts"]) + float(o.get("dur", 0)) >= end:
-            return {**e, "args": {**o.get("args", {}), **e.get("args", {})}}
-    return e
+    o = _enclosing_comms(trace, e)
+    return {**e, "args": {**o.get("args", {}), **e.get("args", {})}} if o else e
+
+
+def _external_id(e: dict[str, Any]) -> Any:
+    a = e.get("args", {})
+    return a.get("External id", a.get("external id"))
 
 
 def _nccl_kernel_ends(trace: Trace, comm: list[dict[str, Any]]) -> dict[int, float]:
-    """L1-GPU: the end of each call's NCCL kernel, by ``id`` of the call's event: the ``k``-th
-    kernel of a process group belongs to that group's ``k``-th call."""
+    """L1-GPU, L2-GPU: the end of each call's NCCL kernel, by ``id`` of the call's event. A
+    kernel whose ``External id`` is the call's (or, L2, its ``record_param_comms`` op's) is
+    the call's; otherwise the ``k``-th kernel of a process group belongs to that group's
+    ``k``-th call."""
     kernels: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_ext: dict[Any, dict[str, Any]] = {}
     for e in sorted(trace.events, key=lambda e: e["ts"]):
         if e.get("cat") == "kernel" and e["name"].startswith(NCCL_KERNEL_PREFIXES):
             kernels[str(e.get("args", {}).get("Process Group Name", ""))].append(e)
+            if _external_id(e) is not None:
+                by_ext[_external_id(e)] = e  # the last one (coalesced launches) ends the call
     out: dict[int, float] = {}
     taken: dict[str, int] = defaultdict(int)
+    linked = set()
     for e in comm:
+        ids = [_external_id(e)]
+        if trace.layout == "L2" and (o := _enclosing_comms(trace, e)) is not None:
+            ids.append(_external_id(o))
+        kern = next((by_ext[i] for i in ids if i is not None and i in by_ext), None)
+        if kern is not None:
+            out[id(e)] = float(kern["ts"]) + float(kern.get("dur", 0))
+            linked.add(id(kern))
+    for e in comm:
+        if id(e) in out:
+            continue
         key = str(e.get("args", {}).get("Process Group Name", ""))
         key = key if key in kernels else ""
-        k = taken[key]
-        if k < len(kernels.get(key, [])):
-            kern = kernels[key][k]
+        free = [k for k in kernels.get(key, []) if id(k) not in linked]
+        if taken[key] < len(free):
+            kern = free[taken[key]]
             out[id(e)] = float(kern["ts"]) + float(kern.get("dur", 0))
             taken[key] += 1
     return out

@@ -136,8 +136,19 @@ def experiment_yaml(imported: Imported, name: str, schedule_file: str = "workloa
             f"{s.cluster.gpus_per_server}}}\n"
             f"workload: {{schedule: {schedule_file}}}\n"
             "mode: on-demand\n"
-            "ocs: {switching_delay: 10}\n"
+            f"ocs: {{switching_delay: 10{_ports(s)}}}\n"
             "run: {warmup: 1, iterations: 2}\n")
+
+
+def _ports(s: Schedule) -> str:
+    """``, ports_per_rank: 2`` when a group of more than two ranks spans servers: its ring
+    needs two circuits at each rank on the rail OCS (the default is one port per rank)."""
+    gps = s.cluster.gpus_per_server
+    for gs in s.groups.values():
+        for members in gs.ranks.tolist():
+            if len(members) > 2 and len({r // gps for r in members}) > 1:
+                return ", ports_per_rank: 2"
+    return ""
 
 
 def check_out_dir(out_dir: str | Path) -> Path:
