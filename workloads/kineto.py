@@ -47,8 +47,6 @@ holds what the Kineto and execution-trace importers share (names, sizes, writing
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -70,10 +68,12 @@ from workloads.trace_common import (
     WORLD_DESC,
     Group,
     Imported,
+    TraceImportError,
     check_out_dir,
     default_axes,
     experiment_yaml,
     kind_of,
+    read_json,
     world_note,
     write_import,
 )
@@ -91,27 +91,7 @@ US = 1e-6
 def load_trace(path: str | Path) -> Trace:
     """Read one ``.json`` or ``.json.gz`` trace; refuse it without a distributed rank."""
     p = str(path)
-    try:
-        opener = gzip.open if p.endswith(".gz") else open
-        with opener(p, "rt") as fh:
-            text = fh.read()
-    except EOFError as exc:
-        raise KinetoError(f"{p}: truncated: the compressed file ends early ({exc}); was the "
-                          "trace still being written?") from exc
-    except (UnicodeDecodeError, gzip.BadGzipFile) as exc:
-        raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
-    except OSError as exc:
-        raise KinetoError(f"{p}: cannot read it: {exc}") from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if not text.strip():
-            raise KinetoError(f"{p}: empty file (0 bytes of JSON)") from exc
-        if exc.pos >= len(text.rstrip()):
-            raise KinetoError(f"{p}: truncated: the JSON ends at byte {len(text)} in the "
-                              "middle of the document; was the trace still being written?"
-                              ) from exc
-        raise KinetoError(f"{p}: not a Chrome trace (JSON): {exc}") from exc
+    doc = read_json(p, KinetoError, "a Chrome trace")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise KinetoError(f"{p}: not a torch.profiler Chrome trace (no 'traceEvents' list)")
     info = doc.get("distributedInfo")
@@ -372,17 +352,26 @@ def import_traces(paths: Sequence[str | Path], *, gpus_per_server: int = 1,
 
 def _call(trace: Trace, c: RawCall, wait: tuple[float, float] | None,
           axes: dict[str, str] | None) -> Call:
+    return call_of(trace, c, c.ts * US, (wait[0] * US, wait[1] * US) if wait else None, axes,
+                   KinetoError)
+
+
+def call_of(trace: Trace, c: RawCall, t_issue_s: float, wait_s: tuple[float, float] | None,
+            axes: dict[str, str] | None, error: type[TraceImportError] = TraceImportError
+            ) -> Call:
+    """The observed call of a resolved raw call, its group's axis from the descriptor (or
+    ``axes``); shared with :mod:`workloads.exec_trace`."""
     assert c.group is not None
     g = trace.groups[c.group]
     axis = axis_of_desc(g.desc, axes) if g.desc else (axes or {}).get(g.name)
     if axis is None:
-        raise KinetoError(f"{c.source}: group {g.desc or g.name} {list(g.ranks)} has no "
-                          f"schedule axis; name one with --axis {g.desc or g.name}=AXIS")
+        raise error(f"{c.source}: group {g.desc or g.name} {list(g.ranks)} has no schedule "
+                    f"axis; name one with --axis {g.desc or g.name}=AXIS")
     split = c.split
     if c.kind == "all_to_all" and not split:
         split = tuple(chunk_sizes(c.size_bytes, len(g.ranks)))
-    return Call(c.kind, axis, g.ranks, c.size_bytes, c.ts * US,
+    return Call(c.kind, axis, g.ranks, c.size_bytes, t_issue_s,
                 peer=g.ranks[c.group_peer] if c.kind in P2P_KINDS else -1, split=split,
-                wait=(wait[0] * US, wait[1] * US) if wait else None, source=c.source)
+                wait=wait_s, source=c.source)
 
 

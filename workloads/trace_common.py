@@ -8,6 +8,7 @@ what the calls are called, how large they are and where the result goes is the s
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,31 @@ class Imported:
     notes: list[str] = field(default_factory=list)  # choices made for the user, to print
 
     command: str = "import kineto"  # the command that made it, for experiment.yaml
+
+
+def read_json(path: str, error: type[TraceImportError], what: str) -> Any:
+    """The JSON document of a ``.json`` or ``.json.gz`` file; ``error`` (naming the file) when
+    it cannot be read, is empty, truncated (a trace still being written) or not JSON."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as fh:
+            text = fh.read()
+    except EOFError as exc:
+        raise error(f"{path}: truncated: the compressed file ends early ({exc}); was the "
+                    "trace still being written?") from exc
+    except (UnicodeDecodeError, gzip.BadGzipFile) as exc:
+        raise error(f"{path}: not {what} (JSON): {exc}") from exc
+    except OSError as exc:
+        raise error(f"{path}: cannot read it: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not text.strip():
+            raise error(f"{path}: empty file (0 bytes of JSON)") from exc
+        if exc.pos >= len(text.rstrip()):
+            raise error(f"{path}: truncated: the JSON ends at byte {len(text)} in the "
+                        "middle of the document; was the trace still being written?") from exc
+        raise error(f"{path}: not {what} (JSON): {exc}") from exc
 
 
 def kind_of(name: str) -> str | None:
