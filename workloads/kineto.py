@@ -10,7 +10,10 @@ by the keys present, not by version:
   group rank, ``In split size``); **L1-GPU** adds ``ncclDevKernel_*``/``ncclKernel_*``
   kernels, which give completion times, and compute kernels, which give the compute time.
 * **L2** ``nccl:<op>`` annotations (``record_param_comms`` without named arguments): sizes
-  from ``Input Dims``/``Input type``, groups inferred.
+  from ``Input Dims``/``Input type`` (the annotation's, else its ``record_param_comms``
+  op's), groups inferred; **L2-GPU** adds NCCL kernels (linked by ``External id``). PyTorch
+  2.0 writes a ``distributedInfo`` without ``pg_config``: the world group is then the only
+  group (:attr:`Trace.pg_known`), and a call that cannot be on it is refused.
 * **L3** ``c10d::<op>`` CPU ops with ``gloo:<algorithm>`` annotations (torch 2.13 on CPU):
   sizes from ``Input Dims`` (for ``_base_`` ops the input is the second entry) and the gloo
   annotation's ``Input type``, the p2p peer from ``Concrete Inputs[2]`` (group rank),

@@ -33,6 +33,7 @@ examples:
   opus-testbed workload examples/llama3-8b-workload.yaml
   opus-testbed workload compare A.yaml B.json   # two schedules side by side
   opus-testbed import kineto rank*.json.gz --out imported/   # profiler traces -> workload
+  opus-testbed import et rank*.json --out imported/   # execution traces -> workload
   opus-testbed clean                 # remove leftovers of crashed runs (ours only)
 """
 
