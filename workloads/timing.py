@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from workloads.algorithms import step_count
-from workloads.phases import Phase
+from workloads.phases import Phase, phases_of
 from workloads.schedule import Op, Schedule
 
 
@@ -121,7 +121,7 @@ def timed_phases(schedule: Schedule, rank: int, model: TimingModel | None = None
     reps = representatives(schedule)
     rep = next(r for r in reps if int(schedule.program_of[r]) == int(schedule.program_of[rank]))
     out = []
-    for ph in schedule.phases_of(rank, include_scale_up):
+    for ph in phases_of(schedule, rank, include_scale_up):
         spans = [times[(rep, i)] for i in ph.op_indices]
         out.append(TimedPhase(ph, min(s for s, _ in spans), max(e for _, e in spans)))
     return out, max(e for _, e in times.values())
