@@ -6,8 +6,11 @@ cycle at import time still ties the two modules into one unit that cannot be rea
 moved apart. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
 ``pkg``. Importing a module also runs its parent packages' ``__init__``, but that is not counted
 as an edge: a package that re-exports its submodules would otherwise cycle with each of them.
-Imports under ``if TYPE_CHECKING:`` count too: two modules that need each other's names, even
-only for annotations, belong in one module or need a third one below both.
+The same holds one level up: the sub-packages of one package (``testbed.experiment``,
+``testbed.studies``, ``testbed.results``, ...) import each other without a cycle, so that each
+layer can be read from those below it. Imports under ``if TYPE_CHECKING:`` count too: two
+modules that need each other's names, even only for annotations, belong in one module or need a
+third one below both.
 """
 
 from __future__ import annotations
@@ -133,6 +136,32 @@ def test_no_import_cycle() -> None:
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(
         " -> ".join(_a_cycle(graph, c)) + f"   (component: {', '.join(c)})" for c in found)
+
+
+def sub_package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Sub-package (``testbed.studies``) -> the sibling sub-packages its modules import; the
+    modules at a package's top (``testbed.check``) belong to none."""
+    packages = {m for m, path in _modules().items() if path.name == "__init__.py"}
+
+    def unit(module: str) -> str | None:
+        head = ".".join(module.split(".")[:2])
+        return head if head in packages and head.count(".") == 1 else None
+
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        src = unit(module)
+        if src is None:
+            continue
+        out.setdefault(src, set()).update(
+            dst for dst in map(unit, targets) if dst is not None and dst != src)
+    return {src: targets & out.keys() for src, targets in out.items()}
+
+
+def test_no_cycle_between_sub_packages() -> None:
+    graph = sub_package_graph(import_graph())
+    found = cycles(graph)
+    assert not found, "sub-package cycles:\n" + "\n".join(
+        " -> ".join(_a_cycle(graph, c)) for c in found)
 
 
 def test_the_walker_sees_lazy_imports(tmp_path: Path) -> None:

@@ -135,7 +135,7 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from controller.railstate import SEMANTICS
-    from testbed.experiment.crossval import run_crossval, run_crossval_points
+    from testbed.studies.crossval import run_crossval, run_crossval_points
 
     keep = Path(args.keep) if args.keep else None
     if args.semantics is None and args.delays is None:
@@ -170,7 +170,7 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
 def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.collective_bench import run_alltoall_bench
+    from testbed.studies.collective_bench import run_alltoall_bench
 
     return run_alltoall_bench(
         ranks=[int(n) for n in _floats(args.ranks)], emu_ranks=args.emu_ranks,
@@ -182,7 +182,7 @@ def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
 def _bench_stragglar(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.collective_bench import run_stragglar_bench
+    from testbed.studies.collective_bench import run_stragglar_bench
 
     return run_stragglar_bench(
         ranks=args.ranks, size_mib=args.size_mib,

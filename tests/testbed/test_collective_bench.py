@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from testbed.cli.main import main
-from testbed.experiment.collective_bench import (
+from testbed.experiment.config import parse_experiment
+from testbed.experiment.prepare import prepare
+from testbed.studies.collective_bench import (
     alltoall_model_s,
     run_alltoall_bench,
     run_stragglar_bench,
 )
-from testbed.experiment.config import parse_experiment
-from testbed.experiment.prepare import prepare
 
 
 def test_alltoall_bench_times_match_the_model_and_give_the_crossover(tmp_path: Path) -> None:

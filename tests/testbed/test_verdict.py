@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from testbed.cli.experiments import with_baseline
 from testbed.experiment.config import RunSettings
 from testbed.metrics.darktime import DarkCheck, check_dark_periods
 from testbed.metrics.fidelity import UNRATED_THROUGHPUT
 from testbed.results import store
+from testbed.results.baseline import with_baseline
 from testbed.results.summary import finish_run, summary_text
 
 QUIET = {"machine_cpu_mean_pct": 40.0, "machine_steal_mean_pct": 1.0,
