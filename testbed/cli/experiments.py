@@ -132,13 +132,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         export_tree(done.root, say)
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
-    elif done.with_baseline:
+    elif done.has_baseline:
         print("\n".join(baseline_lines(summary, summary_text(summary))))
         print(f"results: {done.run_dir}")
     else:
         print(summary_text(summary))
         print(f"results: {done.run_dir}")
-    if done.with_baseline:
+    if done.has_baseline:
         return exit_status(summary[RESTS_ON])
     return EXIT_DEGRADED if is_degraded(summary) else 0  # "simulated" is not degraded
 

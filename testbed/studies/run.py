@@ -50,7 +50,7 @@ class Outcome:
     summary: dict[str, Any]
     run_dir: Path
     root: Path
-    with_baseline: bool
+    has_baseline: bool
 
 
 def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
