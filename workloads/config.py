@@ -214,10 +214,10 @@ class WorkloadConfig:
                 raise WorkloadConfigError(f"unknown axis {axis!r}; known: {', '.join(AXES)}",
                                           key)
             try:
-                check_algorithm(kind, name)
+                algorithm = check_algorithm(kind, name)
             except ValueError as exc:
                 raise WorkloadConfigError(str(exc), key) from exc
-            if name != "stragglar":
+            if not algorithm.needs_straggler:
                 continue
             if not self.stragglers:
                 raise WorkloadConfigError(

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.algorithms import DEFAULT_ALGORITHM, effective_algorithm, lower_positions
+from workloads.algorithms import ALGORITHM, DEFAULT_ALGORITHM, lower_positions
 from workloads.algorithms import lower as lower_with
 from workloads.config import Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
@@ -247,8 +247,8 @@ class Schedule:
         chosen = self.config.algorithm_for(op.kind, op.axis)
         if chosen == DEFAULT_ALGORITHM.get(op.kind, chosen) or op.kind in P2P_KINDS:
             return chosen
-        return effective_algorithm(op.kind, chosen, self.groups[op.axis].size,
-                                   self.straggler_position(op.group_id) is not None)
+        return ALGORITHM[chosen].runs_as(self.groups[op.axis].size,
+                                         self.straggler_position(op.group_id) is not None).name
 
     def straggler_position(self, group_id: str) -> int | None:
         """Ring position of the group's straggler (``workload.stragglers``), if it has one."""
@@ -319,7 +319,7 @@ class Schedule:
         if op.kind in P2P_KINDS:
             return pair_circuits([(op.rank, op.peer)], self.cluster)
         ranks = self.group_ranks(op.group_id)
-        if op.kind == "all_to_all" and self.algorithm_of(op) != "multihop":
+        if ALGORITHM[self.algorithm_of(op)].mesh:
             return mesh_circuits(ranks, self.cluster)
         return ring_circuits(ranks, self.cluster)
 

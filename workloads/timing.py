@@ -16,7 +16,7 @@ import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from workloads.algorithms import step_count
+from workloads.algorithms import ALGORITHM
 from workloads.phases import Phase, phases_of
 from workloads.schedule import Op, Schedule
 
@@ -53,7 +53,7 @@ def collective_duration_s(schedule: Schedule, op: Op, model: TimingModel) -> flo
     if op.kind in ("send", "recv"):
         return model.latency_s + op.size_bytes * 8 / (bw_gbps * 1e9)
     n = schedule.groups[op.axis].size
-    steps = step_count(op.kind, schedule.algorithm_of(op), n)
+    steps = ALGORITHM[schedule.algorithm_of(op)].step_count(op.kind, n)
     return steps * model.latency_s + op.wire_bytes * 8 / (bw_gbps * 1e9)
 
 
