@@ -311,15 +311,8 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
                 _show_defaults(child)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="opus-testbed",
-        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
-                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_basics(sub: Any) -> None:
+    """``check`` and ``clean``."""
     p = sub.add_parser("check", help="report prerequisites (root, OVS, Mininet, os-ken, ...)",
                        description="Check every prerequisite; exit 1 if any is missing.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -333,20 +326,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_clean)
 
-    from testbed.cli.experiments import register as register_experiments
-    from testbed.cli.export import register as register_export
-    from testbed.cli.traces import register as register_traces
-    from testbed.cost.cli import register as register_cost
 
-    register_experiments(sub)
-    register_traces(sub)
-    register_cost(sub)
-    register_export(sub)
-    _add_ocs(sub)
-
+def _add_bench(sub: Any) -> None:
+    """``bench`` and its benchmarks, each with ``--json``."""
     p = sub.add_parser("bench", help="benchmarks, JSON on stdout",
                        description="Benchmarks; progress goes to stderr, results to stdout.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    _add_machine_benches(bench)
+    _add_run_benches(bench)
+    for b in bench.choices.values():
+        b.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _add_machine_benches(bench: Any) -> None:
+    """Benchmarks of the emulator, the workload generator and the controller."""
     b = bench.add_parser("fidelity", help="data-plane dark period vs injected delay (root)")
     b.add_argument("--delays", default="1,5,25,100", help="injected delays in ms")
     b.add_argument("--switches", type=int, default=20, help="reconfigurations per delay")
@@ -368,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
     b.set_defaults(bench_fn=_bench_workload)
     _add_controller_bench(bench)
+
+
+def _add_run_benches(bench: Any) -> None:
+    """Benchmarks made of experiment runs: cross-validation, failover, the simulator at
+    scale and the collective algorithms."""
     b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)",
                          description="Run CONFIG emulated and simulated from the same plan and "
                          "compare their mean iteration times (with --semantics/--delays, per "
@@ -406,10 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate every rank of rails 0..N-1 (1..8; default 1: rail 0)")
     b.set_defaults(bench_fn=_bench_sim)
     _add_collective_benches(bench)
-    for b in bench.choices.values():
-        b.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_cmd_bench)
 
+
+def _add_workload(sub: Any) -> None:
+    """``workload``: a schedule from a model and its parallelism."""
     from testbed.cli.traces import COMPARE_HELP
 
     p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
@@ -420,6 +419,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=_cmd_workload)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opus-testbed",
+        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
+                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_basics(sub)
+    from testbed.cli.experiments import register as register_experiments
+    from testbed.cli.export import register as register_export
+    from testbed.cli.traces import register as register_traces
+    from testbed.cost.cli import register as register_cost
+
+    register_experiments(sub)
+    register_traces(sub)
+    register_cost(sub)
+    register_export(sub)
+    _add_ocs(sub)
+    _add_bench(sub)
+    _add_workload(sub)
     _show_defaults(parser)
     return parser
 
