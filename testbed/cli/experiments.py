@@ -387,7 +387,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``run``, ``sweep``, ``report`` and ``demo`` to the top-level parser."""
+    """Add ``run``, ``sweep``, ``ladder``, ``report`` and ``demo`` to the top-level parser."""
+    for add in (_add_run, _add_sweep, _add_ladder, _add_report, _add_demo):
+        add(sub)
+
+
+def _add_run(sub: Any) -> None:
+    """``run``: one experiment end to end, optionally after its baseline."""
     p = sub.add_parser(
         "run", help="run one experiment end to end (emulated: root)",
         description="Replay training iterations of CONFIG as real traffic through Opus-"
@@ -408,6 +414,9 @@ def register(sub: Any) -> None:
     add_overrides(p)
     p.set_defaults(func=cmd_run)
 
+
+def _add_sweep(sub: Any) -> None:
+    """``sweep``: iteration time against switching delay per mode and semantics."""
     p = sub.add_parser(
         "sweep", help="iteration time vs switching delay per mode (paper Fig. 8)",
         description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
@@ -445,6 +454,9 @@ def register(sub: Any) -> None:
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)
 
+
+def _add_ladder(sub: Any) -> None:
+    """``ladder``: the overhead's model differences, one at a time."""
     from testbed.studies.ladder import RUNG_NAMES
 
     p = sub.add_parser(
@@ -472,12 +484,18 @@ def register(sub: Any) -> None:
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.set_defaults(func=cmd_ladder)
 
+
+def _add_report(sub: Any) -> None:
+    """``report``: redraw the plots of a results directory."""
     p = sub.add_parser("report", help="redraw the plots of a run or sweep directory",
                        description="Re-render the PNG plots from a results directory's CSV "
                        "files (a run, or a sweep and its runs).")
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 
+
+def _add_demo(sub: Any) -> None:
+    """``demo``: the demo's runs side by side."""
     p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root)",
                        description="Run examples/demo.yaml six times on emulated rails "
                        "(electrical baseline; a one-to-one OCS on demand, with provisioning and "
