@@ -99,15 +99,11 @@ def _print_bench(result: dict[str, Any], as_json: bool) -> None:
 
 def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
     from emulator.bench import run_fidelity_bench
-    from testbed.metrics.darktime import dark_tolerance_ms
+    from testbed.metrics.darktime import with_tolerances
 
     result = run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
                                 interval_us=args.interval_us)
-    # a reference line only: runs are judged by the bound late light puts on their figures
-    # (testbed.metrics.darktime.OverrunBound), not by a per-switch tolerance
-    for row in result["results"]:
-        row["tolerance_ms"] = dark_tolerance_ms(row["delay_ms"])
-        row["app_within_tolerance"] = row["app_error_ms"]["p99"] <= row["tolerance_ms"]
+    with_tolerances(result["results"])
     return result
 
 
