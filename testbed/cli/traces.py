@@ -1,6 +1,8 @@
-"""``opus-testbed import kineto`` and ``opus-testbed workload compare``: real runs as schedules.
+"""``opus-testbed import kineto|et`` and ``opus-testbed workload compare``: real runs as
+schedules.
 
-Glue only: the import is :mod:`workloads.kineto`, the comparison :mod:`workloads.compare`.
+Glue only: the imports are :mod:`workloads.kineto` and :mod:`workloads.exec_trace`, the
+comparison :mod:`workloads.compare`.
 ``workload compare`` shares its first word with ``workload CONFIG``; :func:`is_compare` tells
 the command line which one it is given (a config file literally named ``compare`` is reached
 as ``./compare``).
@@ -19,8 +21,8 @@ COMPARE_HELP = ("opus-testbed workload compare A B [--rank R] [--json]: two sche
 
 
 def register(sub: Any) -> None:
-    """Add ``import kineto`` to the top-level parser."""
-    p = sub.add_parser("import", help="turn real runs into workloads (import kineto TRACE...)",
+    """Add ``import kineto`` and ``import et`` to the top-level parser."""
+    p = sub.add_parser("import", help="turn real runs into workloads (import kineto|et TRACE...)",
                        description="Import traces of real training runs as schedules.")
     imp = p.add_subparsers(dest="source", required=True, metavar="SOURCE")
     k = imp.add_parser(
@@ -32,19 +34,33 @@ def register(sub: Any) -> None:
         "(+ NCCL kernels), nccl:* annotations, c10d::* ops with gloo:* annotations (torch 2.13 "
         "CPU), opus:* events. Exit 2 with the file, the event and why when a trace cannot be "
         "imported; nothing is written then.")
-    k.add_argument("traces", nargs="+", metavar="TRACE", help="one trace file per rank")
-    k.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory (created; must be empty if it exists)")
-    k.add_argument("--gpus-per-server", type=int, default=1, metavar="G",
-                   help="GPUs per server of the cluster to place the ranks on (default 1)")
+    _import_args(k)
     k.add_argument("--step", type=int, metavar="N", help="the ProfilerStep (or optimizer step) "
                    "to import (default: the last one every trace has)")
-    k.add_argument("--name", help="experiment name (default: the output directory's name)")
-    k.add_argument("--axis", action="append", default=[], metavar="DESC=AXIS", type=_axis_pair,
+    k.set_defaults(func=cmd_import_kineto)
+    e = imp.add_parser(
+        "et", help="PyTorch execution traces (ExecutionTraceObserver JSON), one per rank",
+        description="Read the execution traces torch.profiler.ExecutionTraceObserver writes "
+        "(one per rank, named by rank: rank<R>.json[.gz]) and write DIR/workload.json and "
+        "DIR/experiment.yaml as import kineto does. The traces hold no times: the schedule has "
+        "the calls, their order and what blocks, no compute. Exit 2 with the file, the node "
+        "and why when a trace cannot be imported; nothing is written then.")
+    _import_args(e)
+    e.set_defaults(func=cmd_import_et)
+
+
+def _import_args(p: Any) -> None:
+    """The arguments every ``import SOURCE`` takes."""
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="one trace file per rank")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (created; must be empty if it exists)")
+    p.add_argument("--gpus-per-server", type=int, default=1, metavar="G",
+                   help="GPUs per server of the cluster to place the ranks on (default 1)")
+    p.add_argument("--name", help="experiment name (default: the output directory's name)")
+    p.add_argument("--axis", action="append", default=[], metavar="DESC=AXIS", type=_axis_pair,
                    help="schedule axis of a process group descriptor the importer does not "
                    "know (repeatable), e.g. --axis my_dp_group=dp")
-    k.add_argument("--json", action="store_true", help="print what was imported as JSON")
-    k.set_defaults(func=cmd_import_kineto)
+    p.add_argument("--json", action="store_true", help="print what was imported as JSON")
 
 
 def _axis_pair(text: str) -> tuple[str, str]:
@@ -70,6 +86,29 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return _report(imported, files, args.json)
+
+
+def cmd_import_et(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from workloads.captured import CaptureError
+    from workloads.exec_trace import import_ets
+    from workloads.trace_common import check_out_dir, write_import
+
+    try:
+        check_out_dir(args.out)
+        imported = import_ets(args.traces, gpus_per_server=args.gpus_per_server,
+                              axes=dict(args.axis))
+        files = write_import(imported, args.out, args.name or Path(args.out).resolve().name)
+    except CaptureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return _report(imported, files, args.json)
+
+
+def _report(imported: Any, files: list[Any], as_json: bool) -> int:
+    """Print what an import wrote (text, or JSON with ``--json``)."""
     s = imported.schedule
     p = s.config.parallel
     groups = {"pp": p.pp, "dp": p.dp, "fsdp": p.fsdp, "tp": p.tp, "cp": p.cp, "ep": p.ep}
@@ -78,7 +117,7 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
                "layouts": imported.layouts, "iteration": imported.step,
                "calls": imported.calls, "groups": groups,
                "files": [str(f) for f in files], "notes": imported.notes}
-    if args.json:
+    if as_json:
         print(json.dumps(summary, indent=1))
         return 0
     layouts = sorted(set(imported.layouts.values()))

@@ -45,9 +45,10 @@ from testbed.plan.replay import PlanError, Planner, ReplayPlan
 from testbed.simulator.engine import Mirror, PlanSimulation, collector_paused
 from testbed.simulator.network import IDEAL_COSTS, network_model
 from workloads.builder import generate_schedule
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import get_preset
+from workloads.parallel import ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 

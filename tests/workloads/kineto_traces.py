@@ -114,3 +114,94 @@ def write(dir_: Path, docs: dict[int, dict[str, Any]], gz: bool = False) -> list
             fh.write(json.dumps(doc))  # dumps: the C encoder, json.dump streams in Python
         paths.append(p)
     return paths
+
+
+# --- PyTorch 2.0 with NCCL on GPUs (layout L2-GPU, no process-group metadata) ---------------
+#
+# The structure below follows what PyTorch 2.0's ProcessGroupNCCL and Kineto write, checked
+# against public sources (no trace file of theirs is copied here):
+# * torch/csrc/distributed/c10d/ParamCommsUtils.hpp of the 2.0 era (RECORD_PARAM_COMMS_DATA
+#   with seq, pg_ptr, rank, colName, split sizes: a ``record_param_comms`` op whose inputs are
+#   the input tensors then six scalars/lists; no group name, no "Collective name" argument);
+# * torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (profiling titles ``nccl:all_reduce``,
+#   ``nccl:_all_gather_base``, ``nccl:_reduce_scatter_base``, ``nccl:send <rank>-><peer>``,
+#   ``nccl:recv <rank><-<peer>`` with group ranks; the title is an async user-scope record
+#   function over the input tensors, ended when the work completes);
+# * pytorch/kineto tb_plugin/test/test_profiler.py (TestDistributed.test_distributed_nccl:
+#   ``nccl:all_reduce`` with ``Input Dims`` [[2049000]] / ``Input type`` ["float"], its
+#   ``ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)`` kernel linked by external id);
+# * HolisticTraceAnalysis hta/configs/event_args_formats/event_args_1.0.0.yaml (argument names,
+#   "In msg size" beside "In msg nelems") and Kineto's ``distributedInfo`` of that time:
+#   ``{"backend": "nccl", "rank": R, "world_size": W}``, no ``pg_config``.
+
+V20_KERNELS = {"all_reduce": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+               "_all_gather_base": "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)",
+               "_reduce_scatter_base": "ncclKernel_ReduceScatter_RING_LL_Sum_float(ncclWorkElem)",
+               "send": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)",
+               "recv": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)",
+               "broadcast": "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclWorkElem)"}
+V20_STREAM = 20  # NCCL's stream; compute runs on stream 7
+
+
+def fsdp_v20_calls(rank: int) -> list[tuple[str, int, float]]:
+    """FSDP (1.x, FULL_SHARD) on the world group of 4 GPUs, one step: (op, elements, ts µs).
+    The forward and the backward all-gather a 1024-float shard, the gradients are
+    reduce-scattered from 4096 floats, then the grad-norm all-reduces one float."""
+    return [("_all_gather_base", 1024, 100.0), ("_all_gather_base", 1024, 300.0),
+            ("_reduce_scatter_base", 4096, 500.0), ("all_reduce", 1, 700.0)]
+
+
+def trace_v20(rank: int, world: int = 4, calls: list[tuple[str, int, float]] | None = None,
+              step: int = 5) -> dict[str, Any]:
+    """One rank's PyTorch 2.0 NCCL trace (see the comment above). A p2p op is written
+    ``send 0->1`` / ``recv 1<-0`` (group ranks, as ProcessGroupNCCL titles it)."""
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7,
+         "tid": MAIN, "ts": 0.0, "dur": 1000.0, "args": {"External id": 1}}]
+    ext, corr = 10, 1000
+
+    def launch(ts: float, kernel: str, dur: float, ext_id: int) -> tuple[dict[str, Any], ...]:
+        nonlocal corr
+        corr += 1
+        stream = V20_STREAM if kernel.startswith("nccl") else 7
+        return ({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7,
+                 "tid": MAIN, "ts": ts, "dur": 4.0,
+                 "args": {"cbid": 211, "correlation": corr, "External id": ext_id}},
+                {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream,
+                 "ts": ts + 6.0, "dur": dur,
+                 "args": {"queued": 0, "device": 0, "context": 1, "stream": stream,
+                          "correlation": corr, "External id": ext_id}})
+
+    for a, b in COMPUTE_US:
+        ext += 1
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": MAIN,
+                   "ts": float(a), "dur": float(b - a),
+                   "args": {"External id": ext, "Record function id": 0,
+                            "Input Dims": [[64, 64], [64, 64]], "Input type": ["float"] * 2}})
+        ev.extend(launch(a + 1.0, "ampere_sgemm_128x64_nn", 30.0, ext))
+    for k, (op, n, ts) in enumerate(calls or fsdp_v20_calls(rank)):
+        base_op = op.split()[0]
+        ext += 2
+        tensors: Any = [[n]] if base_op in ("all_reduce", "send", "recv", "broadcast") else [n]
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 7,
+                   "tid": MAIN, "ts": ts, "dur": 25.0,
+                   "args": {"External id": ext - 1, "Record function id": 0, "Ev Idx": 2 * k,
+                            "Input Dims": [tensors, [], [], [], [], [], []],
+                            "Input type": ["TensorList" if isinstance(tensors[0], list)
+                                           else "float", "Int", "Int", "Int", "String",
+                                           "GenericList", "GenericList"]}})
+        kernel_dur = 50.0
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"nccl:{op}", "pid": 7,
+                   "tid": MAIN, "ts": ts + 5.0, "dur": 15.0 + kernel_dur,  # ends with the work
+                   "args": {"External id": ext, "Record function id": 0, "Ev Idx": 2 * k + 1,
+                            "Input Dims": [[n]], "Input type": ["float"]}})
+        runtime, kernel = launch(ts + 8.0, V20_KERNELS[base_op], kernel_dur, ext - 1)
+        ev.extend((runtime, kernel))
+        ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"nccl:{op}", "pid": 0,
+                   "tid": V20_STREAM, "ts": kernel["ts"], "dur": kernel_dur,
+                   "args": {"External id": ext}})
+    return {"schemaVersion": 1, "deviceProperties": [
+                {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85198045184,
+                 "computeMajor": 8, "computeMinor": 0, "numSms": 108}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "traceEvents": ev}

@@ -1,0 +1,64 @@
+"""Parallelism degrees of a workload: the shape of the device mesh and the options that change
+its traffic.
+
+Kept apart from :mod:`workloads.config` because the rank layout (:mod:`workloads.layout`) needs
+the degrees and the workload's validation needs the layout's groups: with both here, config and
+layout each import this module and not each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PP_SCHEDULES = ("1f1b", "interleaved")
+FSDP_UNITS = ("block", "stage")
+#: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
+RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Degrees of each parallelism axis and the options that change their traffic.
+
+    ``fsdp`` is the ZeRO-3 sharding degree (1 = no sharding; gradients then sync by DDP
+    all-reduce buckets over ``dp``); ``dp`` > 1 together with ``fsdp`` > 1 is HSDP (shard inside,
+    replicate across). ``reshard_after_forward`` is TorchTitan's ``fsdp_reshard_after_forward``:
+    ``None`` ("default") reshards when PP is off and keeps the gathered parameters when PP is
+    on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
+    builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
+    wrapping: one unit per transformer block plus one for the stage's leftover parameters
+    (TorchTitan), or one unit holding the whole stage.
+    """
+
+    tp: int = 1
+    sp: bool = False
+    dp: int = 1
+    fsdp: int = 1
+    reshard_after_forward: bool | None = None
+    fsdp_unit: str = "block"
+    pp: int = 1
+    pp_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp * self.fsdp * self.cp * self.tp
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that see different samples (``dp * fsdp``)."""
+        return self.dp * self.fsdp
+
+    @property
+    def reshard(self) -> bool:
+        """Effective reshard-after-forward policy."""
+        if self.reshard_after_forward is None:
+            return self.pp == 1
+        return self.reshard_after_forward
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks in the pipeline (``pp * virtual_stages``)."""
+        return self.pp * self.virtual_stages
