@@ -304,8 +304,6 @@ class JobEntry:
         self.ports = {r: rp.ports for r, rp in self.spec.ranks.items()}
 
 
-
-
 class CallBook:
     """The jobs and their calls, for one set of rails; the switching model does the rest.
 
