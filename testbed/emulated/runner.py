@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from controller.core import CoreConfig
-from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.drivers.faults import FaultInjectingDriver, OcsFaults
+from controller.drivers.registry import DRIVERS, HARDWARE_DRIVERS, make_driver
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
@@ -103,7 +103,6 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                          f"emulated run drives its own {cfg.driver} fronts on the emulated "
                          "rails; remove them here, and bring a lab switch up with "
                          "`opus-testbed ocs`")
-    from controller.drivers.polatis.config import make_driver
     from emulator.polatis.front import emulated_fronts
 
     password = secrets.token_hex(8)

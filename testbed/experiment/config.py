@@ -35,9 +35,9 @@ call asks (port-exact needs it), or only at the artifact's points, ``phase``
 (the artifact's controller).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
-Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated OCS directly;
-``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on every
-emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
+Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
+directly; ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on
+every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
 not with a driver.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from controller.drivers import DRIVERS
+from controller.drivers.registry import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
