@@ -14,79 +14,15 @@ calls; :class:`controller.core.OpusCore` picks the model at construction from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from controller.calls import Event, Instance, JobEntry, LazyEvent, Output
-from controller.job import JobSpec
+# The SwitchingModel protocol itself lives with the call book that uses it, so that the book
+# needs nothing from here; it is re-exported for readers of this module.
+from controller.calls import Event, LazyEvent, Output, SwitchingModel
 from controller.ocs import ApplyResult, Circuit, CrossconnectState, Reconfiguration
 
-
-class SwitchingModel(Protocol):
-    """What the call book asks of a switching model (each model's docstring says how)."""
-
-    @property
-    def waiting(self) -> Mapping[Instance, None]:
-        """Calls the model holds back; the book pumps it after a completion only when some
-        wait (one check instead of one call per completion)."""
-        ...
-
-    #: a rank's real ask for another call withdraws its speculative asks (a misprediction)
-    withdraws_predictions: bool
-    #: with provisioning, a completion's predicted next call is a speculative ask
-    predicts_on_completion: bool
-    #: a prediction of a call its rank already asked for or finished is counted and dropped
-    counts_late_predictions: bool
-
-    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
-        """Check that the model can serve ``job`` (else :class:`~controller.job.JobError`);
-        the returned function takes the job in once the book has registered it."""
-        ...
-
-    def job_removed(self, job: JobEntry) -> None:
-        """Forget an unregistered job (its port owners are gone already)."""
-        ...
-
-    def asked(self, inst: Instance, now: float, out: Output) -> None:
-        """A gathering call got an ask (real or speculative): serve it once everyone asked."""
-        ...
-
-    def released(self, inst: Instance, now: float) -> None:
-        """A running call ended (or its job went): its circuits are idle now."""
-        ...
-
-    def withdraw(self, inst: Instance) -> None:
-        """Take a queued call out of the queue (dropped, or no longer ready)."""
-        ...
-
-    def turned_real(self, inst: Instance) -> None:
-        """A queued call that only speculative asks made ready got its first real ask."""
-        ...
-
-    def pump(self, now: float, out: Output) -> None:
-        """Serve the calls that may go now."""
-        ...
-
-    def commit(self, rc: Reconfiguration) -> None:
-        """Take a change of the switch into the crossconnect state (initial circuits too)."""
-        ...
-
-    def done(self, decision_id: int, results: Sequence[ApplyResult], now: float) -> Output:
-        """The driver lit a decision's circuits."""
-        ...
-
-    def failed(self, decision_id: int, error: str, now: float, out: Output,
-               withdrawn: bool) -> None:
-        """The driver refused or failed a decision (the book pumps afterwards)."""
-        ...
-
-    def active_circuits(self) -> frozenset[Circuit]:
-        """Circuits running calls use now (never touched by a decision)."""
-        ...
-
-    def dark_ports(self) -> frozenset[tuple[int, int]]:
-        """(rail, port) of every port a decision in flight is switching."""
-        ...
+__all__ = ["SwitchingModel", "end_events", "undo"]
 
 
 def _ev_reconfig_end(r: LazyEvent, into: list[Event]) -> None:
