@@ -15,10 +15,19 @@ operations into OpenFlow messages, sends them and keeps the time:
 * the switching time runs from the moment the removal is sent: the data plane goes dark as
   soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
   the same transit to vswitchd;
-* after the light barrier the datapath flow cache is purged (``revalidator/purge`` over
-  unixctl). Without it the datapath keeps the "drop" flow it cached for a dark port until OVS's
+* the datapath flow cache is purged (``revalidator/purge`` over unixctl) once the additions
+  and the light barrier are sent, and the light is confirmed when both the purge and the
+  barrier have answered. Without the purge the datapath keeps the "drop" flow it cached for a
+  dark port (a stray packet, or the old circuit's flow revalidated to a drop) until OVS's
   revalidators get round to it, which lit new circuits ~3.5 ms late on this machine. Purging
-  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss);
+  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss).
+  The purge is sent without waiting for the barrier's reply, so the two round trips overlap
+  (each cost 0.2-0.8 ms at p50 here; ``docs/performance.md``, "Light confirmation"). It still
+  follows the additions: vswitchd's main loop reads OpenFlow (``bridge_run``) before unixctl in
+  each pass, and the additions were written first. Only a pass that read the OpenFlow socket
+  just before the additions landed and the unixctl socket just after the purge landed could
+  purge first; a stray packet would then have to reach that port in the microseconds before
+  the additions to light it late, and then only by the revalidators' ~3.5 ms;
 * flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
   operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
 * barrier replies take the app's ordinary ``set_ev_cls`` handler, through the app's event queue
@@ -262,8 +271,10 @@ class OcsFabric:
         try:
             t_dark = self.clock()
             pending = self._run(datapath, job.operations, t_dark)
-            self._confirm(datapath, pending)
+            # The purge runs while the light barrier is on its way (see the module docstring).
+            # The purge runs while the light barrier is on its way (see the module docstring).
             self._unixctl.flush()
+            self._confirm(datapath, pending)
             t_light = self.clock()
         finally:
             with self._lock:
