@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
 from controller.railstate import SHADOW_PORTS
-from emulator import naming, runstate
+from emulator import naming, runstate, vswitchd_priority
 from emulator.hostnet import (
     HostRouter,
     bridge_shaping_commands,
@@ -135,6 +135,7 @@ class EmulatedRails:
     slot: int
     datapath: str
     router: HostRouter
+    vswitchd_priority: str  # what the run did to ovs-vswitchd's scheduling, in words
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def host(self, rank: int) -> Any:
@@ -347,11 +348,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         except TimeoutError as exc:
             raise EmulationError(f"{exc}; see {run_dir / 'ocs-service.log'}") from exc
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
-                               router)
+                               router, vswitchd_priority.raise_priority(prefix))
         yield handle
     finally:
         if handle is not None:
             handle.stop_processes()
+        vswitchd_priority.release(prefix)
         if driver is not None:
             driver.close()
         if net is not None:

@@ -460,7 +460,12 @@ def _sleep_until(deadline_s: float, clock: Callable[[], float]) -> None:
         time.sleep(remaining)
 
 
-def realtime_priority(priority: int = 10) -> bool:
+#: SCHED_FIFO priority of the rail workers (ovs-vswitchd's main thread runs just below, see
+#: :mod:`emulator.vswitchd_priority`).
+WORKER_PRIORITY = 10
+
+
+def realtime_priority(priority: int = WORKER_PRIORITY) -> bool:
     """Give the calling thread SCHED_FIFO priority, so switching delays do not stretch when
     the machine is busy. It never spins, so it cannot starve ovs-vswitchd. False if refused."""
     try:
