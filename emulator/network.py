@@ -278,7 +278,9 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         "mgmt_port": mgmt_port,
         "event_log": str(run_dir / "ocs-events.jsonl"),
         "rails": [
-            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail)} for d in spec.describe()
+            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail),
+             "bridge": (naming.rail_bridge(prefix, d.rail) if d.rail < spec.num_rails
+                        else naming.shadow_bridge(prefix, d.rail))} for d in spec.describe()
         ],
     }
     config_path = run_dir / prefix / "ocs.json"
