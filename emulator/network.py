@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
 from controller.railstate import SHADOW_PORTS
-from emulator import naming, runstate
+from emulator import naming, runstate, vswitchd_priority
 from emulator.hostnet import (
     HostRouter,
     bridge_shaping_commands,
@@ -135,6 +135,7 @@ class EmulatedRails:
     slot: int
     datapath: str
     router: HostRouter
+    vswitchd_priority: str  # what the run did to ovs-vswitchd's scheduling, in words
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def host(self, rank: int) -> Any:
@@ -277,11 +278,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)
         _wait_rails_connected(spec, driver, ocs_proc, run_dir, ready_timeout_s)
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
-                               router)
+                               router, vswitchd_priority.raise_priority(prefix))
         yield handle
     finally:
         if handle is not None:
             handle.stop_processes()
+        vswitchd_priority.release(prefix)
         if driver is not None:
             driver.close()
         if net is not None:
@@ -324,13 +326,16 @@ def _ocs_bridges(spec: RailSpec, prefix: str) -> list[str]:
 
 def _write_ocs_config(spec: RailSpec, prefix: str, run_dir: Path, of_port: int,
                       mgmt_port: int) -> Path:
-    """The OCS service's config file (ports, event log, rails with their datapath ids)."""
+    """The OCS service's config file (ports, event log, rails with their datapath ids and
+    bridge names: each rail worker switches over its own connection to its bridge)."""
     ocs_config = {
         "of_port": of_port,
         "mgmt_port": mgmt_port,
         "event_log": str(run_dir / "ocs-events.jsonl"),
         "rails": [
-            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail)} for d in spec.describe()
+            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail),
+             "bridge": (naming.rail_bridge(prefix, d.rail) if d.rail < spec.num_rails
+                        else naming.shadow_bridge(prefix, d.rail))} for d in spec.describe()
         ],
     }
     config_path = run_dir / prefix / "ocs.json"

@@ -15,22 +15,32 @@ operations into OpenFlow messages, sends them and keeps the time:
 * the switching time runs from the moment the removal is sent: the data plane goes dark as
   soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
   the same transit to vswitchd;
-* after the light barrier the datapath flow cache is purged (``revalidator/purge`` over
-  unixctl). Without it the datapath keeps the "drop" flow it cached for a dark port until OVS's
+* the datapath flow cache is purged (``revalidator/purge`` over unixctl) once the additions
+  and the light barrier are sent, and the light is confirmed when both the purge and the
+  barrier have answered. Without the purge the datapath keeps the "drop" flow it cached for a
+  dark port (a stray packet, or the old circuit's flow revalidated to a drop) until OVS's
   revalidators get round to it, which lit new circuits ~3.5 ms late on this machine. Purging
-  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss);
+  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss).
+  The purge is sent without waiting for the barrier's reply, so the two round trips overlap
+  (each cost 0.2-0.8 ms at p50 here; ``docs/performance.md``, "Light confirmation"). It still
+  follows the additions: vswitchd's main loop reads OpenFlow (``bridge_run``) before unixctl in
+  each pass, and the additions were written first. Only a pass that read the OpenFlow socket
+  just before the additions landed and the unixctl socket just after the purge landed could
+  purge first; a stray packet would then have to reach that port in the microseconds before
+  the additions to light it late, and then only by the revalidators' ~3.5 ms;
 * flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
   operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
-* barrier replies take the app's ordinary ``set_ev_cls`` handler, through the app's event queue
-  and thread, in the ``config`` state too (the set-up barrier can be answered before os-ken's
-  port-description exchange has moved the connection to ``main``). Releasing the rail worker
-  straight from the datapath's receive thread instead (formerly by overriding os-ken's private
-  ``_send_event``) gained nothing measurable on this shared 2-core machine: interleaved runs of
-  ``opus-testbed bench control`` (overhead p50 about 1 ms at 8 ports either way) and ``bench
-  fidelity`` (dark-period error p50 within 0.5 ms of each other, in both directions) differed
-  by less than their run-to-run noise. If it ever matters, os-ken's ``ofp_event`` service takes
-  handlers (``register_handler``) that ``Datapath._recv_loop`` runs inline on the receive
-  thread, as it runs os-ken's echo handler.
+* switching goes over each rail's own OpenFlow connection to its bridge's management socket
+  (:mod:`emulator.ofchannel`), which the rail worker writes and reads itself; os-ken's
+  connection does the set-up only (an ``event: channel`` record in the log says which rails
+  got theirs). Over os-ken's connection a barrier reply hopped its receive thread, the app's
+  event thread and the rail worker: in the demo (16 ranks, 4 rails) that put the light 1.4-1.6
+  ms late at p50 and up to 8 ms at the tail, against 0.6-0.75 ms and about 1 ms over the
+  rail's own connection (``docs/performance.md``, "Light confirmation"). A rail whose
+  connection cannot be opened switches over os-ken's, correct but slower to confirm; barrier
+  replies there take the app's ordinary ``set_ev_cls`` handler, in the ``config`` state too
+  (the set-up barrier can be answered before os-ken's port-description exchange has moved the
+  connection to ``main``).
 
 The app runs in its own process (:mod:`emulator.ocs_service`); nothing outside this package
 imports os-ken.
@@ -82,6 +92,7 @@ from emulator.ocs_core import (
     TableMiss,
     WaitDelay,
 )
+from emulator.ofchannel import ChannelError, OpenFlowChannel, barrier_request, mgmt_socket
 from emulator.ovs_unixctl import Unixctl, UnixctlError
 
 LOG = logging.getLogger("opus.ocs")
@@ -115,6 +126,7 @@ class OcsFabric:
         dpids: dict[int, int],
         event_log: Path | None = None,
         clock: Callable[[], float] = time.time,
+        bridges: dict[int, str] | None = None,
     ) -> None:
         self.core = OcsRails(rails)
         self.rail_of_dpid = {dpid: rail for rail, dpid in dpids.items()}
@@ -128,6 +140,8 @@ class OcsFabric:
         self._message_cache: dict[tuple[int, FlowOperation | type[Barrier]], bytes] = {}
         self._xids = itertools.count(0x40000000)
         self._unixctl = _DatapathFlusher()
+        self._bridges = dict(bridges or {})  # rail -> bridge name, for the rail's own channel
+        self._channels: dict[int, OpenFlowChannel] = {}  # each used by its rail worker only
         self._log_lock = threading.Lock()
         self._log_file = event_log.open("a", encoding="utf-8") if event_log else None
         self._workers = [
@@ -256,14 +270,21 @@ class OcsFabric:
         datapath = self._datapaths.get(rail)
         if datapath is None:
             raise SwitchUnavailable(f"rail {rail} disconnected during reconfiguration")
+        channel = self._channel(rail)
         touched = reconf.touched_ports
         with self._lock:
             self._dark[rail] |= touched
         try:
             t_dark = self.clock()
-            pending = self._run(datapath, job.operations, t_dark)
-            self._confirm(datapath, pending)
-            self._unixctl.flush()
+            # The purge runs while the light barrier is on its way (see the module docstring).
+            if channel is None:
+                pending = self._run(datapath, job.operations, t_dark)
+                self._unixctl.flush()
+                self._confirm(datapath, pending)
+            else:
+                xids = self._run_on_channel(rail, channel, datapath, job.operations, t_dark)
+                self._unixctl.flush()
+                self._confirm_on_channel(rail, channel, xids)
             t_light = self.clock()
         finally:
             with self._lock:
@@ -274,6 +295,61 @@ class OcsFabric:
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
         self._log({"event": "light", **result.to_json()})
         return result
+
+    def _channel(self, rail: int) -> OpenFlowChannel | None:
+        """The rail worker's own OpenFlow connection to its bridge (opened on first use), or
+        None when the app knows no bridge name for the rail or cannot connect: switching then
+        goes over os-ken's connection, as correct but slower to confirm."""
+        channel = self._channels.get(rail)
+        bridge = self._bridges.get(rail)
+        if channel is None and bridge is not None:
+            try:
+                channel = OpenFlowChannel(mgmt_socket(bridge), timeout_s=BARRIER_TIMEOUT_S)
+            except ChannelError as exc:
+                LOG.warning("rail %d: %s; switching over os-ken's connection", rail, exc)
+                del self._bridges[rail]
+                self._log({"event": "channel", "rail": rail, "bridge": bridge,
+                           "error": str(exc)})
+                return None
+            self._channels[rail] = channel
+            self._log({"event": "channel", "rail": rail, "bridge": bridge, "path": channel.path})
+        return channel
+
+    def _run_on_channel(self, rail: int, channel: OpenFlowChannel, datapath: Any,
+                        operations: Sequence[Operation], t_start_s: float) -> list[int]:
+        """:meth:`_run` over the rail's own channel; return the barriers' xids."""
+        buf = bytearray()
+        xids: list[int] = []
+        try:
+            for op in operations:
+                if isinstance(op, WaitDelay):
+                    channel.send(buf)
+                    buf.clear()
+                    _sleep_until(op.until_s(t_start_s), self.clock)
+                elif isinstance(op, Barrier):
+                    xids.append(next(self._xids) & 0xFFFFFFFF)
+                    buf += barrier_request(xids[-1])
+                else:
+                    buf += self._message_bytes(datapath, op)
+            channel.send(buf)
+        except ChannelError as exc:
+            self._drop_channel(rail)
+            raise SwitchUnavailable(f"rail {rail}: {exc}") from exc
+        return xids
+
+    def _confirm_on_channel(self, rail: int, channel: OpenFlowChannel, xids: list[int]) -> None:
+        """Wait for the replies to ``xids``; SwitchUnavailable after the timeout."""
+        try:
+            channel.wait_barriers(xids, BARRIER_TIMEOUT_S)
+        except ChannelError as exc:
+            self._drop_channel(rail)
+            raise SwitchUnavailable(f"rail {rail}: {exc}") from exc
+
+    def _drop_channel(self, rail: int) -> None:
+        """Close a rail's failed channel; its next switch opens a new one."""
+        channel = self._channels.pop(rail, None)
+        if channel is not None:
+            channel.close()
 
     def _run(self, datapath: Any, operations: Sequence[Operation],
              t_start_s: float) -> list[_PendingBarrier]:
@@ -449,7 +525,12 @@ def _sleep_until(deadline_s: float, clock: Callable[[], float]) -> None:
         time.sleep(remaining)
 
 
-def realtime_priority(priority: int = 10) -> bool:
+#: SCHED_FIFO priority of the rail workers (ovs-vswitchd's main thread runs just below, see
+#: :mod:`emulator.vswitchd_priority`).
+WORKER_PRIORITY = 10
+
+
+def realtime_priority(priority: int = WORKER_PRIORITY) -> bool:
     """Give the calling thread SCHED_FIFO priority, so switching delays do not stretch when
     the machine is busy. It never spins, so it cannot starve ovs-vswitchd. False if refused."""
     try:

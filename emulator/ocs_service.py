@@ -172,7 +172,8 @@ def serve(config: dict[str, Any]) -> None:
     rails = [RailDescription.from_json(r) for r in config["rails"]]
     dpids = {int(r["rail"]): int(str(r["dpid"]), 16) for r in config["rails"]}
     log_path = Path(config["event_log"]) if config.get("event_log") else None
-    fabric = OcsFabric(rails, dpids, event_log=log_path)
+    bridges = {int(r["rail"]): str(r["bridge"]) for r in config["rails"] if r.get("bridge")}
+    fabric = OcsFabric(rails, dpids, event_log=log_path, bridges=bridges)
     OcsApp.fabric = fabric
 
     cfg.CONF(args=[f"--ofp-tcp-listen-port={int(config['of_port'])}",

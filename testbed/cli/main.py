@@ -60,18 +60,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
+    from emulator import vswitchd_priority
     from emulator.runstate import clean
 
-    removed = clean(include_live=args.all)
+    removed: dict[str, Any] = dict(clean(include_live=args.all))
+    restored = vswitchd_priority.release(everyone=args.all)
     if args.json:
-        print(json.dumps(removed, indent=1))
-    elif not any(removed.values()):
+        print(json.dumps({**removed, "vswitchd_policy_restored": restored}, indent=1))
+        return 0
+    for kind, items in removed.items():
+        for item in items:
+            print(f"removed {kind.removesuffix('es') if kind == 'processes' else kind[:-1]}: "
+                  f"{item}")
+    if restored:
+        print("restored ovs-vswitchd's former scheduling policy")
+    if not restored and not any(removed.values()):
         print("nothing to clean")
-    else:
-        for kind, items in removed.items():
-            for item in items:
-                print(f"removed {kind.removesuffix('es') if kind == 'processes' else kind[:-1]}: "
-                      f"{item}")
     return 0
 
 

@@ -197,10 +197,11 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
-            manifest.update(datapath=net.datapath, prefix=net.prefix)
+            manifest.update(datapath=net.datapath, prefix=net.prefix,
+                            vswitchd_priority=net.vswitchd_priority)
             store.write_json(out / "manifest.json", manifest)
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
-                f"{net.datapath} datapath)")
+                f"{net.datapath} datapath, {net.vswitchd_priority})")
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))

@@ -166,6 +166,11 @@ def test_reconfiguration_is_break_before_make_with_the_injected_delay(
             f"rank 2 got a frame {(first_new_s - res.t_dark_s) * 1e3:.2f} ms into the switch")
         assert 0 < gap_s * 1e3 <= dark_bound_ms(delay_ms), f"wire dark {gap_s * 1e3:.2f} ms"
         assert ping_ok(net, 0, 2) and not ping_ok(net, 0, 1)
+        # the switch went over the rail's own OpenFlow connection, not os-ken's (slower) one
+        log = [json.loads(line) for line in
+               (net.run_dir / "ocs-events.jsonl").read_text().splitlines()]
+        channels = [e for e in log if e.get("event") == "channel"]
+        assert [(e["rail"], "path" in e) for e in channels] == [(0, True)], channels
 
 
 def test_two_ports_per_rank_route_each_peer_over_its_own_circuit(

@@ -144,6 +144,13 @@ def test_jitter_widens_the_configured_range() -> None:
     assert "against the configured 10 +- 5 ms" in short.early()  # type: ignore[operator]
 
 
+def test_the_summarys_early_slack_is_the_one_at_the_shortest_configured_delay() -> None:
+    expected = ExpectedDelay(100.0, per_rail_ms={1: 40.0}, jitter_ms=10.0)
+    check = check_dark_periods(switches(100.0, [1.0]), expected, ends(1))
+    assert expected.shortest_ms() == 30.0
+    assert check.to_summary()["early_slack_ms"] == pytest.approx(early_slack_ms(30.0))
+
+
 def test_per_rail_delays_are_each_rails_own() -> None:
     expected = ExpectedDelay(100.0, per_rail_ms={1: 50.0})
     events = [*switches(100.0, [0.5]), *switches(50.0, [0.5], rail=1, t0_s=200.0)]
@@ -222,6 +229,9 @@ def test_an_overrun_inside_the_measured_iterations_above_the_limit_degrades() ->
     # nobody waited on light while it was late: no figure moved
     idle = overrun_bound(check.switches, WINDOWS, waiting=[(115.0, 116.0)])
     assert (idle.per_iteration_s, idle.exceeded()) == ((0.0, 0.0), None)
+    assert idle.late_switches == 0, "a switch whose late part nobody waited for is not counted"
+    one = overrun_bound(check.switches, WINDOWS, waiting=[(112.12, 112.13)])
+    assert one.late_switches == 1, "only the switch whose late part somebody waited for counts"
 
 
 def test_the_bound_counts_wall_time_once_and_only_while_something_waited() -> None:

@@ -1,0 +1,119 @@
+"""A raw OpenFlow 1.3 connection to one bridge's management socket, read by one rail worker.
+
+Why beside os-ken's connection: a barrier reply there hops os-ken's receive thread (which parses
+it), the app's event thread and then the rail worker. In the demo (16 ranks, 4 rails) the light
+barrier's reply reached the worker 0.5 ms (p50) after the datapath purge that vswitchd handles
+*after* it; over a connection the worker reads itself the reply is waiting when the purge
+returns (``docs/performance.md``, "Light confirmation").
+
+ovs-vswitchd listens on ``<rundir>/<bridge>.mgmt`` for each bridge (what ``ovs-ofctl`` uses), a
+service connection that gets no asynchronous messages. The channel sends the app's serialised
+flow mods as they are, reads only to find its barrier replies, answers echo requests, and turns
+an OpenFlow error into :class:`ChannelError` naming the refused message's xid.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+
+OFP_VERSION = 4  # OpenFlow 1.3
+OFPT_HELLO = 0
+OFPT_ERROR = 1
+OFPT_ECHO_REQUEST = 2
+OFPT_ECHO_REPLY = 3
+OFPT_BARRIER_REQUEST = 20
+OFPT_BARRIER_REPLY = 21
+_HEADER = struct.Struct("!BBHI")
+
+
+class ChannelError(RuntimeError):
+    """The bridge refused a message, closed the connection or did not answer in time."""
+
+
+def mgmt_socket(bridge: str, rundir: str | None = None) -> str:
+    """Path of ``bridge``'s OpenFlow management socket in Open vSwitch's run directory."""
+    rundir = rundir or os.environ.get("OVS_RUNDIR", "/var/run/openvswitch")
+    return os.path.join(rundir, f"{bridge}.mgmt")
+
+
+def barrier_request(xid: int) -> bytes:
+    """An OpenFlow 1.3 barrier request with transaction id ``xid``."""
+    return _HEADER.pack(OFP_VERSION, OFPT_BARRIER_REQUEST, _HEADER.size, xid & 0xFFFFFFFF)
+
+
+class OpenFlowChannel:
+    """One connection to one bridge; not thread-safe (its rail worker alone uses it)."""
+
+    def __init__(self, path: str, timeout_s: float = 5.0) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self._buf = bytearray()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.connect(path)
+            self.send(_HEADER.pack(OFP_VERSION, OFPT_HELLO, _HEADER.size, 0))
+            msg_type, _xid, _body = self._read_message(time.monotonic() + timeout_s)
+        except (OSError, ChannelError) as exc:
+            self._sock.close()
+            raise ChannelError(f"OpenFlow connection to {path}: {exc}") from exc
+        if msg_type != OFPT_HELLO:
+            self._sock.close()
+            raise ChannelError(f"{path} answered the hello with message type {msg_type}")
+
+    def send(self, data: bytes | bytearray) -> None:
+        """Write ``data`` (whole OpenFlow messages) at once."""
+        if not data:
+            return
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise ChannelError(f"sending to {self.path}: {exc}") from exc
+
+    def wait_barriers(self, xids: list[int], timeout_s: float | None = None) -> None:
+        """Return once every barrier in ``xids`` is answered; :class:`ChannelError` on an
+        OpenFlow error, a closed connection or the timeout."""
+        waiting = set(xids)
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while waiting:
+            msg_type, xid, body = self._read_message(deadline)
+            if msg_type == OFPT_BARRIER_REPLY:
+                waiting.discard(xid)
+            elif msg_type == OFPT_ECHO_REQUEST:
+                self.send(_HEADER.pack(OFP_VERSION, OFPT_ECHO_REPLY, _HEADER.size + len(body),
+                                       xid) + body)
+            elif msg_type == OFPT_ERROR:
+                kind, code = struct.unpack_from("!HH", body) if len(body) >= 4 else (-1, -1)
+                raise ChannelError(f"{self.path} refused message xid {xid}: OpenFlow error "
+                                   f"type {kind} code {code}")
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _read_message(self, deadline_s: float) -> tuple[int, int, bytes]:
+        """The next whole message as (type, xid, body)."""
+        while True:
+            if len(self._buf) >= _HEADER.size:
+                _version, msg_type, length, xid = _HEADER.unpack_from(self._buf)
+                if length < _HEADER.size:
+                    raise ChannelError(f"{self.path} sent a message of length {length}")
+                if len(self._buf) >= length:
+                    body = bytes(self._buf[_HEADER.size:length])
+                    del self._buf[:length]
+                    return msg_type, xid, body
+            remaining = deadline_s - time.monotonic()
+            if remaining <= 0:
+                raise ChannelError(f"{self.path} did not answer within {self.timeout_s} s")
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError as exc:
+                raise ChannelError(f"{self.path} did not answer within {self.timeout_s} s"
+                                   ) from exc
+            except OSError as exc:
+                raise ChannelError(f"reading from {self.path}: {exc}") from exc
+            if not chunk:
+                raise ChannelError(f"{self.path} closed the connection")
+            self._buf += chunk
