@@ -92,7 +92,13 @@ from emulator.ocs_core import (
     TableMiss,
     WaitDelay,
 )
-from emulator.ofchannel import ChannelError, OpenFlowChannel, barrier_request, mgmt_socket
+from emulator.ofchannel import (
+    ChannelError,
+    OpenFlowChannel,
+    barrier_request,
+    mgmt_socket,
+    port_stats_request,
+)
 from emulator.ovs_unixctl import Unixctl, UnixctlError
 
 LOG = logging.getLogger("opus.ocs")
@@ -107,6 +113,12 @@ _PendingBarrier = tuple[int, threading.Event]
 
 class SwitchUnavailable(RuntimeError):
     """A rail bridge is not connected, or did not confirm a change in time."""
+
+
+@dataclass(frozen=True)
+class _Batch:
+    data: bytes
+    xids: list[int]
 
 
 @dataclass
@@ -277,14 +289,14 @@ class OcsFabric:
         try:
             t_dark = self.clock()
             # The purge runs while the light barrier is on its way (see the module docstring).
+            purged: bool | None = None  # over os-ken's connection: always
             if channel is None:
                 pending = self._run(datapath, job.operations, t_dark)
                 self._unixctl.flush()
                 self._confirm(datapath, pending)
             else:
-                xids = self._run_on_channel(rail, channel, datapath, job.operations, t_dark)
-                self._unixctl.flush()
-                self._confirm_on_channel(rail, channel, xids)
+                purged = self._switch_on_channel(rail, channel, datapath, job.operations, t_dark,
+                                                 touched)
             t_light = self.clock()
         finally:
             with self._lock:
@@ -293,7 +305,8 @@ class OcsFabric:
         self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark,
                    "delay_ms": delay_ms})
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
-        self._log({"event": "light", **result.to_json()})
+        self._log({"event": "light", **result.to_json(),
+                   **({} if purged is None else {"purged": purged})})
         return result
 
     def _channel(self, rail: int) -> OpenFlowChannel | None:
@@ -315,35 +328,57 @@ class OcsFabric:
             self._log({"event": "channel", "rail": rail, "bridge": bridge, "path": channel.path})
         return channel
 
-    def _run_on_channel(self, rail: int, channel: OpenFlowChannel, datapath: Any,
-                        operations: Sequence[Operation], t_start_s: float) -> list[int]:
-        """:meth:`_run` over the rail's own channel; return the barriers' xids."""
-        buf = bytearray()
-        xids: list[int] = []
-        try:
-            for op in operations:
-                if isinstance(op, WaitDelay):
-                    channel.send(buf)
-                    buf.clear()
-                    _sleep_until(op.until_s(t_start_s), self.clock)
-                elif isinstance(op, Barrier):
-                    xids.append(next(self._xids) & 0xFFFFFFFF)
-                    buf += barrier_request(xids[-1])
-                else:
-                    buf += self._message_bytes(datapath, op)
-            channel.send(buf)
-        except ChannelError as exc:
-            self._drop_channel(rail)
-            raise SwitchUnavailable(f"rail {rail}: {exc}") from exc
-        return xids
+    def _switch_on_channel(self, rail: int, channel: OpenFlowChannel, datapath: Any,
+                           operations: Sequence[Operation], t_dark_s: float,
+                           touched: frozenset[int]) -> bool:
+        """Break-before-make over the rail's own channel; True if the light needed a purge.
 
-    def _confirm_on_channel(self, rail: int, channel: OpenFlowChannel, xids: list[int]) -> None:
-        """Wait for the replies to ``xids``; SwitchUnavailable after the timeout."""
+        During the delay: the removals and the dark barrier, the ports' packet counters, then a
+        datapath purge, so no cached flow of the old circuits (or drop) is left. At the light:
+        the counters again with the additions and the light barrier; only if a touched port
+        received a packet since (which may have cached a drop for it) is the datapath purged
+        again, after the barrier. A packet read before the first counters was read before the
+        purge too (vswitchd forwards, then reads OpenFlow, then unixctl, in each loop pass).
+        """
+        wait = next(i for i, op in enumerate(operations) if isinstance(op, WaitDelay))
+        delay = operations[wait]
+        assert isinstance(delay, WaitDelay)
         try:
-            channel.wait_barriers(xids, BARRIER_TIMEOUT_S)
+            dark = self._batch(datapath, operations[:wait])
+            before = self._xid()
+            channel.send(dark.data + port_stats_request(before))
+            counters = channel.wait([*dark.xids, before], BARRIER_TIMEOUT_S)
+            self._unixctl.flush()
+            _sleep_until(delay.until_s(t_dark_s), self.clock)
+            after = self._xid()
+            light = self._batch(datapath, operations[wait + 1:])
+            channel.send(port_stats_request(after) + light.data)
+            counters |= channel.wait([after, *light.xids], BARRIER_TIMEOUT_S)
         except ChannelError as exc:
             self._drop_channel(rail)
             raise SwitchUnavailable(f"rail {rail}: {exc}") from exc
+        received = [p for p in touched
+                    if counters[after].get(p, 0) != counters[before].get(p, 0)]
+        if received:
+            self._unixctl.flush()
+        return bool(received)
+
+    def _xid(self) -> int:
+        return next(self._xids) & 0xFFFFFFFF
+
+    def _batch(self, datapath: Any, operations: Sequence[Operation]) -> _Batch:
+        """Flow mods and barriers serialised into one write, with the barriers' xids."""
+        data = bytearray()
+        xids: list[int] = []
+        for op in operations:
+            if isinstance(op, Barrier):
+                xids.append(self._xid())
+                data += barrier_request(xids[-1])
+            elif isinstance(op, WaitDelay):
+                raise ValueError("a batch cannot wait")
+            else:
+                data += self._message_bytes(datapath, op)
+        return _Batch(bytes(data), xids)
 
     def _drop_channel(self, rail: int) -> None:
         """Close a rail's failed channel; its next switch opens a new one."""

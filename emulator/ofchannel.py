@@ -8,8 +8,9 @@ returns (``docs/performance.md``, "Light confirmation").
 
 ovs-vswitchd listens on ``<rundir>/<bridge>.mgmt`` for each bridge (what ``ovs-ofctl`` uses), a
 service connection that gets no asynchronous messages. The channel sends the app's serialised
-flow mods as they are, reads only to find its barrier replies, answers echo requests, and turns
-an OpenFlow error into :class:`ChannelError` naming the refused message's xid.
+flow mods as they are, reads only to find the replies to its barriers and port-stats requests,
+answers echo requests, and turns an OpenFlow error into :class:`ChannelError` naming the
+refused message's xid.
 """
 
 from __future__ import annotations
@@ -24,9 +25,16 @@ OFPT_HELLO = 0
 OFPT_ERROR = 1
 OFPT_ECHO_REQUEST = 2
 OFPT_ECHO_REPLY = 3
+OFPT_MULTIPART_REQUEST = 18
+OFPT_MULTIPART_REPLY = 19
 OFPT_BARRIER_REQUEST = 20
 OFPT_BARRIER_REPLY = 21
+OFPMP_PORT_STATS = 4
+OFPMPF_REPLY_MORE = 1
+OFPP_ANY = 0xFFFFFFFF
 _HEADER = struct.Struct("!BBHI")
+_MULTIPART = struct.Struct("!HH4x")  # type, flags, pad
+_PORT_STATS_ENTRY = 112  # ofp_port_stats: port_no, pad, rx_packets, ... (OpenFlow 1.3)
 
 
 class ChannelError(RuntimeError):
@@ -42,6 +50,22 @@ def mgmt_socket(bridge: str, rundir: str | None = None) -> str:
 def barrier_request(xid: int) -> bytes:
     """An OpenFlow 1.3 barrier request with transaction id ``xid``."""
     return _HEADER.pack(OFP_VERSION, OFPT_BARRIER_REQUEST, _HEADER.size, xid & 0xFFFFFFFF)
+
+
+def port_stats_request(xid: int) -> bytes:
+    """A request for every port's counters (OpenFlow 1.3 multipart ``OFPMP_PORT_STATS``)."""
+    body = _MULTIPART.pack(OFPMP_PORT_STATS, 0) + struct.pack("!I4x", OFPP_ANY)
+    return _HEADER.pack(OFP_VERSION, OFPT_MULTIPART_REQUEST, _HEADER.size + len(body),
+                        xid & 0xFFFFFFFF) + body
+
+
+def rx_packets(body: bytes) -> dict[int, int]:
+    """Port -> packets received, from a port-stats reply's body (after its header)."""
+    out = {}
+    for at in range(_MULTIPART.size, len(body) - _PORT_STATS_ENTRY + 1, _PORT_STATS_ENTRY):
+        port, rx = struct.unpack_from("!I4xQ", body, at)
+        out[port] = rx
+    return out
 
 
 class OpenFlowChannel:
@@ -72,15 +96,23 @@ class OpenFlowChannel:
         except OSError as exc:
             raise ChannelError(f"sending to {self.path}: {exc}") from exc
 
-    def wait_barriers(self, xids: list[int], timeout_s: float | None = None) -> None:
-        """Return once every barrier in ``xids`` is answered; :class:`ChannelError` on an
+    def wait(self, xids: list[int], timeout_s: float | None = None) -> dict[int, dict[int, int]]:
+        """Return once every request in ``xids`` (barriers, port-stats requests) is answered,
+        with each port-stats reply as port -> packets received; :class:`ChannelError` on an
         OpenFlow error, a closed connection or the timeout."""
         waiting = set(xids)
+        stats: dict[int, dict[int, int]] = {}
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while waiting:
             msg_type, xid, body = self._read_message(deadline)
             if msg_type == OFPT_BARRIER_REPLY:
                 waiting.discard(xid)
+            elif msg_type == OFPT_MULTIPART_REPLY and len(body) >= _MULTIPART.size:
+                kind, flags = _MULTIPART.unpack_from(body)
+                if kind == OFPMP_PORT_STATS:
+                    stats.setdefault(xid, {}).update(rx_packets(body))
+                    if not flags & OFPMPF_REPLY_MORE:
+                        waiting.discard(xid)
             elif msg_type == OFPT_ECHO_REQUEST:
                 self.send(_HEADER.pack(OFP_VERSION, OFPT_ECHO_REPLY, _HEADER.size + len(body),
                                        xid) + body)
@@ -88,6 +120,7 @@ class OpenFlowChannel:
                 kind, code = struct.unpack_from("!HH", body) if len(body) >= 4 else (-1, -1)
                 raise ChannelError(f"{self.path} refused message xid {xid}: OpenFlow error "
                                    f"type {kind} code {code}")
+        return stats
 
     def close(self) -> None:
         self._sock.close()

@@ -93,7 +93,7 @@ def test_barriers_are_found_among_other_messages_and_echoes_answered(
 
     channel = OpenFlowChannel(switch(script), timeout_s=5)
     channel.send(message(14, 0, b"flow") + barrier_request(11) + barrier_request(12))
-    channel.wait_barriers([11, 12])
+    channel.wait([11, 12])
     channel.close()
 
 
@@ -105,7 +105,7 @@ def test_an_openflow_error_names_the_refused_message(switch: Callable[[Script], 
     channel = OpenFlowChannel(switch(script), timeout_s=5)
     channel.send(barrier_request(3))
     with pytest.raises(ChannelError, match="refused message xid 0: OpenFlow error type 5 code 2"):
-        channel.wait_barriers([3])
+        channel.wait([3])
     channel.close()
 
 
@@ -119,10 +119,10 @@ def test_silence_and_a_closed_connection_are_errors(switch: Callable[[Script], s
     channel = OpenFlowChannel(switch(script), timeout_s=5)
     channel.send(barrier_request(4))
     with pytest.raises(ChannelError, match="did not answer within"):
-        channel.wait_barriers([4], timeout_s=0.2)
+        channel.wait([4], timeout_s=0.2)
     done.set()
     with pytest.raises(ChannelError, match="closed the connection"):
-        channel.wait_barriers([4], timeout_s=5)
+        channel.wait([4], timeout_s=5)
     channel.close()
 
 
