@@ -22,6 +22,7 @@ from workloads.models import ModelSpec
 
 PP_SCHEDULES = ("1f1b", "interleaved")
 FSDP_UNITS = ("block", "stage")
+PP_LAYER_SPLITS = ("even", "torchtitan")
 ACTIVATION_CHECKPOINTING = ("none", "full")
 #: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
 RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
@@ -38,7 +39,9 @@ class ParallelConfig:
     on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
     builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
     wrapping: one unit per transformer block plus one for the stage's leftover parameters
-    (TorchTitan), or one unit holding the whole stage.
+    (TorchTitan), or one unit holding the whole stage. ``pp_layer_split`` is how the layers
+    are split over the pipeline chunks (:func:`workloads.builder.split_layers`): ``even``, or
+    ``torchtitan`` (the embedding and the output head count as a layer each).
     """
 
     tp: int = 1
@@ -48,6 +51,7 @@ class ParallelConfig:
     reshard_after_forward: bool | None = None
     fsdp_unit: str = "block"
     pp: int = 1
+    pp_layer_split: str = "even"
     pp_schedule: str = "1f1b"
     virtual_stages: int = 1
     cp: int = 1
@@ -199,6 +203,15 @@ class WorkloadConfig:
         if p.fsdp_unit not in FSDP_UNITS:
             raise WorkloadConfigError(f"must be one of {', '.join(FSDP_UNITS)}",
                                       f"{pre}.fsdp_unit")
+        if p.pp_layer_split not in PP_LAYER_SPLITS:
+            raise WorkloadConfigError(f"must be one of {', '.join(PP_LAYER_SPLITS)}",
+                                      f"{pre}.pp_layer_split")
+        from workloads.builder import split_layers  # the builder imports this module
+        if p.chunks <= model.n_layers and not all(
+                split_layers(model.n_layers, p.chunks, p.pp_layer_split)):
+            raise WorkloadConfigError(
+                f"the {p.pp_layer_split} split of {model.n_layers} layers over {p.chunks} "
+                "chunks leaves a chunk without a layer", f"{pre}.pp_layer_split")
         if p.pp_schedule == "1f1b" and p.virtual_stages != 1:
             raise WorkloadConfigError("virtual stages need pp_schedule 'interleaved'",
                                       f"{pre}.virtual_stages")
