@@ -76,6 +76,16 @@ def resolve_switching_delay_ms(value: float | int | str) -> float:
     return TECHNOLOGIES[key][0]
 
 
+def light_at_s(t_dark_s: float, delay_ms: float) -> float:
+    """When a switch's new circuits light: the switching delay counts from the removal.
+
+    ``t_dark_s`` is when the switch applies the removal of the old circuits (their ports go
+    dark at once, break-before-make). The one statement of the rule, for the simulated OCS
+    (:mod:`controller.drivers.sim`) and the emulated one (:mod:`emulator.ocs_core`).
+    """
+    return t_dark_s + delay_ms / 1e3
+
+
 class _CircuitFields(NamedTuple):
     rail: int
     port_a: int

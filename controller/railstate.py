@@ -10,7 +10,7 @@ and its FSDP circuit at once, which a one-to-one OCS (``port-exact``, the defaul
 
 Rules (per optical rail ``r``, two masks, ``requested[r]`` and ``completed[r]``, both 0 at start):
 
-* a group's call is served once every member asked (:mod:`controller.core`); serving applies the
+* a group's call is served once every member asked (:mod:`controller.calls`); serving applies the
   group's :class:`BitOp` to ``requested[r]`` on each rail of its demand: a send/recv pair of
   pipeline stages ``a`` and ``a + 1`` **sets** bits ``{a, a + 1}``; a data-parallel group
   (``fsdp``, ``dp``, ``edp``) of stage ``s`` **clears** bit ``s``; the pipeline ring (the

@@ -241,20 +241,7 @@ def _add_shadow_ports(spec: RailSpec, prefix: str) -> None:
 def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                    ready_timeout_s: float = 30.0) -> Iterator[EmulatedRails]:
     """Build, yield and always tear down the emulated network for ``spec``."""
-    if os.geteuid() != 0:
-        raise EmulationError("the emulated network needs root (Mininet and Open vSwitch)")
-    from mininet.link import TCLink
-    from mininet.log import setLogLevel
-    from mininet.net import Mininet
-    from mininet.node import OVSSwitch
-
-    setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
-    ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
-                         check=False)
-    if ovs.returncode != 0:  # else Mininet would print a hint and exit the whole process
-        raise EmulationError(f"Open vSwitch is not running ({ovs.stderr.strip()}); start it "
-                             "with `bash scripts/setup.sh` (or `/usr/share/openvswitch/scripts/"
-                             "ovs-ctl start --system-id=random`)")
+    _require_prerequisites()
     records = runstate.load_records()
     prefix = naming.new_prefix(r.prefix for r in records)
     taken = _taken_slots() | {r.slot for r in records}
@@ -265,25 +252,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     run_dir = Path(tempfile.mkdtemp(prefix=f"opus-{prefix}-")) if run_dir is None else run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     record = runstate.RunRecord(prefix=prefix, owner_pid=os.getpid(), slot=slot)
-    record.bridges = [naming.frontend_bridge(prefix)] + [
-        naming.rail_bridge(prefix, r) for r in range(spec.num_rails)] + [
-        naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
+    record.bridges = [naming.frontend_bridge(prefix), *_ocs_bridges(spec, prefix)]
     record.save()
 
     datapath = "kernel" if kernel_datapath_available() else "user"
     of_port, mgmt_port = free_tcp_port(), free_tcp_port()
-    ocs_config = {
-        "of_port": of_port,
-        "mgmt_port": mgmt_port,
-        "event_log": str(run_dir / "ocs-events.jsonl"),
-        "rails": [
-            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail)} for d in spec.describe()
-        ],
-    }
-    config_path = run_dir / prefix / "ocs.json"
-    config_path.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(ocs_config, indent=1))
-
+    config_path = _write_ocs_config(spec, prefix, run_dir, of_port, mgmt_port)
     ocs_proc: subprocess.Popen[Any] | None = None
     ocs_log: Any = None
     net: Any = None
@@ -291,42 +265,9 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     driver: EmulatedOcsDriver | None = None
     try:
         ocs_log = (run_dir / "ocs-service.log").open("w")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-        ocs_proc = subprocess.Popen(
-            [sys.executable, "-m", "emulator.ocs_service", "--config", str(config_path)],
-            stdout=ocs_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        record.add_process(ocs_proc.pid, str(config_path))
-
-        dp = "user" if datapath == "user" else "kernel"
-        # batch=True: Mininet then runs ovs-vsctl as a subprocess; unbatched it types the command
-        # into a pty shell, whose 4096-byte line limit silently cut bridges of ~50+ ports.
-        rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
-                              datapath=dp, inband=False, batch=True)
-        topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
-                          frontend_switch=kernel_bridge_class())
-        net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
-                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
-        net.build()
-        for node in net.hosts + net.switches:
-            if getattr(node, "pid", None):
-                record.add_process(node.pid, f"mininet:{node.name}")
-        net.start()
-        _add_shadow_ports(spec, prefix)
-        bridges = [naming.rail_bridge(prefix, r) for r in range(spec.num_rails)] + [
-            naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
-        for bridge in bridges:
-            res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller", bridge,
-                                  f"tcp:127.0.0.1:{of_port}"],
-                                 capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                raise EmulationError(f"cannot attach rail bridge {bridge} to the OCS app: "
-                                     f"{res.stderr.strip()}")
-        root_intf = f"{naming.root_node(prefix)}-eth0"
-        subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
-                       check=False)
-        _run_tc_batch(bridge_shaping_commands(spec, prefix), config_path.parent / "shaping.tc")
-
+        ocs_proc = _start_ocs_service(config_path, ocs_log, record)
+        net = _start_mininet(spec, prefix, slot, datapath, record)
+        _attach_rails(spec, prefix, of_port, config_path.parent)
         hosts = {h: net.get(spec.host_name(prefix, h)) for h in range(spec.num_hosts)}
         run = shell_runner(hosts, config_path.parent)
         for h in hosts:
@@ -334,18 +275,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         router = HostRouter(spec, prefix, run)
         router.install_static()
         driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)
-
-        def rails_ready() -> bool:
-            if ocs_proc is not None and ocs_proc.poll() is not None:
-                raise EmulationError(f"OCS process exited with {ocs_proc.returncode}; see "
-                                     f"{run_dir / 'ocs-service.log'}")
-            assert driver is not None
-            return len(driver.health()["connected_rails"]) == spec.num_rails + spec.shadow_rails
-
-        try:
-            wait_for(rails_ready, ready_timeout_s, "every rail bridge to connect to the OCS app")
-        except TimeoutError as exc:
-            raise EmulationError(f"{exc}; see {run_dir / 'ocs-service.log'}") from exc
+        _wait_rails_connected(spec, driver, ocs_proc, run_dir, ready_timeout_s)
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
                                router)
         yield handle
@@ -365,14 +295,131 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                 ocs_proc.wait(timeout=3)
         if ocs_log is not None:
             ocs_log.close()
-        for proc in record.processes:
-            runstate.stop_process(proc.pid, proc.marker)
-        for bridge in runstate.owned_bridges():
-            if naming.prefix_of(bridge) == prefix:
-                runstate.remove_bridge(bridge)
-        for link in runstate.owned_links():
-            if naming.prefix_of(link) == prefix:
-                runstate.remove_link(link)
-        record.remove()
+        _remove_owned(record, prefix)
         if own_dir and not os.environ.get("OPUS_KEEP_RUN_DIR"):
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _require_prerequisites() -> None:
+    """Refuse to start without root, Mininet or a running Open vSwitch (else Mininet would
+    print a hint and exit the whole process), before anything is created."""
+    if os.geteuid() != 0:
+        raise EmulationError("the emulated network needs root (Mininet and Open vSwitch)")
+    from mininet.log import setLogLevel
+
+    setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
+    ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
+                         check=False)
+    if ovs.returncode != 0:
+        raise EmulationError(f"Open vSwitch is not running ({ovs.stderr.strip()}); start it "
+                             "with `bash scripts/setup.sh` (or `/usr/share/openvswitch/scripts/"
+                             "ovs-ctl start --system-id=random`)")
+
+
+def _ocs_bridges(spec: RailSpec, prefix: str) -> list[str]:
+    """The bridges the OCS app drives: one per rail, then the shadow rails'."""
+    return [naming.rail_bridge(prefix, r) for r in range(spec.num_rails)] + [
+        naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
+
+
+def _write_ocs_config(spec: RailSpec, prefix: str, run_dir: Path, of_port: int,
+                      mgmt_port: int) -> Path:
+    """The OCS service's config file (ports, event log, rails with their datapath ids)."""
+    ocs_config = {
+        "of_port": of_port,
+        "mgmt_port": mgmt_port,
+        "event_log": str(run_dir / "ocs-events.jsonl"),
+        "rails": [
+            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail)} for d in spec.describe()
+        ],
+    }
+    config_path = run_dir / prefix / "ocs.json"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(json.dumps(ocs_config, indent=1))
+    return config_path
+
+
+def _start_ocs_service(config_path: Path, log: Any, record: runstate.RunRecord
+                       ) -> subprocess.Popen[Any]:
+    """The OCS service process (:mod:`emulator.ocs_service`), recorded for cleanup."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emulator.ocs_service", "--config", str(config_path)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    record.add_process(proc.pid, str(config_path))
+    return proc
+
+
+def _start_mininet(spec: RailSpec, prefix: str, slot: int, datapath: str,
+                   record: runstate.RunRecord) -> Any:
+    """Build and start the Mininet network of ``spec`` (hosts, rail and frontend bridges),
+    recording every node's pid."""
+    from mininet.link import TCLink
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch
+
+    dp = "user" if datapath == "user" else "kernel"
+    # batch=True: Mininet then runs ovs-vsctl as a subprocess; unbatched it types the command
+    # into a pty shell, whose 4096-byte line limit silently cut bridges of ~50+ ports.
+    rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
+                          datapath=dp, inband=False, batch=True)
+    topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
+                      frontend_switch=kernel_bridge_class())
+    net = Mininet(topo=topo, link=TCLink, controller=None, build=False,
+                  autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+    net.build()
+    for node in net.hosts + net.switches:
+        if getattr(node, "pid", None):
+            record.add_process(node.pid, f"mininet:{node.name}")
+    net.start()
+    return net
+
+
+def _attach_rails(spec: RailSpec, prefix: str, of_port: int, work_dir: Path) -> None:
+    """Shadow ports, every OCS bridge attached to the OCS app, the root's checksum offload off
+    and the bridges' shaping."""
+    _add_shadow_ports(spec, prefix)
+    for bridge in _ocs_bridges(spec, prefix):
+        res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller", bridge,
+                              f"tcp:127.0.0.1:{of_port}"],
+                             capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EmulationError(f"cannot attach rail bridge {bridge} to the OCS app: "
+                                 f"{res.stderr.strip()}")
+    root_intf = f"{naming.root_node(prefix)}-eth0"
+    subprocess.run(["ethtool", "-K", root_intf, "tx", "off"], capture_output=True,
+                   check=False)
+    _run_tc_batch(bridge_shaping_commands(spec, prefix), work_dir / "shaping.tc")
+
+
+def _wait_rails_connected(spec: RailSpec, driver: EmulatedOcsDriver,
+                          ocs_proc: subprocess.Popen[Any], run_dir: Path,
+                          timeout_s: float) -> None:
+    """Wait until every rail bridge has connected to the OCS app (or the app has died)."""
+    def rails_ready() -> bool:
+        if ocs_proc.poll() is not None:
+            raise EmulationError(f"OCS process exited with {ocs_proc.returncode}; see "
+                                 f"{run_dir / 'ocs-service.log'}")
+        return len(driver.health()["connected_rails"]) == spec.num_rails + spec.shadow_rails
+
+    try:
+        wait_for(rails_ready, timeout_s, "every rail bridge to connect to the OCS app")
+    except TimeoutError as exc:
+        raise EmulationError(f"{exc}; see {run_dir / 'ocs-service.log'}") from exc
+
+
+def _remove_owned(record: runstate.RunRecord, prefix: str) -> None:
+    """Stop the run's recorded processes, remove its bridges and links (by name prefix), then
+    its record."""
+    for proc in record.processes:
+        runstate.stop_process(proc.pid, proc.marker)
+    for bridge in runstate.owned_bridges():
+        if naming.prefix_of(bridge) == prefix:
+            runstate.remove_bridge(bridge)
+    for link in runstate.owned_links():
+        if naming.prefix_of(link) == prefix:
+            runstate.remove_link(link)
+    record.remove()
+
+

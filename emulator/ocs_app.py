@@ -288,7 +288,7 @@ class OcsFabric:
         for op in operations:
             if isinstance(op, WaitDelay):
                 self._send(datapath, buf)
-                _sleep_until(t_start_s + op.delay_ms / 1e3, self.clock)
+                _sleep_until(op.until_s(t_start_s), self.clock)
             elif isinstance(op, Barrier):
                 xid = next(self._xids) & 0xFFFFFFFF
                 done = threading.Event()

@@ -36,6 +36,7 @@ from controller.ocs import (
     RailDescription,
     Reconfiguration,
     ReconfigurationRejected,
+    light_at_s,
 )
 
 #: OpenFlow priority of circuit flows (table-miss flows sit at 0).
@@ -89,6 +90,11 @@ class WaitDelay:
     """Let ``delay_ms`` pass since the first operation of the sequence (the switching time)."""
 
     delay_ms: float
+
+    def until_s(self, t_start_s: float) -> float:
+        """When the wait ends for a sequence whose first operation (the removal) went out at
+        ``t_start_s``: the delay counts from the removal (:func:`controller.ocs.light_at_s`)."""
+        return light_at_s(t_start_s, self.delay_ms)
 
 
 FlowOperation = DeleteAllFlows | TableMiss | FlowAdd | FlowDelete

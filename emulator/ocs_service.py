@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,12 +44,73 @@ _RAIL_PATH = re.compile(r"^/v1/rails/(\d+)/(circuits|ports|delay)$")
 _TICKET_PATH = re.compile(r"^/v1/tickets/(\d+)$")
 
 
+Reply = tuple[int, dict[str, Any]]
+
+
+class OcsApi:
+    """The management API's resources over ``fabric`` (an :class:`emulator.ocs_app.OcsFabric`),
+    apart from HTTP: each method takes the request path (and, for writes, a reader of the JSON
+    body, read only once the path is known) and returns the status and the JSON body."""
+
+    def __init__(self, fabric: Any) -> None:
+        self.fabric = fabric
+        self.tickets: dict[int, list[Future[ApplyResult]]] = {}
+        self._ticket_ids = itertools.count(1)
+
+    def get(self, path: str) -> Reply:
+        fabric = self.fabric
+        if path == "/v1/health":
+            return HTTPStatus.OK, {"connected_rails": fabric.connected_rails(),
+                                   "rails": len(fabric.rails), "pid": os.getpid()}
+        if path == "/v1/switch":
+            return HTTPStatus.OK, {"rails": [d.to_json() for d in fabric.describe()]}
+        t = _TICKET_PATH.match(path)
+        if t:
+            futures = self.tickets.pop(int(t.group(1)), None)
+            if futures is None:
+                return HTTPStatus.NOT_FOUND, {"error": f"no pending ticket {t.group(1)}"}
+            return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
+        m = _RAIL_PATH.match(path)
+        if m and m.group(2) == "circuits":
+            circuits = fabric.circuits(int(m.group(1)))
+            return HTTPStatus.OK, {"circuits": [c.to_json() for c in sorted(circuits)]}
+        if m and m.group(2) == "ports":
+            states = fabric.port_states(int(m.group(1)))
+            return HTTPStatus.OK, {"ports": {str(p): s.value for p, s in states.items()}}
+        return HTTPStatus.NOT_FOUND, {"error": f"no such resource {path}"}
+
+    def post(self, path: str, read_body: Callable[[], Any]) -> Reply:
+        """``/v1/reconfigure`` (wait for the results) or ``/v1/submit`` (a ticket to fetch
+        them with later)."""
+        if path not in ("/v1/reconfigure", "/v1/submit"):
+            return HTTPStatus.NOT_FOUND, {"error": f"no such resource {path}"}
+        body = read_body()
+        items = body.get("reconfigurations") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise ValueError("body needs a 'reconfigurations' list")
+        futures = self.fabric.submit([Reconfiguration.from_json(item) for item in items])
+        if path == "/v1/submit":
+            ticket = next(self._ticket_ids)
+            self.tickets[ticket] = futures
+            return HTTPStatus.OK, {"ticket": ticket}
+        return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
+
+    def put(self, path: str, read_body: Callable[[], Any]) -> Reply:
+        """A rail's switching delay."""
+        m = _RAIL_PATH.match(path)
+        if not m or m.group(2) != "delay":
+            return HTTPStatus.NOT_FOUND, {"error": f"no such resource {path}"}
+        body = read_body()
+        rail = int(m.group(1))
+        self.fabric.set_delay_ms(rail, float(body["switching_delay_ms"]))
+        return HTTPStatus.OK, {"rail": rail, "switching_delay_ms": self.fabric.delay_ms[rail]}
+
+
 def make_handler(fabric: Any) -> type[BaseHTTPRequestHandler]:
-    """An HTTP handler class bound to ``fabric`` (an :class:`emulator.ocs_app.OcsFabric`)."""
+    """An HTTP handler class serving :class:`OcsApi` over ``fabric``."""
     from emulator.ocs_app import SwitchUnavailable
 
-    tickets: dict[int, list[Future[ApplyResult]]] = {}
-    ticket_ids = itertools.count(1)
+    api = OcsApi(fabric)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -74,7 +136,7 @@ def make_handler(fabric: Any) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b"{}"
             return json.loads(raw)
 
-        def _guard(self, fn: Any) -> None:
+        def _guard(self, fn: Callable[[], Reply]) -> None:
             try:
                 status, body = fn()
             except ReconfigurationRejected as exc:
@@ -86,57 +148,13 @@ def make_handler(fabric: Any) -> type[BaseHTTPRequestHandler]:
             self._reply(status, body)
 
         def do_GET(self) -> None:
-            self._guard(self._get)
+            self._guard(lambda: api.get(self.path))
 
         def do_POST(self) -> None:
-            self._guard(self._post)
+            self._guard(lambda: api.post(self.path, self._body))
 
         def do_PUT(self) -> None:
-            self._guard(self._put)
-
-        def _get(self) -> tuple[int, dict[str, Any]]:
-            if self.path == "/v1/health":
-                return HTTPStatus.OK, {"connected_rails": fabric.connected_rails(),
-                                       "rails": len(fabric.rails), "pid": os.getpid()}
-            if self.path == "/v1/switch":
-                return HTTPStatus.OK, {"rails": [d.to_json() for d in fabric.describe()]}
-            t = _TICKET_PATH.match(self.path)
-            if t:
-                futures = tickets.pop(int(t.group(1)), None)
-                if futures is None:
-                    return HTTPStatus.NOT_FOUND, {"error": f"no pending ticket {t.group(1)}"}
-                return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
-            m = _RAIL_PATH.match(self.path)
-            if m and m.group(2) == "circuits":
-                circuits = fabric.circuits(int(m.group(1)))
-                return HTTPStatus.OK, {"circuits": [c.to_json() for c in sorted(circuits)]}
-            if m and m.group(2) == "ports":
-                states = fabric.port_states(int(m.group(1)))
-                return HTTPStatus.OK, {"ports": {str(p): s.value for p, s in states.items()}}
-            return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
-
-        def _post(self) -> tuple[int, dict[str, Any]]:
-            if self.path not in ("/v1/reconfigure", "/v1/submit"):
-                return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
-            body = self._body()
-            items = body.get("reconfigurations") if isinstance(body, dict) else None
-            if not isinstance(items, list):
-                raise ValueError("body needs a 'reconfigurations' list")
-            futures = fabric.submit([Reconfiguration.from_json(item) for item in items])
-            if self.path == "/v1/submit":
-                ticket = next(ticket_ids)
-                tickets[ticket] = futures
-                return HTTPStatus.OK, {"ticket": ticket}
-            return HTTPStatus.OK, {"results": [f.result().to_json() for f in futures]}
-
-        def _put(self) -> tuple[int, dict[str, Any]]:
-            m = _RAIL_PATH.match(self.path)
-            if not m or m.group(2) != "delay":
-                return HTTPStatus.NOT_FOUND, {"error": f"no such resource {self.path}"}
-            body = self._body()
-            fabric.set_delay_ms(int(m.group(1)), float(body["switching_delay_ms"]))
-            return HTTPStatus.OK, {"rail": int(m.group(1)),
-                                   "switching_delay_ms": fabric.delay_ms[int(m.group(1))]}
+            self._guard(lambda: api.put(self.path, self._body))
 
     return Handler
 

@@ -3,7 +3,9 @@
 #   1. apt packages (Mininet, Open vSwitch, tools),
 #   2. a virtual environment at .venv/ that also sees Debian's mininet package,
 #   3. the project and its Python dependencies installed into it, PyTorch's CPU build included
-#      (the `torch` extra; torch jobs on the rails),
+#      (the `torch` extra; torch jobs on the rails), and TorchTitan (the `torchtitan` extra:
+#      torchtitan==0.3.0, the version testbed/torchjob/titan_compat.py is pinned to; no triton;
+#      about 470 MB and 25 s), its tokenizer and corpus built in ~/.cache/opus-testbed,
 #   4. Open vSwitch started when it is not running (no systemd needed).
 # Each step is skipped when already done, so `make test` and `make demo` can call it every time.
 set -euo pipefail
@@ -46,7 +48,7 @@ make_venv() {
   if [ ! -f "$stamp" ]; then
     install_torch
     log "installing the project and its Python dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask,torch]'
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,dask,torch,torchtitan]'
     rm -f "$VENV"/.installed-* && touch "$stamp"
   else
     log "python dependencies present"
@@ -84,7 +86,14 @@ start_ovs() {
   ovs-vsctl --timeout=10 show >/dev/null
 }
 
+# TorchTitan's tokenizer and corpus, made from local text (testbed/torchjob/titan_assets.py);
+# a no-op once built. Owned by the invoking user's cache (root's under sudo, as the runs).
+build_titan_assets() {
+  "$VENV/bin/python" -m testbed.torchjob.titan_assets >/dev/null && log "TorchTitan assets present"
+}
+
 install_apt
 make_venv
+build_titan_assets
 if [ "${OPUS_SKIP_OVS:-0}" != "1" ]; then start_ovs; fi
 log "ready: $VENV/bin/opus-testbed"

@@ -6,7 +6,13 @@ concurrent transfers, and **units**, runs of steps that one set of circuits serv
 that fit the ranks' K ports (:func:`pack_segments`); each segment is one Opus call, so the
 optical switch is rewired between segments. Every backend runs the same segments.
 
-Algorithms (the first of each kind is the default, the lowering of :mod:`workloads.steps`):
+Each algorithm is one :class:`Algorithm` record (:data:`ALGORITHM`, by name): the kinds it
+serves, its lowering, its step count, the ports per rank it needs, whether it is segmented and
+whether its circuits are the group's mesh or its ring. Adding an algorithm is one lowering and
+one record. The closed-form models the collective benches set their measurements against
+(:func:`alltoall_model_s`, :func:`stragglar_model_s`) are at the end.
+
+The algorithms (the first of each kind is the default, the lowering of :mod:`workloads.steps`):
 
 * ``ring`` (all-gather, reduce-scatter, all-reduce) and ``pairwise`` (send/recv, and the
   all-to-all's pairwise exchange over the group's full mesh): :mod:`workloads.steps`.
@@ -43,39 +49,17 @@ artifact's synthesizer) of a schedule with the published round count, checked by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from workloads.steps import P2P_KINDS, Block, StepPlan, Transfer, Unit, chunk_sizes
 from workloads.steps import lower as lower_default
 
-ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "all_gather": ("ring",),
-    "reduce_scatter": ("ring",),
-    "all_reduce": ("ring", "stragglar"),
-    "all_to_all": ("pairwise", "matchings", "multihop"),
-    "send": ("pairwise",),
-    "recv": ("pairwise",),
-}
-DEFAULT_ALGORITHM = {kind: names[0] for kind, names in ALGORITHMS.items()}
-#: Algorithms whose steps need circuits of their own, one Opus call per segment.
-SEGMENTED = ("matchings", "stragglar")
-
 Pair = tuple[int, int]
 # A post-arrival move of StragglAR: ("X", a, straggler, chunk) swaps and adds both ways;
 # ("C", src, dst, chunk) copies a reduced chunk.
 Move = tuple[str, int, int, int]
-
-
-def check_algorithm(kind: str, algorithm: str) -> None:
-    """Raise ``ValueError`` naming the choices if ``algorithm`` does not exist for ``kind``."""
-    names = ALGORITHMS.get(kind)
-    if names is None:
-        raise ValueError(f"unknown collective kind {kind!r}; known: {', '.join(ALGORITHMS)}")
-    if algorithm not in names:
-        raise ValueError(f"algorithm {algorithm!r} does not exist for {kind}; choose "
-                         f"{' or '.join(names)}")
 
 
 def is_power_of_two(n: int) -> bool:
@@ -353,7 +337,136 @@ def _lower_pairwise(cid: str, kind: str, ranks: tuple[int, ...], sizes: Sequence
     return replace(plan, steps=steps, blocks=blocks)
 
 
-# ------------------------------------------------------------------------- lowering
+# ----------------------------------------------------------------------- the records
+
+def _lower_default(cid: str, kind: str, ranks: tuple[int, ...], sizes: Sequence[int],
+                   splits: Sequence[Sequence[int]] | None, straggler: int | None,
+                   with_blocks: bool) -> StepPlan:
+    return _lower_pairwise(cid, kind, ranks, sizes, splits, with_blocks)
+
+
+def _lower_matchings_of(cid: str, kind: str, ranks: tuple[int, ...], sizes: Sequence[int],
+                        splits: Sequence[Sequence[int]] | None, straggler: int | None,
+                        with_blocks: bool) -> StepPlan:
+    assert splits is not None
+    return _lower_matchings(cid, ranks, splits, with_blocks)
+
+
+def _lower_multihop_of(cid: str, kind: str, ranks: tuple[int, ...], sizes: Sequence[int],
+                       splits: Sequence[Sequence[int]] | None, straggler: int | None,
+                       with_blocks: bool) -> StepPlan:
+    assert splits is not None
+    return _lower_multihop(cid, ranks, sizes, splits, with_blocks)
+
+
+def _lower_stragglar_of(cid: str, kind: str, ranks: tuple[int, ...], sizes: Sequence[int],
+                        splits: Sequence[Sequence[int]] | None, straggler: int | None,
+                        with_blocks: bool) -> StepPlan:
+    if straggler is None or len(ranks) < 2:  # a group without the straggler runs the ring
+        return _lower_pairwise(cid, kind, ranks, sizes, splits, with_blocks)
+    return _lower_stragglar(cid, ranks, sizes[0], straggler, with_blocks)
+
+
+#: ``(collective_id, kind, ranks, sizes, splits, straggler, with_blocks) -> StepPlan``
+Lowering = Callable[[str, str, tuple[int, ...], Sequence[int], Sequence[Sequence[int]] | None,
+                     int | None, bool], StepPlan]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Everything that choosing a collective algorithm by name decides.
+
+    ``steps`` and ``ports`` are given for groups of two or more and collectives that are not
+    send/recv (:meth:`step_count` and :meth:`min_ports` add the rest). ``mesh``: the circuits
+    a group needs over the whole collective are the group's full mesh (else its ring).
+    ``needs_straggler``: the algorithm exists for a group with a straggler; any other group
+    runs ``ring`` instead. ``port_reason`` says why it needs its ports, for refusals.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    lowering: Lowering
+    steps: Callable[[str, int], int]
+    ports: Callable[[str, int], int]
+    segmented: bool
+    mesh: bool
+    port_reason: str
+    needs_straggler: bool = False
+
+    def lower(self, collective_id: str, kind: str, ranks: tuple[int, ...],
+              sizes: Sequence[int], splits: Sequence[Sequence[int]] | None = None, *,
+              straggler: int | None = None, with_blocks: bool = False) -> StepPlan:
+        """This algorithm's :class:`~workloads.steps.StepPlan` of one collective."""
+        return self.lowering(collective_id, kind, ranks, sizes, splits, straggler, with_blocks)
+
+    def step_count(self, kind: str, n: int) -> int:
+        """Steps of the lowering over ``n`` ranks (the alpha term of the modeled duration)."""
+        if kind in P2P_KINDS:
+            return 1
+        return self.steps(kind, n) if n >= 2 else 0
+
+    def min_ports(self, kind: str, n: int) -> int:
+        """Ports per rank the largest unit needs on a rail with ``n`` members."""
+        if kind in P2P_KINDS or n < 2:
+            return 1
+        return self.ports(kind, n)
+
+    def runs_as(self, n: int, has_straggler: bool) -> Algorithm:
+        """The algorithm a group of ``n`` really runs (``stragglar`` needs its straggler)."""
+        if self.needs_straggler and (not has_straggler or n < 2):
+            return RING
+        return self
+
+
+def _ring_ports(_kind: str, n: int) -> int:
+    return 2 if n >= 3 else 1
+
+
+RING = Algorithm(
+    "ring", ("all_gather", "reduce_scatter", "all_reduce"), _lower_default,
+    steps=lambda kind, n: 2 * (n - 1) if kind == "all_reduce" else n - 1,
+    ports=_ring_ports, segmented=False, mesh=False,
+    port_reason="a ring of three or more needs two circuits per rank")
+PAIRWISE = Algorithm(
+    "pairwise", ("all_to_all", "send", "recv"), _lower_default,
+    steps=lambda _kind, n: n - 1, ports=lambda _kind, n: n - 1, segmented=False, mesh=True,
+    port_reason="the exchange needs the group's full mesh")
+MATCHINGS = Algorithm(
+    "matchings", ("all_to_all",), _lower_matchings_of,
+    steps=lambda _kind, n: n - 1 if n % 2 == 0 else n, ports=lambda _kind, _n: 1,
+    segmented=True, mesh=True, port_reason="its rounds")
+MULTIHOP = Algorithm(
+    "multihop", ("all_to_all",), _lower_multihop_of,
+    steps=lambda _kind, n: max(1, n // 2), ports=_ring_ports, segmented=False, mesh=False,
+    port_reason="it forwards over the group's ring")
+STRAGGLAR = Algorithm(
+    "stragglar", ("all_reduce",), _lower_stragglar_of,
+    steps=lambda _kind, n: (n - 2) + (n - 2 + n.bit_length() - 1),
+    # the reduce-scatter's ring of the n - 1 others; the rounds need one port
+    ports=lambda _kind, n: 2 if n - 1 >= 3 else 1, segmented=True, mesh=False,
+    port_reason="its reduce-scatter runs on a ring of the others", needs_straggler=True)
+
+#: Every algorithm by name; the order sets each kind's default (its first).
+ALGORITHM: dict[str, Algorithm] = {a.name: a for a in (RING, PAIRWISE, MATCHINGS, MULTIHOP,
+                                                       STRAGGLAR)}
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "send", "recv")
+#: The algorithms of each collective kind, its default first.
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    kind: tuple(a.name for a in ALGORITHM.values() if kind in a.kinds) for kind in KINDS}
+DEFAULT_ALGORITHM = {kind: names[0] for kind, names in ALGORITHMS.items()}
+
+
+def check_algorithm(kind: str, algorithm: str) -> Algorithm:
+    """The record of ``algorithm`` for ``kind``; ``ValueError`` naming the choices if there is
+    none."""
+    names = ALGORITHMS.get(kind)
+    if names is None:
+        raise ValueError(f"unknown collective kind {kind!r}; known: {', '.join(ALGORITHMS)}")
+    if algorithm not in names:
+        raise ValueError(f"algorithm {algorithm!r} does not exist for {kind}; choose "
+                         f"{' or '.join(names)}")
+    return ALGORITHM[algorithm]
+
 
 def lower(collective_id: str, kind: str, algorithm: str, ranks: tuple[int, ...],
           sizes: Sequence[int], splits: Sequence[Sequence[int]] | None = None, *,
@@ -364,16 +477,8 @@ def lower(collective_id: str, kind: str, algorithm: str, ranks: tuple[int, ...],
     straggler rank (``stragglar`` falls back to ``ring`` without one). ``with_blocks`` fills
     the data semantics (:class:`~workloads.steps.Block`, ``Transfer.blocks``).
     """
-    check_algorithm(kind, algorithm)
-    if algorithm == "matchings":
-        assert splits is not None
-        return _lower_matchings(collective_id, ranks, splits, with_blocks)
-    if algorithm == "multihop":
-        assert splits is not None
-        return _lower_multihop(collective_id, ranks, sizes, splits, with_blocks)
-    if algorithm == "stragglar" and straggler is not None and len(ranks) >= 2:
-        return _lower_stragglar(collective_id, ranks, sizes[0], straggler, with_blocks)
-    return _lower_pairwise(collective_id, kind, ranks, sizes, splits, with_blocks)
+    return check_algorithm(kind, algorithm).lower(collective_id, kind, ranks, sizes, splits,
+                                                  straggler=straggler, with_blocks=with_blocks)
 
 
 @lru_cache(maxsize=4096)
@@ -383,40 +488,6 @@ def lower_positions(kind: str, algorithm: str, n: int, sizes: tuple[int, ...],
     """:func:`lower` over positions ``0..n-1`` (cached: groups of one shape share it)."""
     return lower("", kind, algorithm, tuple(range(n)), sizes, splits,
                  straggler=straggler_position)
-
-
-def effective_algorithm(kind: str, algorithm: str, n: int, has_straggler: bool) -> str:
-    """The algorithm a group of ``n`` really runs (``stragglar`` needs its straggler)."""
-    if algorithm == "stragglar" and (not has_straggler or n < 2):
-        return "ring"
-    return algorithm
-
-
-def step_count(kind: str, algorithm: str, n: int) -> int:
-    """Steps of the lowering (the alpha term of the modeled duration)."""
-    if n < 2:
-        return 1 if kind in P2P_KINDS else 0
-    if algorithm == "matchings":
-        return n - 1 if n % 2 == 0 else n
-    if algorithm == "multihop":
-        return max(1, n // 2)
-    if algorithm == "stragglar":
-        return (n - 2) + (n - 2 + n.bit_length() - 1)
-    if kind in P2P_KINDS:
-        return 1
-    return 2 * (n - 1) if kind == "all_reduce" else n - 1
-
-
-def min_ports(kind: str, algorithm: str, n: int) -> int:
-    """Ports per rank the algorithm's largest unit needs on a rail with ``n`` members."""
-    ring = 2 if n >= 3 else 1
-    if kind in P2P_KINDS or algorithm == "matchings" or n < 2:
-        return 1
-    if algorithm == "pairwise":
-        return n - 1
-    if algorithm == "stragglar":  # the reduce-scatter's ring of n - 1; the rounds need one
-        return 2 if n - 1 >= 3 else 1
-    return ring
 
 
 # ------------------------------------------------------------------------- segments
@@ -481,3 +552,61 @@ def _ring_pairs(ring: Sequence[int]) -> tuple[Pair, ...]:
     if n < 2:
         return ()
     return tuple(dict.fromkeys(_edge(ring[i], ring[(i + 1) % n]) for i in range(n)))
+
+
+# ------------------------------------------------------------------- closed-form models
+
+@dataclass(frozen=True)
+class IdealRail:
+    """The costs of the closed-form models: each of a rank's ``ports_per_rank`` ports runs at
+    ``rail_gbps``, every step costs ``latency_us``, and nothing else (no emulator costs)."""
+
+    rail_gbps: float
+    latency_us: float
+    ports_per_rank: int
+
+
+def matching_segments(n: int, ports_per_rank: int) -> int:
+    """Opus calls (switches) of one all-to-all by ``matchings`` over ``n`` ranks."""
+    plan = lower_positions("all_to_all", "matchings", n, (n,) * n,
+                           tuple(tuple(1 for _ in range(n)) for _ in range(n)), None)
+    return len(pack_segments(plan.units, ports_per_rank))
+
+
+def alltoall_model_s(algorithm: str, n: int, per_rank_bytes: int, delay_ms: float,
+                     rail: IdealRail, *, shared_nic: bool = False) -> float:
+    """Time per all-to-all of ``per_rank_bytes`` per rank (split evenly) by ``matchings``,
+    ``multihop`` or ``electrical`` (the pairwise exchange on a packet-switched rail), at
+    ``rail``'s costs; ``shared_nic``: the K ports share one NIC of the rail rate, so
+    multihop's two directions each get half."""
+    block_s = per_rank_bytes / n * 8 / (rail.rail_gbps * 1e9)
+    alpha = rail.latency_us * 1e-6
+    if algorithm == "multihop":
+        links = (n * n if n % 2 == 0 else n * n - 1) / 8
+        return (MULTIHOP.step_count("all_to_all", n) * alpha
+                + links * block_s * (rail.ports_per_rank if shared_nic else 1))
+    if algorithm == "electrical":
+        return PAIRWISE.step_count("all_to_all", n) * (alpha + block_s)
+    return (MATCHINGS.step_count("all_to_all", n) * (alpha + block_s)
+            + matching_segments(n, rail.ports_per_rank) * delay_ms / 1e3)
+
+
+def stragglar_model_s(algorithm: str, n: int, size_bytes: int, straggler_delay_ms: float,
+                      switching_delay_ms: float | None, rail: IdealRail) -> float:
+    """Time of an all-reduce of ``size_bytes`` by ``ring`` or ``stragglar`` after the
+    straggler's arrival, at ``rail``'s costs (electrical rails when ``switching_delay_ms`` is
+    None; on circuits the ring stays lit and StragglAR switches for its reduce-scatter and
+    each post segment)."""
+    alpha = rail.latency_us * 1e-6
+    bps = rail.rail_gbps * 1e9
+    if algorithm == "ring":
+        return RING.step_count("all_reduce", n) * (alpha + size_bytes * 8 / n / bps)
+    chunk_s = alpha + size_bytes * 8 / (n - 1) / bps
+    t_rs = (n - 2) * chunk_s
+    t_post = len(stragglar_rounds(n)) * chunk_s
+    if switching_delay_ms is None:
+        return max(0.0, t_rs - straggler_delay_ms / 1e3) + t_post
+    d = switching_delay_ms / 1e3
+    plan = lower_positions("all_reduce", "stragglar", n, (size_bytes,) * n, None, n - 1)
+    post = len(pack_segments(plan.units, rail.ports_per_rank)) - 1
+    return max(0.0, d + t_rs - straggler_delay_ms / 1e3) + post * d + t_post

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from workloads.builder import generate_schedule
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import get_preset
+from workloads.parallel import ParallelConfig
+from workloads.phases import phases_of
 from workloads.timing import representatives, simulate
 
 
@@ -35,7 +37,7 @@ def run_workload_bench() -> dict[str, Any]:
     schedule = generate_schedule(cfg)
     ops = schedule.op_count
     for rank in representatives(schedule):
-        schedule.phases_of(rank)
+        phases_of(schedule, rank)
     iteration_s = max(end for _, end in simulate(schedule).values())
     with tempfile.TemporaryDirectory() as tmp:
         schedule.to_json(str(Path(tmp) / "schedule.json"))

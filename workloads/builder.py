@@ -63,9 +63,9 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
 Layer split over the ``pp * virtual_stages`` chunks: ``n_layers // chunks`` each; the
 remainder goes to the middle chunks first, then the last, then the first (those also hold the
 embedding and the output head); or TorchTitan's split (``pp_layer_split: torchtitan``, see
-:func:`split_layers`). An MoE block's routed experts are one FSDP unit with the rest of the
-block without EP (TorchTitan's ``apply_fsdp`` wraps ``moe.experts`` apart only when
-``ep_degree > 1``), their own unit on the ``edp`` axis with it. Experts split over EP
+:func:`workloads.parallel.split_layers`). An MoE block's routed experts are one FSDP unit with
+the rest of the block without EP (TorchTitan's ``apply_fsdp`` wraps ``moe.experts`` apart only
+when ``ep_degree > 1``), their own unit on the ``edp`` axis with it. Experts split over EP
 ranks: ``n_experts // ep`` each, the first ``n_experts % ep`` ranks take one more.
 
 Worked check (Llama3-8B, TP4, FSDP2, PP2, fp32 reduce): stage 0 holds the embedding and blocks
@@ -87,6 +87,7 @@ import numpy as np
 from workloads.config import WorkloadConfig
 from workloads.layout import build_groups, index_groups
 from workloads.models import embedding_params, head_params, layer_params
+from workloads.parallel import split_layers
 from workloads.schedule import Program, Schedule, TemplateOp
 from workloads.threads import AUTOGRAD_THREAD, MAIN_THREAD
 
@@ -94,32 +95,6 @@ GRAD_NORM_BYTES = 4
 #: TorchTitan's loss logging with ``log_freq = 1``: mean loss (fp32), max loss (fp32), tokens
 #: seen (int64); any further all-reduce is taken as 8 bytes.
 LOSS_LOGGING_BYTES = (4, 4, 8)
-
-
-def split_layers(n_layers: int, chunks: int, rule: str = "even") -> list[range]:
-    """Layer ranges of each pipeline chunk.
-
-    ``even``: ``n_layers // chunks`` each, the remainder to the middle chunks, then the last,
-    then the first. ``torchtitan``: TorchTitan's ``generate_llm_fqn_per_model_part`` with
-    input and output weight 1: the embedding and the output head count as one layer each,
-    ``(n_layers + 2) // chunks`` such slots a chunk, the remainder to the first chunks.
-    """
-    if rule == "torchtitan" and chunks > 1:
-        per, extra = divmod(n_layers + 2, chunks)
-        counts = [per + (c < extra) for c in range(chunks)]
-        counts[0] -= 1
-        counts[-1] = n_layers - sum(counts[:-1])
-    else:
-        base, extra = divmod(n_layers, chunks)
-        counts = [base] * chunks
-        order = list(range(1, chunks - 1)) + ([chunks - 1, 0] if chunks > 1 else [0])
-        for c in order[:extra]:
-            counts[c] += 1
-    out, start = [], 0
-    for n in counts:
-        out.append(range(start, start + n))
-        start += n
-    return out
 
 
 def split_experts(n_experts: int, ep: int) -> list[int]:

@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster
 from workloads.layout import AXES, GroupSet
+from workloads.parallel import ParallelConfig
 from workloads.schedule import Program, Schedule, TemplateOp
 from workloads.steps import P2P_KINDS
 from workloads.timing import DeadlockError, simulate

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.errors import WorkloadConfigError
+from workloads.phases import phases_of
 from workloads.schedule import Schedule
 
 MIB = 2**20
@@ -61,7 +62,7 @@ def load_any(path: str | Path) -> Schedule:
     """A schedule from a schedule JSON file, or from an experiment file (generated or loaded)."""
     p = Path(path)
     if p.suffix == ".json":
-        from workloads.serialize import load
+        from workloads.schedule import load
 
         return load(p)
     from workloads.loader import load_workload_source
@@ -72,7 +73,7 @@ def load_any(path: str | Path) -> Schedule:
 def phase_rows(schedule: Schedule, rank: int) -> list[PhaseRow]:
     """``rank``'s phases, intra-server ones included."""
     return [PhaseRow(p.axis, p.kind, p.scale_up, len(p.op_indices), p.message_bytes,
-                     p.wire_bytes) for p in schedule.phases_of(rank, include_scale_up=True)]
+                     p.wire_bytes) for p in phases_of(schedule, rank, include_scale_up=True)]
 
 
 def compute_s(schedule: Schedule, rank: int) -> float:

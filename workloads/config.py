@@ -6,6 +6,7 @@ parallelism does not add ranks: EP groups are carved out of the data-parallel ra
 (``dp * fsdp``), as Megatron-LM's expert-data-parallel layout does, so ``ep`` must divide
 ``dp * fsdp``.
 
+The degrees themselves are :class:`workloads.parallel.ParallelConfig`.
 Collective algorithms (``algorithms``) and stragglers (``stragglers``) are part of the workload:
 they change what each rank sends (:mod:`workloads.algorithms`).
 """
@@ -15,68 +16,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from workloads.algorithms import DEFAULT_ALGORITHM
+from workloads.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, check_algorithm, is_power_of_two
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec, get_gpu
+from workloads.layout import AXES, build_groups
 from workloads.models import ModelSpec
+from workloads.parallel import (
+    FSDP_UNITS,
+    PP_LAYER_SPLITS,
+    PP_SCHEDULES,
+    ParallelConfig,
+    split_layers,
+)
 
-PP_SCHEDULES = ("1f1b", "interleaved")
-FSDP_UNITS = ("block", "stage")
-PP_LAYER_SPLITS = ("even", "torchtitan")
 ACTIVATION_CHECKPOINTING = ("none", "full")
-#: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
-RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """Degrees of each parallelism axis and the options that change their traffic.
-
-    ``fsdp`` is the ZeRO-3 sharding degree (1 = no sharding; gradients then sync by DDP
-    all-reduce buckets over ``dp``); ``dp`` > 1 together with ``fsdp`` > 1 is HSDP (shard inside,
-    replicate across). ``reshard_after_forward`` is TorchTitan's ``fsdp_reshard_after_forward``:
-    ``None`` ("default") reshards when PP is off and keeps the gathered parameters when PP is
-    on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
-    builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
-    wrapping: one unit per transformer block plus one for the stage's leftover parameters
-    (TorchTitan), or one unit holding the whole stage. ``pp_layer_split`` is how the layers
-    are split over the pipeline chunks (:func:`workloads.builder.split_layers`): ``even``, or
-    ``torchtitan`` (the embedding and the output head count as a layer each).
-    """
-
-    tp: int = 1
-    sp: bool = False
-    dp: int = 1
-    fsdp: int = 1
-    reshard_after_forward: bool | None = None
-    fsdp_unit: str = "block"
-    pp: int = 1
-    pp_layer_split: str = "even"
-    pp_schedule: str = "1f1b"
-    virtual_stages: int = 1
-    cp: int = 1
-    ep: int = 1
-
-    @property
-    def world_size(self) -> int:
-        return self.pp * self.dp * self.fsdp * self.cp * self.tp
-
-    @property
-    def data_parallel(self) -> int:
-        """Ranks that see different samples (``dp * fsdp``)."""
-        return self.dp * self.fsdp
-
-    @property
-    def reshard(self) -> bool:
-        """Effective reshard-after-forward policy."""
-        if self.reshard_after_forward is None:
-            return self.pp == 1
-        return self.reshard_after_forward
-
-    @property
-    def chunks(self) -> int:
-        """Model chunks in the pipeline (``pp * virtual_stages``)."""
-        return self.pp * self.virtual_stages
+_PAR = "workload.parallelism"  # the key prefix of the degrees in error messages
 
 
 @dataclass(frozen=True)
@@ -145,15 +99,21 @@ class WorkloadConfig:
 
     def validate(self) -> None:
         """Raise :class:`WorkloadConfigError` naming the field of the first problem found."""
-        model = self.model_spec
-        model.validate()
+        self.model_spec.validate()
+        self._validate_ranges()
+        self._validate_mesh()
+        self._validate_pipeline()
+        self._validate_stragglers()
+        self._validate_algorithms()
+
+    def _validate_ranges(self) -> None:
+        """Each number on its own: degrees, sizes and factors in their ranges."""
         p, c = self.parallel, self.cluster
-        pre = "workload.parallelism"
         for name in ("tp", "dp", "fsdp", "pp", "cp", "ep", "virtual_stages"):
             if int(getattr(p, name)) < 1:
-                raise WorkloadConfigError("must be an integer >= 1", f"{pre}.{name}")
-        for name, low in (("servers", 1), ("gpus_per_server", 1)):
-            if int(getattr(c, name)) < low:
+                raise WorkloadConfigError("must be an integer >= 1", f"{_PAR}.{name}")
+        for name in ("servers", "gpus_per_server"):
+            if int(getattr(c, name)) < 1:
                 raise WorkloadConfigError("must be an integer >= 1", f"cluster.{name}")
         for name in ("seq_len", "micro_batch_size", "num_microbatches"):
             if int(getattr(self, name)) < 1:
@@ -175,50 +135,58 @@ class WorkloadConfig:
         if not self.compute_scale > 0:
             raise WorkloadConfigError(f"must be > 0, got {self.compute_scale!r}",
                                       "workload.compute_scale")
+
+    def _validate_mesh(self) -> None:
+        """The degrees against the cluster and the model: TP inside a server, the world size,
+        EP carved out of the data-parallel ranks."""
+        p, c, model = self.parallel, self.cluster, self.model_spec
         if p.tp > c.gpus_per_server:
             raise WorkloadConfigError(
                 f"tp={p.tp} is larger than a server ({c.gpus_per_server} GPUs); TP must stay "
-                "inside the scale-up domain", f"{pre}.tp")
+                "inside the scale-up domain", f"{_PAR}.tp")
         if c.gpus_per_server % p.tp:
             raise WorkloadConfigError(
-                f"tp={p.tp} does not divide gpus_per_server={c.gpus_per_server}", f"{pre}.tp")
+                f"tp={p.tp} does not divide gpus_per_server={c.gpus_per_server}", f"{_PAR}.tp")
         if p.world_size != c.world_size:
             raise WorkloadConfigError(
                 f"pp*dp*fsdp*cp*tp = {p.pp}*{p.dp}*{p.fsdp}*{p.cp}*{p.tp} = {p.world_size} "
                 f"does not equal the world size {c.servers}*{c.gpus_per_server} = "
-                f"{c.world_size}", f"{pre}.{_first_non_unit(p)}")
+                f"{c.world_size}", f"{_PAR}.{_first_non_unit(p)}")
         if p.ep > 1 and not model.is_moe:
             raise WorkloadConfigError(
-                f"ep={p.ep} but model {model.name!r} has no experts", f"{pre}.ep")
+                f"ep={p.ep} but model {model.name!r} has no experts", f"{_PAR}.ep")
         if p.data_parallel % p.ep:
             raise WorkloadConfigError(
                 f"ep={p.ep} does not divide dp*fsdp={p.data_parallel} (EP groups are carved "
-                "out of the data-parallel ranks)", f"{pre}.ep")
+                "out of the data-parallel ranks)", f"{_PAR}.ep")
         if model.is_moe and p.ep > model.n_experts:
             raise WorkloadConfigError(
-                f"ep={p.ep} exceeds the {model.n_experts} experts", f"{pre}.ep")
+                f"ep={p.ep} exceeds the {model.n_experts} experts", f"{_PAR}.ep")
+
+    def _validate_pipeline(self) -> None:
+        """The pipeline schedule, FSDP wrapping and the sequence split against the model."""
+        p, model = self.parallel, self.model_spec
         if p.pp_schedule not in PP_SCHEDULES:
             raise WorkloadConfigError(f"must be one of {', '.join(PP_SCHEDULES)}",
-                                      f"{pre}.pp_schedule")
+                                      f"{_PAR}.pp_schedule")
         if p.fsdp_unit not in FSDP_UNITS:
             raise WorkloadConfigError(f"must be one of {', '.join(FSDP_UNITS)}",
-                                      f"{pre}.fsdp_unit")
+                                      f"{_PAR}.fsdp_unit")
         if p.pp_layer_split not in PP_LAYER_SPLITS:
             raise WorkloadConfigError(f"must be one of {', '.join(PP_LAYER_SPLITS)}",
-                                      f"{pre}.pp_layer_split")
-        from workloads.builder import split_layers  # the builder imports this module
+                                      f"{_PAR}.pp_layer_split")
         if p.chunks <= model.n_layers and not all(
                 split_layers(model.n_layers, p.chunks, p.pp_layer_split)):
             raise WorkloadConfigError(
                 f"the {p.pp_layer_split} split of {model.n_layers} layers over {p.chunks} "
-                "chunks leaves a chunk without a layer", f"{pre}.pp_layer_split")
+                "chunks leaves a chunk without a layer", f"{_PAR}.pp_layer_split")
         if p.pp_schedule == "1f1b" and p.virtual_stages != 1:
             raise WorkloadConfigError("virtual stages need pp_schedule 'interleaved'",
-                                      f"{pre}.virtual_stages")
+                                      f"{_PAR}.virtual_stages")
         if p.pp_schedule == "interleaved":
             if p.pp < 2:
                 raise WorkloadConfigError("interleaved schedule needs pp >= 2",
-                                          f"{pre}.pp_schedule")
+                                          f"{_PAR}.pp_schedule")
             if self.num_microbatches % p.pp:
                 raise WorkloadConfigError(
                     f"the interleaved schedule needs num_microbatches "
@@ -227,15 +195,13 @@ class WorkloadConfig:
         if p.chunks > model.n_layers:
             raise WorkloadConfigError(
                 f"pp*virtual_stages={p.chunks} exceeds the {model.n_layers} layers",
-                f"{pre}.pp")
+                f"{_PAR}.pp")
         if self.seq_len % p.cp:
             raise WorkloadConfigError(f"seq_len={self.seq_len} is not a multiple of cp={p.cp}",
-                                      f"{pre}.cp")
+                                      f"{_PAR}.cp")
         if p.sp and (self.seq_len // p.cp) % p.tp:
             raise WorkloadConfigError(
-                f"sequence parallelism needs seq_len/cp divisible by tp={p.tp}", f"{pre}.sp")
-        self._validate_stragglers()
-        self._validate_algorithms()
+                f"sequence parallelism needs seq_len/cp divisible by tp={p.tp}", f"{_PAR}.sp")
 
     def _validate_stragglers(self) -> None:
         world = self.cluster.world_size
@@ -252,9 +218,6 @@ class WorkloadConfig:
                 raise WorkloadConfigError("must be >= 0", f"{key}.delay_ms")
 
     def _validate_algorithms(self) -> None:
-        from workloads.algorithms import ALGORITHMS, check_algorithm, is_power_of_two
-        from workloads.layout import AXES, build_groups
-
         groups = None
         for kind, axis, name in self.algorithms:
             key = f"workload.algorithms.{kind}" + (f".{axis}" if axis else "")
@@ -265,10 +228,10 @@ class WorkloadConfig:
                 raise WorkloadConfigError(f"unknown axis {axis!r}; known: {', '.join(AXES)}",
                                           key)
             try:
-                check_algorithm(kind, name)
+                algorithm = check_algorithm(kind, name)
             except ValueError as exc:
                 raise WorkloadConfigError(str(exc), key) from exc
-            if name != "stragglar":
+            if not algorithm.needs_straggler:
                 continue
             if not self.stragglers:
                 raise WorkloadConfigError(

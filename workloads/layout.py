@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workloads.config import ParallelConfig
 from workloads.hardware import Cluster
+from workloads.parallel import ParallelConfig
 
 AXES = ("tp", "cp", "fsdp", "dp", "ep", "edp", "pp")
 # Paper-level axis family of each group axis (FSDP and expert-DP traffic is "DP" traffic).

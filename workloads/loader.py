@@ -41,10 +41,11 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
-from workloads.config import RESHARD_POLICIES, ParallelConfig, Straggler, WorkloadConfig
+from workloads.config import Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import ModelSpec, get_preset
+from workloads.parallel import RESHARD_POLICIES, ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel
 
@@ -202,7 +203,7 @@ class WorkloadSource:
     def schedule(self) -> Schedule:
         """The schedule: loaded from ``schedule_file``, else generated from ``config``."""
         if self.schedule_file is not None:
-            from workloads.serialize import load
+            from workloads.schedule import load
 
             return load(self.schedule_file)
         from workloads.builder import generate_schedule
@@ -297,7 +298,7 @@ def _parallelism(doc: _Doc, value: Any) -> ParallelConfig:
 
 def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> WorkloadSource:
     """``workload: {schedule: FILE}``: the schedule must load and run on the file's cluster."""
-    from workloads.serialize import load
+    from workloads.schedule import load
 
     others = [k for k in wl if k != "schedule"]
     if others:

@@ -16,10 +16,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from workloads.config import ParallelConfig, Straggler, WorkloadConfig
+from workloads.config import Straggler, WorkloadConfig
 from workloads.hardware import Cluster
 from workloads.layout import build_groups
 from workloads.models import get_preset
+from workloads.parallel import ParallelConfig
 from workloads.schedule import Program, Schedule, TemplateOp
 
 

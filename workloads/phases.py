@@ -14,12 +14,10 @@ unordered rank pairs on the rail (ports are the controller's business).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workloads.layout import Circuits
-
-if TYPE_CHECKING:
-    from workloads.schedule import Op, Schedule
+from workloads.schedule import Op, Schedule
 
 KIND_FAMILY = {"all_gather": "allgather", "reduce_scatter": "reducescatter",
                "all_reduce": "allreduce", "send": "sendrecv", "recv": "sendrecv",

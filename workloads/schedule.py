@@ -1,4 +1,6 @@
-"""The schedule of one training iteration: per-rank op lists, comm groups, step plans, phases.
+"""The schedule of one training iteration: per-rank op lists, comm groups, step plans, and its
+JSON form (``workloads/FORMAT.md``: :func:`dump`, :func:`load`). Phases, which are derived
+from a schedule, are :func:`workloads.phases.phases_of`.
 
 Compact form. Ranks on the same pipeline stage (and, with an uneven expert split, the same EP
 position) run the same *program*: the same ops with the same sizes, bound to their own comm
@@ -30,17 +32,21 @@ Op semantics (shared by the replayer, the simulator and the controller's tests):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from workloads.algorithms import DEFAULT_ALGORITHM, effective_algorithm, lower_positions
+from workloads.algorithms import ALGORITHM, DEFAULT_ALGORITHM, lower_positions
 from workloads.algorithms import lower as lower_with
-from workloads.config import WorkloadConfig
-from workloads.hardware import Cluster
+from workloads.config import Straggler, WorkloadConfig
+from workloads.errors import WorkloadConfigError
+from workloads.hardware import Cluster, GpuSpec
 from workloads.layout import (
+    AXES,
     AXIS_FAMILY,
     Circuits,
     GroupSet,
@@ -51,11 +57,10 @@ from workloads.layout import (
     ring_circuits,
     scale_up_mask,
 )
+from workloads.models import ModelSpec
+from workloads.parallel import ParallelConfig
 from workloads.steps import P2P_KINDS, StepPlan, lower, wire_bytes
-from workloads.threads import MAIN_THREAD
-
-if TYPE_CHECKING:
-    from workloads.phases import Phase
+from workloads.threads import MAIN_THREAD, THREADS
 
 
 @dataclass(frozen=True)
@@ -242,8 +247,8 @@ class Schedule:
         chosen = self.config.algorithm_for(op.kind, op.axis)
         if chosen == DEFAULT_ALGORITHM.get(op.kind, chosen) or op.kind in P2P_KINDS:
             return chosen
-        return effective_algorithm(op.kind, chosen, self.groups[op.axis].size,
-                                   self.straggler_position(op.group_id) is not None)
+        return ALGORITHM[chosen].runs_as(self.groups[op.axis].size,
+                                         self.straggler_position(op.group_id) is not None).name
 
     def straggler_position(self, group_id: str) -> int | None:
         """Ring position of the group's straggler (``workload.stragglers``), if it has one."""
@@ -314,27 +319,18 @@ class Schedule:
         if op.kind in P2P_KINDS:
             return pair_circuits([(op.rank, op.peer)], self.cluster)
         ranks = self.group_ranks(op.group_id)
-        if op.kind == "all_to_all" and self.algorithm_of(op) != "multihop":
+        if ALGORITHM[self.algorithm_of(op)].mesh:
             return mesh_circuits(ranks, self.cluster)
         return ring_circuits(ranks, self.cluster)
-
-    def phases_of(self, rank: int, include_scale_up: bool = False) -> list[Phase]:
-        """Phases of ``rank`` (see :mod:`workloads.phases`)."""
-        from workloads.phases import phases_of
-
-        return phases_of(self, rank, include_scale_up)
 
     # --- persistence -------------------------------------------------------------------
     def to_json(self, path: str) -> None:
         """Write the documented JSON form (``workloads/FORMAT.md``)."""
-        from workloads.serialize import dump
-
         dump(self, path)
 
     @classmethod
     def from_json(cls, path: str) -> Schedule:
-        from workloads.serialize import load
-
+        """The schedule in the file at ``path`` (:func:`load`)."""
         return load(path)
 
     def __eq__(self, other: object) -> bool:
@@ -350,3 +346,138 @@ def _split_group_id(group_id: str) -> tuple[str, int]:
     if not axis or axis == group_id:
         raise KeyError(f"bad group id {group_id!r}")
     return axis, int(group_id[len(axis):])
+
+
+# --- the JSON form (``workloads/FORMAT.md``) ---------------------------------------------
+# Programs are stored column-wise (one list per op field) to keep 16k-rank schedules small; a
+# load of a dump compares equal to the original.
+
+FORMAT = "opus-testbed/workload-schedule"
+VERSION = 1
+OP_COLUMNS = ("kind", "tag", "deps", "duration_s", "axis", "size_bytes", "peer_stage", "split")
+#: Optional columns, written only when some op differs from the default.
+OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
+#: Config fields written only when not at their defaults, so older schedules serialise as before.
+OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
+                          "calibrate_step_s": None, "compute_scale": 1.0,
+                          "algorithms": (), "stragglers": ()}
+#: The same for the fields of ``model`` (multi-head latent attention) and ``parallel``.
+OPTIONAL_MODEL_FIELDS = {"kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0,
+                         "v_head_dim": 0}
+OPTIONAL_PARALLEL_FIELDS = {"pp_layer_split": "even"}
+
+
+def _drop_defaults(d: dict[str, Any], defaults: dict[str, Any]) -> None:
+    for key, default in defaults.items():
+        if d[key] == default:
+            del d[key]
+
+
+def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
+    d = asdict(cfg)
+    _drop_defaults(d, OPTIONAL_CONFIG_FIELDS)
+    if d["model"] is not None:
+        _drop_defaults(d["model"], OPTIONAL_MODEL_FIELDS)
+    _drop_defaults(d["parallel"], OPTIONAL_PARALLEL_FIELDS)
+    return d
+
+
+def config_from_dict(d: dict[str, Any]) -> WorkloadConfig:
+    rest = {k: v for k, v in d.items() if k not in ("model", "cluster", "parallel", "gpu",
+                                                    "algorithms", "stragglers")}
+    model = None if d["model"] is None else ModelSpec(**d["model"])
+    return WorkloadConfig(model=model, cluster=Cluster(**d["cluster"]),
+                          parallel=ParallelConfig(**d["parallel"]), gpu=GpuSpec(**d["gpu"]),
+                          algorithms=tuple(tuple(a) for a in d.get("algorithms", ())),
+                          stragglers=tuple(Straggler(**s) for s in d.get("stragglers", ())),
+                          **rest)
+
+
+def program_to_dict(p: Program) -> dict[str, Any]:
+    names = OP_COLUMNS + tuple(c for c, default in OPTIONAL_COLUMNS.items()
+                               if any(getattr(op, c) != default for op in p.ops))
+    cols: dict[str, list[Any]] = {c: [] for c in names}
+    for op in p.ops:
+        for c in names:
+            v = getattr(op, c)
+            cols[c].append(list(v) if isinstance(v, tuple) else v)
+    return {"stage": p.stage, "ep_index": p.ep_index, "ops": cols}
+
+
+def program_from_dict(d: dict[str, Any]) -> Program:
+    cols = d["ops"]
+    n = len(cols["kind"])
+    threads = cols.get("thread", [MAIN_THREAD] * n)
+    bad = sorted({t for t in threads if t not in THREADS})
+    if bad:
+        raise WorkloadConfigError(f"unknown threads {bad}; known: {', '.join(THREADS)}",
+                                  "programs.ops.thread")
+    ops = tuple(
+        TemplateOp(kind=cols["kind"][i], tag=cols["tag"][i], deps=tuple(cols["deps"][i]),
+                   duration_s=float(cols["duration_s"][i]), axis=cols["axis"][i],
+                   size_bytes=int(cols["size_bytes"][i]), peer_stage=int(cols["peer_stage"][i]),
+                   split=tuple(cols["split"][i]), thread=str(threads[i]))
+        for i in range(n))
+    return Program(int(d["stage"]), int(d["ep_index"]), ops)
+
+
+def to_dict(s: Schedule) -> dict[str, Any]:
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    if s.origin is not None:
+        out["origin"] = s.origin
+    out.update({
+        "config": config_to_dict(s.config),
+        "groups": {axis: s.groups[axis].ranks.tolist() for axis in AXES},
+        "programs": [program_to_dict(p) for p in s.programs],
+        "program_of_rank": s.program_of.tolist(),
+    })
+    return out
+
+
+def from_dict(d: dict[str, Any]) -> Schedule:
+    if d.get("format") != FORMAT or d.get("version") != VERSION:
+        raise WorkloadConfigError(
+            f"not a version-{VERSION} {FORMAT} document", "format")
+    cfg = config_from_dict(d["config"])
+    groups = {axis: GroupSet(axis, np.asarray(d["groups"][axis], dtype=np.int64).reshape(
+        -1, len(d["groups"][axis][0]) if d["groups"][axis] else 1)) for axis in AXES}
+    programs = [program_from_dict(p) for p in d["programs"]]
+    program_of = np.asarray(d["program_of_rank"], dtype=np.int32)
+    if program_of.shape != (cfg.cluster.world_size,):
+        raise WorkloadConfigError("needs one entry per rank", "program_of_rank")
+    _check_programs(programs)
+    return Schedule(cfg, groups, programs, program_of, origin=d.get("origin"))
+
+
+def _check_programs(programs: list[Program]) -> None:
+    for pi, p in enumerate(programs):
+        for i, op in enumerate(p.ops):
+            if any(not 0 <= dep < i for dep in op.deps):
+                raise WorkloadConfigError(
+                    f"op {i} ({op.tag}) depends on a later or missing op",
+                    f"programs[{pi}].ops.deps")
+
+
+def dump(s: Schedule, path: str | Path) -> None:
+    with open(path, "w") as fh:
+        json.dump(to_dict(s), fh, separators=(",", ":"))
+
+
+def load(path: str | Path) -> Schedule:
+    """The schedule in the file at ``path``; :class:`WorkloadConfigError` names the file."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise WorkloadConfigError(f"cannot read it: {exc.strerror}", "", str(path)) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(
+            exc, json.JSONDecodeError) else str(path)
+        raise WorkloadConfigError(f"not JSON: {exc}", "", where) from exc
+    try:
+        return from_dict(data)
+    except WorkloadConfigError as exc:
+        raise WorkloadConfigError(exc.reason, exc.field, str(path)) from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WorkloadConfigError(f"not a valid schedule ({type(exc).__name__}: {exc})", "",
+                                  str(path)) from exc

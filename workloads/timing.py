@@ -16,8 +16,8 @@ import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from workloads.algorithms import step_count
-from workloads.phases import Phase
+from workloads.algorithms import ALGORITHM
+from workloads.phases import Phase, phases_of
 from workloads.schedule import Op, Schedule
 
 
@@ -53,7 +53,7 @@ def collective_duration_s(schedule: Schedule, op: Op, model: TimingModel) -> flo
     if op.kind in ("send", "recv"):
         return model.latency_s + op.size_bytes * 8 / (bw_gbps * 1e9)
     n = schedule.groups[op.axis].size
-    steps = step_count(op.kind, schedule.algorithm_of(op), n)
+    steps = ALGORITHM[schedule.algorithm_of(op)].step_count(op.kind, n)
     return steps * model.latency_s + op.wire_bytes * 8 / (bw_gbps * 1e9)
 
 
@@ -121,7 +121,7 @@ def timed_phases(schedule: Schedule, rank: int, model: TimingModel | None = None
     reps = representatives(schedule)
     rep = next(r for r in reps if int(schedule.program_of[r]) == int(schedule.program_of[rank]))
     out = []
-    for ph in schedule.phases_of(rank, include_scale_up):
+    for ph in phases_of(schedule, rank, include_scale_up):
         spans = [times[(rep, i)] for i in ph.op_indices]
         out.append(TimedPhase(ph, min(s for s, _ in spans), max(e for _, e in spans)))
     return out, max(e for _, e in times.values())

@@ -15,9 +15,11 @@ import http.client
 import json
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from controller.drivers.config import OcsConfig, parse_delay_only
 from controller.ocs import (
     ApplyResult,
     Circuit,
@@ -117,3 +119,10 @@ class EmulatedOcsDriver(OcsDriver):
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def parse_config(driver: str, data: Mapping[str, Any], key: str,
+                 base_dir: Path | None) -> OcsConfig:
+    """The emulated OCS's ``ocs:`` settings: its switching delay only (the runner builds the
+    driver, on the emulated network's management port)."""
+    return parse_delay_only(driver, data, key)

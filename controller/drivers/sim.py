@@ -27,6 +27,7 @@ from controller.ocs import (
     PortState,
     RailDescription,
     Reconfiguration,
+    light_at_s,
     resolve_switching_delay_ms,
 )
 
@@ -124,13 +125,12 @@ class SimOcsDriver(OcsDriver):
             self._state.check_all(reconfs)
             results = []
             for r in reconfs:
-                if self._rails[r.rail].mode != "ocs":
-                    delay_s = 0.0
-                else:
-                    delay_s = self.switching_delay_ms(r.rail) / 1e3
+                delay_ms = (self.switching_delay_ms(r.rail) if self._rails[r.rail].mode == "ocs"
+                            else 0.0)
                 self._state.apply(r)
-                # a port re-targeted while still dark lights no earlier than its ongoing switch
-                t_light = max([t_s + delay_s] + [
+                # dark from the request on (t_s); a port re-targeted while still dark lights no
+                # earlier than its ongoing switch
+                t_light = max([light_at_s(t_s, delay_ms)] + [
                     self._dark_until.get((r.rail, p), float("-inf")) for p in r.touched_ports])
                 for p in r.touched_ports:
                     key = (r.rail, p)

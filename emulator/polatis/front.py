@@ -32,10 +32,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.drivers import HARDWARE_DRIVERS
-from controller.drivers.polatis.config import DEFAULT_PASSWORD_ENV
+from controller.drivers.config import DEFAULT_PASSWORD_ENV
 from controller.drivers.polatis.ports import PortMap
 from controller.drivers.polatis.xml import CURRENT_REVISION
+from controller.drivers.registry import HARDWARE_DRIVERS
 from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
 from emulator.polatis.model import Change, DeviceError, PolatisDevice
 from emulator.polatis.netconf_server import NetconfServer

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
-from testbed.errors import RunRefused, Say, say_stderr
+from testbed.errors import Say, say_stderr
 from testbed.experiment.config import (
     DEFAULT_SWEEP_DELAYS,
     MODES,
@@ -30,7 +30,7 @@ from testbed.metrics.degraded import (
 from testbed.metrics.fit import SLOPE_MIN_DELAY_MS
 from testbed.torchjob.config import TorchExperiment, is_torch_experiment, load_torch_experiment
 
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+REPO = Path(__file__).resolve().parents[2]
 PERFETTO_HELP = ("also write trace.json into each run directory: the timeline for "
                  "ui.perfetto.dev (opus-testbed export perfetto)")
 
@@ -102,46 +102,6 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     return cfg.replace(**changes) if changes else cfg
 
 
-def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
-            say: Say) -> dict[str, Any]:
-    if isinstance(cfg, TorchExperiment):
-        if backend == "sim":
-            raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
-                             "its run writes replay.yaml (the captured schedule), which "
-                             "`run --backend sim` replays")
-        from testbed.torchjob.runner import run_torch
-
-        return run_torch(cfg, out, say)
-    from testbed.experiment.prepare import prepare
-
-    prep = prepare(cfg, check_capacity=backend == "emu")
-    if backend == "sim":
-        from testbed.simulator.run import run_simulated
-
-        return run_simulated(prep, out, say)
-    from testbed.emulated.runner import run_emulated
-
-    return run_emulated(prep, out, say)
-
-
-def with_baseline(summary: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """Add the baseline's iteration time and the overhead against it (and judge the bound late
-    light puts on that overhead), the baseline's verdict (``baseline_fidelity``, ``_blame``,
-    ``_reasons``), and ``rests_on_degraded``: which of the two runs (``baseline``, ``run``)
-    the printed figures rest on are degraded."""
-    from testbed.results.summary import judge_against_baseline
-
-    base = baseline.get("iteration_time_s")
-    summary["baseline_iteration_time_s"] = base
-    it = summary.get("iteration_time_s")
-    summary["overhead_pct"] = (100.0 * (it - base) / base) if base and it is not None else None
-    judge_against_baseline(summary)
-    for key in ("fidelity", "fidelity_blame", "fidelity_reasons"):
-        summary[f"baseline_{key}"] = baseline.get(key)
-    summary[RESTS_ON] = degraded_labels([("baseline", baseline), ("run", summary)])
-    return summary
-
-
 def baseline_lines(summary: dict[str, Any], text: str) -> list[str]:
     """``run --baseline``'s one-screen summary: ``text`` (:func:`summary_text`) with the
     overhead marked when it rests on a degraded run, and a legend naming each one."""
@@ -156,35 +116,29 @@ def baseline_lines(summary: dict[str, Any], text: str) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from testbed.experiment.prepare import default_out_dir
-    from testbed.results import store
     from testbed.results.summary import summary_text
+    from testbed.studies.run import run_experiment
 
     cfg: ExperimentConfig | TorchExperiment = apply_overrides(
         load_torch_experiment(args.config) if is_torch_experiment(args.config)
         else load_experiment(args.config), args)
     out = Path(args.out) if args.out else default_out_dir(cfg)
     say = make_say()
-    baseline = None
-    if args.baseline and cfg.mode != "baseline":
-        baseline = run_one(cfg.replace(mode="baseline"), out / "baseline", args.backend, say)
-        out = out / cfg.mode
-    summary = run_one(cfg, out, args.backend, say)
-    if baseline is not None:
-        summary = with_baseline(summary, baseline)
-        store.write_json(out / "summary.json", summary)
+    done = run_experiment(cfg, out, args.backend, say, baseline=args.baseline)
+    summary = done.summary
     if args.perfetto:
         from testbed.cli.export import export_tree
 
-        export_tree(out.parent if baseline is not None else out, say)
+        export_tree(done.root, say)
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
-    elif baseline is not None:
+    elif done.has_baseline:
         print("\n".join(baseline_lines(summary, summary_text(summary))))
-        print(f"results: {out}")
+        print(f"results: {done.run_dir}")
     else:
         print(summary_text(summary))
-        print(f"results: {out}")
-    if baseline is not None:
+        print(f"results: {done.run_dir}")
+    if done.has_baseline:
         return exit_status(summary[RESTS_ON])
     return EXIT_DEGRADED if is_degraded(summary) else 0  # "simulated" is not degraded
 
@@ -209,7 +163,7 @@ def _bad_option(message: str) -> NoReturn:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.experiment.sweep import SweepError, run_sweep
+    from testbed.studies.sweep import SweepError, run_sweep
 
     cfg = apply_overrides(load_experiment(args.config), args)
     delays, modes = _delays_and_modes(args)
@@ -294,8 +248,8 @@ def _pct(value: float | None, fmt: str = "+.1f") -> str:
 
 
 def cmd_ladder(args: argparse.Namespace) -> int:
-    from testbed.experiment.ladder import LadderError, run_ladder
-    from testbed.experiment.sweep import SweepError
+    from testbed.studies.ladder import LadderError, run_ladder
+    from testbed.studies.sweep import SweepError
 
     cfg = apply_overrides(load_experiment(args.config), args)
     delays, modes = _delays_and_modes(args)
@@ -351,12 +305,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The demo's runs: (label, mode, semantics); the first is the baseline of the others.
-DEMO_RUNS = (("baseline", "baseline", "port-exact"), ("on-demand", "on-demand", "port-exact"),
-             ("provisioning", "provisioning", "port-exact"),
-             ("degree-aware K=2", "degree-aware", "port-exact"),
-             ("rail-state on-demand", "on-demand", "rail-state"),
-             ("rail-state provisioning", "provisioning", "rail-state"))
 #: How the demo names the modes of the paper's Fig. 8 figures.
 FIG8_MODE_TEXT = {"on-demand": "on demand", "provisioning": "with provisioning"}
 
@@ -369,28 +317,25 @@ def paper_fig8_text() -> str:
                      for mode, pct in PAPER_FIG8_100MS_PCT.items())
 
 
-def _ovh(summary: dict[str, Any] | None) -> str:
-    ov = None if summary is None else summary.get("overhead_pct")
-    return "n/a" if ov is None else f"{ov:+.1f} %"
-
-
 def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
                artifact: dict[str, dict[str, Any]], delay_ms: float) -> list[str]:
-    """The demo's table (one row per run of :data:`DEMO_RUNS`, overheads against the first)
-    and the lines saying which model the paper's Fig. 8 assumed, with the figures of the
-    artifact's run under that model (``artifact``: label -> summary, :data:`ARTIFACT_RUNS`)."""
+    """The demo's table (one row per run of :data:`~testbed.studies.demo.DEMO_RUNS`) and the
+    lines saying which model the paper's Fig. 8 assumed, with the figures of the artifact's
+    run under that model (``artifact``: label -> summary). Both sets of summaries carry their
+    overheads (:func:`testbed.results.baseline.against_baseline`)."""
+    from testbed.results.baseline import overhead_text, rail_state_comparison
+    from testbed.studies.demo import ARTIFACT_CONFIG, BASELINE, RAIL_STATE_LABELS
+
     lines = [title, f"{'run':<25}{'iteration_s':>12}{'overhead':>10}{'reconfigs/it':>14}"
              f"{'exposed_s/it':>14}  fidelity"]
-    for runs in (summaries, artifact):
-        base = runs.get(DEMO_RUNS[0][0], {})
-        for s in runs.values():
-            with_baseline(s, base)
     for label, s in summaries.items():
-        lines.append(f"{label:<25}{_pct(s.get('iteration_time_s'), '.3f'):>12}{_ovh(s):>10}"
+        lines.append(f"{label:<25}{_pct(s.get('iteration_time_s'), '.3f'):>12}"
+                     f"{overhead_text(s):>10}"
                      f"{_pct(s.get('reconfigurations_per_iteration'), '.1f'):>14}"
                      f"{_pct(s.get('exposed_reconfig_s'), '.3f'):>14}  {s.get('fidelity')}")
-    artifact_base = artifact.get(DEMO_RUNS[0][0], {})
+    artifact_base = artifact.get(BASELINE, {})
     target = artifact_base.get("calibrate_step_s")
+    comparison = rail_state_comparison(summaries, artifact, RAIL_STATE_LABELS, BASELINE)
     lines += [
         f"paper Fig. 8 at 100 ms ({paper_fig8_text()}) assumes its authors' rail-state model "
         "(their artifact's controller: a bitmask per rail, requests at phase changes; not a "
@@ -398,9 +343,8 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         f"Under rail-state, the artifact's own run ({_repo_path(ARTIFACT_CONFIG)}, "
         + (f"calibrated to a {target:g} s step, " if target is not None else "")
         + f"sim backend, {_pct(artifact_base.get('iteration_time_s'), '.2f')} s baseline) gives "
-        f"{_ovh(artifact.get('rail-state on-demand'))} / "
-        f"{_ovh(artifact.get('rail-state provisioning'))} at {delay_ms:g} ms; "
-        f"{demo_comparison(summaries, artifact)} (docs/validation.md)."]
+        + " / ".join(overhead_text(artifact.get(x)) for x in RAIL_STATE_LABELS)
+        + f" at {delay_ms:g} ms; {comparison} (docs/validation.md)."]
     degraded = {label: s for label, s in summaries.items() if is_degraded(s)}
     for label, s in degraded.items():
         lines.append(f"degraded {label} (blamed on the {s.get('fidelity_blame', 'run')}): "
@@ -411,88 +355,52 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
     return lines
 
 
-def demo_comparison(summaries: dict[str, dict[str, Any]],
-                    artifact: dict[str, dict[str, Any]]) -> str:
-    """The demo's step and rail-state overheads against the artifact's, saying "larger" or
-    "smaller" only where every overhead compared is, and "so" (a shorter step makes the same
-    exposed switching a larger share) only for a shorter step with larger overheads."""
-    base = summaries.get(DEMO_RUNS[0][0], {}).get("iteration_time_s")
-    artifact_base = artifact.get(DEMO_RUNS[0][0], {}).get("iteration_time_s")
-    text = f"this demo's step is {_pct(base, '.2f')} s"
-    labels = [label for label, _, semantics in DEMO_RUNS if semantics == "rail-state"]
-    pairs = [(summaries.get(x, {}).get("overhead_pct"), artifact.get(x, {}).get("overhead_pct"))
-             for x in labels]
-    compared = [(d, a) for d, a in pairs if d is not None and a is not None]
-    ours = " / ".join(_ovh(summaries.get(x)) for x in labels)
-    if not compared:
-        return text
-    if all(d > a for d, a in compared):
-        shorter = base is not None and artifact_base is not None and base < artifact_base
-        return f"{text}{', so' if shorter else ';'} its rail-state overheads are larger, {ours}"
-    if all(d < a for d, a in compared):
-        return f"{text}; its rail-state overheads are smaller, {ours}"
-    return f"{text}; its rail-state overheads are {ours}"
-
-
 def _repo_path(path: Path) -> str:
     """``path`` relative to the repository when it is inside it (as the README names it)."""
     try:
-        return str(path.relative_to(DEMO_CONFIG.parents[1]))
+        return str(path.relative_to(REPO))
     except ValueError:
         return str(path)
-
-
-#: The artifact's run under rail-state (sim backend) for the demo's last line.
-ARTIFACT_RUNS = (DEMO_RUNS[0], DEMO_RUNS[4], DEMO_RUNS[5])
-ARTIFACT_CONFIG = DEMO_CONFIG.parent / "llama3-8b-artifact.yaml"
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Baseline vs OCS on demand, with provisioning, degree-aware, and under the artifact's
     rail-state model, at one switching delay."""
     if args.ocs_only:
-        from emulator.demo import run_demo
+        from emulator.demo import run_demo as run_ocs_demo
 
-        return run_demo()
-    cfg = load_experiment(DEMO_CONFIG)
-    if args.delay is not None:
-        cfg = cfg.replace(switching_delay=args.delay)
+        return run_ocs_demo()
+    from testbed.studies.demo import run_demo
+
     out = Path(args.out) if args.out else Path("results") / (
         f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    say = make_say()
     t0 = time.monotonic()
-    summaries = {}
-    dirs = {label: out / label.replace(" ", "-").replace("=", "") for label, _, _ in DEMO_RUNS}
-    for label, mode, semantics in DEMO_RUNS:
-        summaries[label] = run_one(cfg.replace(mode=mode, semantics=semantics), dirs[label],
-                                   "emu", say)
-    from testbed.results import store
-
-    baseline = summaries[DEMO_RUNS[0][0]]
-    for label, s in summaries.items():  # judged against the baseline on disk too, as printed
-        if label != DEMO_RUNS[0][0]:
-            store.write_json(dirs[label] / "summary.json", with_baseline(s, baseline))
-    delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
-    artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)
-    artifact = {label: run_one(artifact_cfg.replace(mode=mode, semantics=semantics),
-                               out / "artifact-sim" / label.replace(" ", "-"), "sim", say)
-                for label, mode, semantics in ARTIFACT_RUNS}
+    demo = run_demo(out, make_say(), args.delay)
+    cfg = demo.config
     print()
     print("\n".join(demo_lines(f"== opus-testbed demo: {cfg.name}, "
                                f"{cfg.workload.cluster.world_size} ranks, switching delay "
-                               f"{delay_ms:g} ms ==", summaries, artifact, delay_ms)))
+                               f"{demo.delay_ms:g} ms ==", demo.summaries, demo.artifact,
+                               demo.delay_ms)))
     print(f"results and plots: {out} ({time.monotonic() - t0:.0f} s)")
-    return EXIT_DEGRADED if any(is_degraded(s) for s in summaries.values()) else 0
+    return EXIT_DEGRADED if any(is_degraded(s) for s in demo.summaries.values()) else 0
 
 
 def register(sub: Any) -> None:
-    """Add ``run``, ``sweep``, ``report`` and ``demo`` to the top-level parser."""
+    """Add ``run``, ``sweep``, ``ladder``, ``report`` and ``demo`` to the top-level parser."""
+    for add in (_add_run, _add_sweep, _add_ladder, _add_report, _add_demo):
+        add(sub)
+
+
+def _add_run(sub: Any) -> None:
+    """``run``: one experiment end to end, optionally after its baseline."""
     p = sub.add_parser(
         "run", help="run one experiment end to end (emulated: root)",
         description="Replay training iterations of CONFIG as real traffic through Opus-"
         "controlled emulated rails (or the simulation backend), then write the results "
         "directory: manifest.json, summary.json, tables (CSV), plots (PNG). A PyTorch script's "
-        "experiment (workload: {torch: ...}) trains the script itself, on loopback and then on "
+        "experiment (workload: {torch: ...}, or {torchtitan: ...} for TorchTitan's trainer) "
+        "trains the script itself, on loopback and then on "
         "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
         "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
         "started), 1 the run failed, 3 fidelity degraded (with --baseline: the run or its "
@@ -507,6 +415,9 @@ def register(sub: Any) -> None:
     add_overrides(p)
     p.set_defaults(func=cmd_run)
 
+
+def _add_sweep(sub: Any) -> None:
+    """``sweep``: iteration time against switching delay per mode and semantics."""
     p = sub.add_parser(
         "sweep", help="iteration time vs switching delay per mode (paper Fig. 8)",
         description="Run CONFIG for every semantics, mode and delay (the baseline once), write "
@@ -544,7 +455,10 @@ def register(sub: Any) -> None:
     add_overrides(p, with_mode=False)
     p.set_defaults(func=cmd_sweep)
 
-    from testbed.experiment.ladder import RUNG_NAMES
+
+def _add_ladder(sub: Any) -> None:
+    """``ladder``: the overhead's model differences, one at a time."""
+    from testbed.studies.ladder import RUNG_NAMES
 
     p = sub.add_parser(
         "ladder", help="the overhead's model differences, one at a time (sim backend)",
@@ -571,12 +485,18 @@ def register(sub: Any) -> None:
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.set_defaults(func=cmd_ladder)
 
+
+def _add_report(sub: Any) -> None:
+    """``report``: redraw the plots of a results directory."""
     p = sub.add_parser("report", help="redraw the plots of a run or sweep directory",
                        description="Re-render the PNG plots from a results directory's CSV "
                        "files (a run, or a sweep and its runs).")
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 
+
+def _add_demo(sub: Any) -> None:
+    """``demo``: the demo's runs side by side."""
     p = sub.add_parser("demo", help="baseline vs OCS with/without provisioning (root)",
                        description="Run examples/demo.yaml six times on emulated rails "
                        "(electrical baseline; a one-to-one OCS on demand, with provisioning and "

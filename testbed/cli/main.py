@@ -100,15 +100,11 @@ def _print_bench(result: dict[str, Any], as_json: bool) -> None:
 
 def _bench_fidelity(args: argparse.Namespace) -> dict[str, Any]:
     from emulator.bench import run_fidelity_bench
-    from testbed.metrics.darktime import dark_tolerance_ms
+    from testbed.metrics.darktime import with_tolerances
 
     result = run_fidelity_bench(delays_ms=_floats(args.delays), switches=args.switches,
                                 interval_us=args.interval_us)
-    # a reference line only: runs are judged by the bound late light puts on their figures
-    # (testbed.metrics.darktime.OverrunBound), not by a per-switch tolerance
-    for row in result["results"]:
-        row["tolerance_ms"] = dark_tolerance_ms(row["delay_ms"])
-        row["app_within_tolerance"] = row["app_error_ms"]["p99"] <= row["tolerance_ms"]
+    with_tolerances(result["results"])
     return result
 
 
@@ -136,7 +132,7 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from controller.railstate import SEMANTICS
-    from testbed.experiment.crossval import run_crossval, run_crossval_points
+    from testbed.studies.crossval import run_crossval, run_crossval_points
 
     keep = Path(args.keep) if args.keep else None
     if args.semantics is None and args.delays is None:
@@ -171,7 +167,7 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
 def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.collective_bench import run_alltoall_bench
+    from testbed.studies.collective_bench import run_alltoall_bench
 
     return run_alltoall_bench(
         ranks=[int(n) for n in _floats(args.ranks)], emu_ranks=args.emu_ranks,
@@ -183,7 +179,7 @@ def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
 def _bench_stragglar(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from testbed.experiment.collective_bench import run_stragglar_bench
+    from testbed.studies.collective_bench import run_stragglar_bench
 
     return run_stragglar_bench(
         ranks=args.ranks, size_mib=args.size_mib,
@@ -312,15 +308,8 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
                 _show_defaults(child)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="opus-testbed",
-        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
-                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_basics(sub: Any) -> None:
+    """``check`` and ``clean``."""
     p = sub.add_parser("check", help="report prerequisites (root, OVS, Mininet, os-ken, ...)",
                        description="Check every prerequisite; exit 1 if any is missing.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -334,20 +323,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_clean)
 
-    from testbed.cli.experiments import register as register_experiments
-    from testbed.cli.export import register as register_export
-    from testbed.cli.traces import register as register_traces
-    from testbed.cost.cli import register as register_cost
 
-    register_experiments(sub)
-    register_traces(sub)
-    register_cost(sub)
-    register_export(sub)
-    _add_ocs(sub)
-
+def _add_bench(sub: Any) -> None:
+    """``bench`` and its benchmarks, each with ``--json``."""
     p = sub.add_parser("bench", help="benchmarks, JSON on stdout",
                        description="Benchmarks; progress goes to stderr, results to stdout.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    _add_machine_benches(bench)
+    _add_run_benches(bench)
+    for b in bench.choices.values():
+        b.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _add_machine_benches(bench: Any) -> None:
+    """Benchmarks of the emulator, the workload generator and the controller."""
     b = bench.add_parser("fidelity", help="data-plane dark period vs injected delay (root)")
     b.add_argument("--delays", default="1,5,25,100", help="injected delays in ms")
     b.add_argument("--switches", type=int, default=20, help="reconfigurations per delay")
@@ -369,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("workload", help="schedule generation for Llama3.1-405B on 16384 GPUs")
     b.set_defaults(bench_fn=_bench_workload)
     _add_controller_bench(bench)
+
+
+def _add_run_benches(bench: Any) -> None:
+    """Benchmarks made of experiment runs: cross-validation, failover, the simulator at
+    scale and the collective algorithms."""
     b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)",
                          description="Run CONFIG emulated and simulated from the same plan and "
                          "compare their mean iteration times (with --semantics/--delays, per "
@@ -407,10 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate every rank of rails 0..N-1 (1..8; default 1: rail 0)")
     b.set_defaults(bench_fn=_bench_sim)
     _add_collective_benches(bench)
-    for b in bench.choices.values():
-        b.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_cmd_bench)
 
+
+def _add_workload(sub: Any) -> None:
+    """``workload``: a schedule from a model and its parallelism."""
     from testbed.cli.traces import COMPARE_HELP
 
     p = sub.add_parser("workload", help="generate a schedule from a model and its parallelism",
@@ -421,6 +416,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=_cmd_workload)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opus-testbed",
+        description="Hardware-in-the-loop emulation testbed for photonic rails (Opus): Mininet "
+                    "hosts as GPU ranks, OVS bridges as optical circuit switches.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_basics(sub)
+    from testbed.cli.experiments import register as register_experiments
+    from testbed.cli.export import register as register_export
+    from testbed.cli.traces import register as register_traces
+    from testbed.cost.cli import register as register_cost
+
+    register_experiments(sub)
+    register_traces(sub)
+    register_cost(sub)
+    register_export(sub)
+    _add_ocs(sub)
+    _add_bench(sub)
+    _add_workload(sub)
     _show_defaults(parser)
     return parser
 

@@ -194,7 +194,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _ocs_config(args: argparse.Namespace) -> Any:
-    from controller.drivers.polatis.config import OcsConfigError, load_ocs_config, parse_ocs_config
+    from controller.drivers.config import OcsConfigError
+    from controller.drivers.registry import load_ocs_config, parse_ocs_config
 
     if args.config:
         if args.host:
@@ -217,8 +218,9 @@ def _ocs_config(args: argparse.Namespace) -> Any:
 
 
 def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
-    from controller.drivers.polatis.config import OcsConfigError, make_driver
+    from controller.drivers.config import OcsConfigError
     from controller.drivers.polatis.errors import PolatisError
+    from controller.drivers.registry import make_driver
     from controller.ocs import ReconfigurationRejected
 
     # paramiko logs a failed handshake's traceback from its transport thread, on ncclient's

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from controller.core import CoreConfig
-from controller.drivers import DRIVERS, HARDWARE_DRIVERS
 from controller.drivers.faults import FaultInjectingDriver, OcsFaults
+from controller.drivers.registry import DRIVERS, HARDWARE_DRIVERS, make_driver
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
@@ -42,7 +42,7 @@ from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_period
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
-from testbed.results.summary import RunFacts, finish_run
+from testbed.results.summary import Observed, RunFacts, finish_run
 
 if TYPE_CHECKING:
     from controller.service import ControllerService
@@ -103,7 +103,6 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                          f"emulated run drives its own {cfg.driver} fronts on the emulated "
                          "rails; remove them here, and bring a lab switch up with "
                          "`opus-testbed ocs`")
-    from controller.drivers.polatis.config import make_driver
     from emulator.polatis.front import emulated_fronts
 
     password = secrets.token_hex(8)
@@ -227,9 +226,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     records = [r for rank in range(spec.num_ranks)
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
     events_read = store.read_jsonl(out / "controller-events.jsonl")
-    return finish_run(out, prep, records, events_read, sampler.summary(), manifest, wall_s,
-                      num_rails=spec.num_rails, ranks_rail0=spec.ranks_on_rail(0),
-                      dark=_dark_check(out, cfg, events_read, expected_delay(cfg, spec)))
+    seen = Observed(records, events_read, sampler.summary(), wall_s,
+                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec)))
+    return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
+                      ranks_rail0=spec.ranks_on_rail(0))
 
 
 class _RankProcesses:

@@ -35,9 +35,9 @@ call asks (port-exact needs it), or only at the artifact's points, ``phase``
 (the artifact's controller).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
-Drivers (:data:`controller.drivers.DRIVERS`): ``emulated`` drives the emulated OCS directly;
-``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on every
-emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
+Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
+directly; ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on
+every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
 not with a driver.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from controller.drivers import DRIVERS
+from controller.drivers.registry import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
@@ -65,7 +65,7 @@ from testbed.experiment.faults import (
     check_fault,
     spare_shortage,
 )
-from workloads.algorithms import min_ports
+from workloads.algorithms import ALGORITHM
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import (
@@ -419,12 +419,6 @@ def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> N
     kwargs["faults"] = tuple(faults)
 
 
-_PORT_REASONS = {"multihop": "it forwards over the group's ring",
-                 "stragglar": "its reduce-scatter runs on a ring of the others",
-                 "pairwise": "the exchange needs the group's full mesh",
-                 "ring": "a ring of three or more needs two circuits per rank"}
-
-
 def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
     """Refuse an algorithm chosen in ``workload.algorithms`` whose circuits need more ports per
     rank than K on an optical rail (packet-switched rails have no such budget), at its
@@ -443,13 +437,14 @@ def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
         group = schedule.group_ranks(f"{axis}0")
         on_rail = max(sum(1 for r in group if schedule.rail_of(r) == rail)
                       for rail in {schedule.rail_of(r) for r in group})
-        need = min_ports(kind, name, on_rail)
+        algorithm = ALGORITHM[name]
+        need = algorithm.min_ports(kind, on_rail)
         if need > k:
             path = f"workload.algorithms.{kind}" + (
                 f".{axis}" if any(a == axis for _, a, _n in chosen) else "")
             raise ExperimentError(
                 f"{name} needs {need} ports per rank for {axis} groups of {on_rail} ranks on a "
-                f"rail ({_PORT_REASONS.get(name, 'its rounds')}), but ocs.ports_per_rank is {k}; "
+                f"rail ({algorithm.port_reason}), but ocs.ports_per_rank is {k}; "
                 "raise ocs.ports_per_rank, choose another algorithm, or run mode: baseline",
                 path, _Doc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
 

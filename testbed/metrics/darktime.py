@@ -69,6 +69,16 @@ def dark_tolerance_ms(delay_ms: float) -> float:
     return max(DARK_TOLERANCE_MIN_MS, DARK_TOLERANCE_SHARE * delay_ms)
 
 
+def with_tolerances(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``bench fidelity``'s rows with each delay's reference tolerance and whether the app's
+    p99 error is within it: a reference line only, since runs are judged by the bound late
+    light puts on their figures (:class:`OverrunBound`), not by a per-switch tolerance."""
+    for row in rows:
+        row["tolerance_ms"] = dark_tolerance_ms(row["delay_ms"])
+        row["app_within_tolerance"] = row["app_error_ms"]["p99"] <= row["tolerance_ms"]
+    return rows
+
+
 def early_slack_ms(delay_ms: float) -> float:
     """How much shorter than ``delay_ms`` a dark period may look before it is early light."""
     return EARLY_SLACK_MS + EARLY_SLACK_SHARE * delay_ms

@@ -2,7 +2,7 @@
 
 During a run a :class:`CpuSampler` thread reads, with psutil, the machine's CPU use and that of
 the emulator's processes (Open vSwitch's ``ovs-vswitchd``, the OCS app, the rank replayers).
-After the run :func:`judge` weighs the run's :class:`Evidence` against what was configured: a
+After the run :func:`judge` weighs the run's :class:`RunEvidence` against what was configured: a
 run is ``degraded`` when the CPU was saturated, the hypervisor stole the CPU, collectives moved
 their bytes markedly slower than the configured link rate (median or low tail) or faster than
 it (the links were not shaped), calls lost bytes, late light from the OCS may have moved the
@@ -280,11 +280,13 @@ UNRATED_THROUGHPUT = ("throughput: no ring collective long enough to rate agains
 
 
 @dataclass(frozen=True)
-class Evidence:
+class RunEvidence:
     """What a run's verdict rests on: the CPU samples (:meth:`CpuSampler.summary`), delivery,
     the ring collectives' achieved rates against the link rate (None: no call long enough to
     rate), the OCS's dark periods and the bound their overruns put on the figures (None: not an
-    emulated OCS run)."""
+    emulated OCS run). Built in one place, :func:`testbed.results.summary.run_evidence`, from
+    what the backend observed (:class:`testbed.results.summary.Observed`): a new piece of
+    evidence is a field here, a line there and a rule in :func:`judge`."""
 
     cpu: Mapping[str, Any] = field(default_factory=dict)
     calls: int = 0
@@ -295,7 +297,7 @@ class Evidence:
     overrun: OverrunBound | None = None
 
 
-def judge(ev: Evidence) -> Verdict:
+def judge(ev: RunEvidence) -> Verdict:
     """``ok``, or ``degraded`` with each reason and whom it blames (see the module docstring)."""
     reasons = []
     cpu = ev.cpu

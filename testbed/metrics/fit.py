@@ -1,6 +1,6 @@
 """Straight lines through a sweep: step time against switching delay, per family (pure).
 
-A *family* is one (semantics, mode) of a sweep (:mod:`testbed.experiment.sweep`). Its slope is
+A *family* is one (semantics, mode) of a sweep (:mod:`testbed.studies.sweep`). Its slope is
 the ordinary least-squares fit of ``iteration_time_s`` on the delay in seconds over the
 successful points at or above ``min_delay_ms`` (250 ms by default: there the exposed delays
 dominate and the line is straight); it reads as "delays exposed per step". The overhead at

@@ -42,7 +42,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from controller.job import CommGroup, JobError, JobSpec, RankPorts
-from workloads.algorithms import DEFAULT_ALGORITHM, SEGMENTED, Segment, pack_segments
+from workloads.algorithms import ALGORITHM, DEFAULT_ALGORITHM, Segment, pack_segments
 from workloads.steps import P2P_KINDS, RING_KINDS, StepPlan, Transfer, chunk_sizes, ring_sends
 from workloads.threads import MAIN_THREAD
 
@@ -317,12 +317,12 @@ class Planner:
                 self._groups[gid] = CommGroup(gid, op.axis, (a, b), "pairs", ((a, b),))
             return gid
         gid = op.group_id
-        algorithm = self.algorithm(op)
-        if algorithm in SEGMENTED:
+        algorithm = ALGORITHM[self.algorithm(op)]
+        if algorithm.segmented:
             return gid  # its segments are groups of their own
         if gid not in self._groups:
             self._groups[gid] = CommGroup(gid, op.axis, self.schedule.group_ranks(gid), "ring")
-        if op.kind == "all_to_all" and algorithm != "multihop":
+        if algorithm.mesh:
             self._mesh_groups.add(gid)
         return gid
 

@@ -16,7 +16,7 @@ Here that is a property of the plan, computed per rank (``points``):
   cyclically (the first data-parallel call of an iteration follows the last pipeline call of
   the one before); a plan without pipeline calls asks at its first call only;
 * ``none``: no call asks: a run without a controller, as the artifact's baseline ran (used by
-  :mod:`testbed.experiment.ladder` for the electrical baseline only; an experiment file cannot
+  :mod:`testbed.studies.ladder` for the electrical baseline only; an experiment file cannot
   ask for it, since OCS modes need their calls to ask).
 
 :func:`with_request_points` sets :attr:`~testbed.plan.replay.PlanOp.gated` and, with

@@ -8,15 +8,28 @@ at the end of ``opus-testbed run``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
-from testbed.metrics.compute import compute_metrics, exposed_intervals, rail_state_counts
-from testbed.metrics.darktime import DarkCheck, dark_text, overhead_exceeded, overrun_bound
+from testbed.metrics.compute import (
+    RunMetrics,
+    compute_metrics,
+    exposed_intervals,
+    rail_state_counts,
+)
+from testbed.metrics.darktime import (
+    DarkCheck,
+    OverrunBound,
+    dark_text,
+    overhead_exceeded,
+    overrun_bound,
+)
 from testbed.metrics.failover import failover_summary, failover_table
-from testbed.metrics.fidelity import SIMULATED, Evidence, add_reason, judge, overrun_reason
+from testbed.metrics.fidelity import SIMULATED, RunEvidence, add_reason, judge, overrun_reason
 from testbed.results import store
 
 
@@ -37,17 +50,43 @@ class RunFacts(Protocol):
     def modeled_iteration_s(self) -> float | None: ...
 
 
-def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
-               events: list[dict[str, Any]], cpu: dict[str, Any], manifest: dict[str, Any],
-               wall_s: float, *, num_rails: int, ranks_rail0: list[int],
-               backend: str = "emu", dark: DarkCheck | None = None) -> dict[str, Any]:
-    """Metrics, fidelity verdict, tables, summary and plots of a finished run.
+@dataclass(frozen=True)
+class Observed:
+    """What a backend observed of a finished run, handed to :func:`finish_run` as one value:
+    the ranks' records, the controller's events, the CPU samples
+    (:meth:`~testbed.metrics.fidelity.CpuSampler.summary`), the wall-clock time and the
+    emulated OCS's dark periods (None on the sim backend, whose switches last the delay
+    exactly, and without an OCS)."""
 
-    ``dark``: the emulated OCS's dark periods (None on the sim backend, whose switches last
-    the delay exactly, and without an OCS).
-    """
+    records: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    cpu: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    dark: DarkCheck | None = None
+
+
+def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]]
+                 ) -> RunEvidence:
+    """What the run's verdict rests on (:func:`~testbed.metrics.fidelity.judge`), from what
+    was observed and the metrics. Only switches inside the measured iterations (``windows``)
+    bear on the figures; the late light among them counts where some collective waited on
+    light."""
+    s = m.summary
+    bound = (overrun_bound(seen.dark.switches, windows, ((a, b) for a, b, _g, _s
+                                                        in exposed_intervals(seen.events)))
+             if seen.dark is not None else None)
+    return RunEvidence(seen.cpu, s["calls"], s["calls_delivered"],
+                       s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
+                       bound)
+
+
+def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
+               num_rails: int, ranks_rail0: list[int], backend: str = "emu"
+               ) -> dict[str, Any]:
+    """Metrics, fidelity verdict, tables, summary and plots of a finished run."""
     cfg = prep.config
     workload = getattr(cfg, "workload", None)  # a torch job has none
+    records, events, cpu, dark = seen.records, seen.events, seen.cpu, seen.dark
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
                         scale=prep.scale, num_rails=num_rails)
     compute_rows = [{"rank": r["rank"], "it": r["it"], "op": r["i"], "t_start": r["t_start"],
@@ -57,17 +96,12 @@ def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                        ("circuits", m.circuits), ("rails", m.rails)):
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
-    # only switches inside the measured iterations bear on the figures; the late light among
-    # them counts where some collective waited on light
     windows = [(float(r["t_start_s"]), float(r["t_end_s"])) for r in m.iterations
                if r["measured"]]
-    bound = (overrun_bound(dark.switches, windows, ((a, b) for a, b, _g, _s
-                                                   in exposed_intervals(events)))
-             if dark is not None else None)
+    evidence = run_evidence(seen, m, windows)
+    bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
-    verdict = (judge(Evidence(cpu, s["calls"], s["calls_delivered"],
-                              s["throughput_ratio_median"], s["throughput_ratio_p10"], dark,
-                              bound)) if backend == "emu" else SIMULATED)
+    verdict = judge(evidence) if backend == "emu" else SIMULATED
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
@@ -84,7 +118,7 @@ def finish_run(out: Path, prep: RunFacts, records: list[dict[str, Any]],
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
-               "wall_s": wall_s,
+               "wall_s": seen.wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}

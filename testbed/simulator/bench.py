@@ -20,8 +20,8 @@ rails ``0..N-1``. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`
 ``wall_s``.
 
 A figure it gave: at 1024 GPUs, on demand at 25 ms (``--gpus 1024 --mode on-demand``), the base
-mode's rule to keep idle circuits of the same parallelism (:mod:`controller.core`) took the rail
-reconfigurations per iteration from 2364 to 460 and the simulated iteration from 63.7 s to
+mode's rule to keep idle circuits of the same parallelism (:mod:`controller.portexact`) took the
+rail reconfigurations per iteration from 2364 to 460 and the simulated iteration from 63.7 s to
 22.2 s (14.6 s without switching), when it came in.
 
 Plans come from the run's own planner (:class:`testbed.plan.replay.Planner`, :func:`plan_bench`),
@@ -45,9 +45,10 @@ from testbed.plan.replay import PlanError, Planner, ReplayPlan
 from testbed.simulator.engine import Mirror, PlanSimulation, collector_paused
 from testbed.simulator.network import IDEAL_COSTS, network_model
 from workloads.builder import generate_schedule
-from workloads.config import ParallelConfig, WorkloadConfig
+from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster, get_gpu
 from workloads.models import get_preset
+from workloads.parallel import ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 

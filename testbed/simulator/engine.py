@@ -7,7 +7,8 @@ simulated OCS driver (:class:`~controller.drivers.sim.SimOcsDriver`) and the ana
 is done, the shim's intent / ack / completion with a per-rank
 :class:`~controller.profile.CallProfile` shared by the lanes, steps whose receptions wait for the
 sender's transfer. Records and controller events come out in the emulated run's formats, with
-times in seconds of the virtual clock (starting at 0).
+times in seconds of the virtual clock (starting at 0). The run's objects (ranks, lanes, calls,
+their connections and flows, ports) are in :mod:`testbed.simulator.state`.
 
 Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
 ``reconfig_done``. As in the controller service, decisions made while their rails switch wait
@@ -40,7 +41,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from controller.batching import Batch, RailBatcher
@@ -49,7 +50,7 @@ from controller.core import CoreConfig, Intent, OpusCore, Output
 from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec
 from controller.ocs import ApplyResult, ReconfigurationRejected
-from controller.profile import CallProfile, CallSignature
+from controller.profile import CallSignature
 from controller.railstate import (
     JOIN,
     PORT_EXACT,
@@ -62,6 +63,7 @@ from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
+from testbed.simulator.state import Call, Conn, Flow, Lane, Mirror, Port, RankState
 
 Record = dict[str, Any]
 
@@ -87,137 +89,6 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-# ------------------------------------------------------------------------------- engine
-
-class _Port:
-    """One direction of one rail port: the flows that share it."""
-
-    __slots__ = ("flows",)
-
-    def __init__(self) -> None:
-        self.flows: list[_Flow] = []
-
-
-_NO_PORT = _Port()
-
-
-class _Conn:
-    """One TCP connection of a call to a peer: its flows go out one after the other.
-
-    ``src``/``dst``: the ports its flows take, found in routing epoch ``epoch`` (routes change
-    only when a request is applied or the job is registered again:
-    :attr:`~testbed.simulator.invariants.CircuitInvariants.routes_epoch`).
-    """
-
-    __slots__ = ("busy", "dst", "epoch", "queue", "src")
-
-    def __init__(self) -> None:
-        self.busy = False
-        self.queue: list[_Flow] = []
-        self.epoch = -1
-        self.src = self.dst = _NO_PORT
-
-
-class _Flow:
-    __slots__ = ("bits", "call", "conn", "dst", "k", "n", "peer", "rate", "src", "t_last",
-                 "token")
-
-    def __init__(self, call: _Call, peer: int, k: int, n: int, conn: _Conn) -> None:
-        self.call = call
-        self.peer = peer
-        self.k = k
-        self.n = n
-        self.bits = n * 8.0
-        self.conn = conn
-        self.src = self.dst = _NO_PORT
-        self.rate = 0.0
-        self.t_last = 0.0
-        self.token = 0
-
-
-class _Call:
-    __slots__ = ("conns", "end_k", "finishing", "first_seq", "group", "it", "k", "lane", "last",
-                 "op", "rank", "received", "reconfigured", "seg", "seg_intent", "segments",
-                 "sent", "seq", "sync_open", "t_ack", "t_intent", "undelivered", "wait_s",
-                 "waiting")
-
-    def __init__(self, rank: _Rank, lane: _Lane, op: PlanOp, it: int, t_intent: float) -> None:
-        self.rank = rank
-        self.lane = lane
-        self.op = op
-        self.it = it
-        self.segments = op.call_segments
-        self.seg = -1  # the segment in progress (one Opus call each)
-        self.group = op.lane  # its comm group
-        self.seq = self.first_seq = 0  # its sequence number; the first segment's
-        self.seg_intent = self.t_intent = t_intent
-        self.t_ack = 0.0
-        self.wait_s = 0.0  # intent to ack, summed over the segments
-        self.last = 0.0  # when the current step's sends were issued / receptions arrived
-        self.k = self.end_k = 0
-        self.sent = 0
-        self.received = 0
-        self.reconfigured = False
-        self.undelivered = 0
-        self.waiting = 0
-        self.sync_open = 0  # sends of the current (sync) step not yet arrived
-        self.finishing = False
-        self.conns: dict[int, _Conn] = {}
-
-
-class _Lane:
-    __slots__ = ("it", "name", "ops", "pos", "rank")
-
-    def __init__(self, rank: _Rank, name: str, ops: list[PlanOp]) -> None:
-        self.rank = rank
-        self.name = name
-        self.ops = ops
-        self.pos = 0
-        self.it = 0
-
-
-class _Rank:
-    __slots__ = ("by_tag", "done", "expect", "first", "inbox", "lanes", "lanes_by_name", "left",
-                 "mirror_box", "mirror_wait", "ops", "positions", "profile", "rank", "seq",
-                 "started", "t_start", "wait_go", "waiters")
-
-    def __init__(self, rank: int, ops: list[PlanOp], iterations: int, first: int = 0) -> None:
-        self.rank = rank
-        self.ops = ops
-        self.positions: dict[int, tuple[int, int]] | None = None  # for predictions, lazily
-        self.profile = CallProfile()
-        self.seq: dict[str, int] = {}
-        by_lane: dict[str, list[PlanOp]] = {}
-        for op in ops:
-            by_lane.setdefault(op.lane, []).append(op)
-        self.lanes = [_Lane(self, name, lops) for name, lops in by_lane.items()]
-        self.first = first  # the iteration it starts at (after a failover: where it resumes)
-        for lane in self.lanes:
-            lane.it = first
-        self.lanes_by_name = {ln.name: ln for ln in self.lanes}
-        self.by_tag = {op.tag: op for op in ops if op.is_call}
-        self.done = [bytearray(len(ops)) for _ in range(iterations)]
-        self.left = [len(ops)] * iterations
-        self.waiters: dict[tuple[int, int], list[_Lane]] = {}
-        self.wait_go: list[_Lane] = []
-        self.started = first - 1
-        self.t_start = 0.0
-        # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
-        self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}
-        self.expect: dict[tuple[int, str, int, int], tuple[_Call, int]] = {}
-        # (it, tag, step): arrivals of this rank's transfers to mirrored ranks, and waiters
-        self.mirror_box: dict[tuple[int, str, int], tuple[int, float]] = {}
-        self.mirror_wait: dict[tuple[int, str, int], list[tuple[_Call, int, int]]] = {}
-
-
-@dataclass(frozen=True)
-class Mirror:
-    """Rank ``rank`` behaves as its representative; ``lanes`` maps the rep's lanes to its own."""
-
-    rank: int
-    lanes: Mapping[str, str]
 
 
 class PlanSimulation:
@@ -257,7 +128,7 @@ class PlanSimulation:
                                           rail_state_inflight)
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
-        self.ranks = {r: _Rank(r, list(ops), iterations) for r, ops in programs.items()}
+        self.ranks = {r: RankState(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
         if self.mirrors and any(op.segments or any(s.sync for s in op.steps)
                                 for ops in programs.values() for op in ops):
@@ -266,13 +137,13 @@ class PlanSimulation:
         self._mirror_of = {m.rank: m for ms in self.mirrors.values() for m in ms}
         self.ports = {r: rp.ports for r, rp in job.ranks.items()}
         self.invariants = CircuitInvariants(job, self.driver)
-        self.egress: dict[tuple[int, int], _Port] = {}
-        self.ingress: dict[tuple[int, int], _Port] = {}
+        self.egress: dict[tuple[int, int], Port] = {}
+        self.ingress: dict[tuple[int, int], Port] = {}
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
         self._flows = 0  # flows started (counters["flows"] at the end)
-        self._routes: dict[tuple[int, int], tuple[int, _Port, _Port]] = {}  # (a, b) -> epoch, ports
+        self._routes: dict[tuple[int, int], tuple[int, Port, Port]] = {}  # (a, b) -> epoch, ports
         # the event queue: events run in order of time, then of scheduling (FIFO); one deque
         # of (fn, args) per distinct time and a heap of those times (see _at)
         self._times: list[float] = []
@@ -288,11 +159,11 @@ class PlanSimulation:
         self._lone_s: dict[int, float] = {}
         self._signatures: dict[tuple[str, int], CallSignature] = {}  # (group, id(op))
         self._finished = 0
-        self._open: dict[_Call, None] = {}  # calls in progress, for deadlock reports
+        self._open: dict[Call, None] = {}  # calls in progress, for deadlock reports
         # sync steps: (it, cid, receiver, step) whose receptions are posted, and the flows that
         # wait for that before they start (a rendezvous, as NCCL's sends wait for the receive)
         self._posted: set[tuple[int, str, int, int]] = set()
-        self._held: dict[tuple[int, str, int, int], list[tuple[float, _Flow]]] = {}
+        self._held: dict[tuple[int, str, int, int], list[tuple[float, Flow]]] = {}
         self._absorb(self.core.register_job(job, 0.0))
 
     # ----------------------------------------------------------------- plumbing
@@ -372,7 +243,7 @@ class PlanSimulation:
         if out.events:
             self.events.extend(out.events)
         for rej in out.rejects:
-            if isinstance(rej.ref, _Call):
+            if isinstance(rej.ref, Call):
                 c = rej.ref
                 raise SimulationError(
                     f"rank {c.rank.rank} failed in iteration {c.it} at op {c.op.index} "
@@ -386,7 +257,7 @@ class PlanSimulation:
         if out.acks:
             self.invariants.acked(out.acks, self.now)
         for ack in out.acks:
-            if isinstance(ack.ref, _Call):
+            if isinstance(ack.ref, Call):
                 self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
                 continue
             rep, lane = self._mirror_lane[(ack.rank, ack.group_id)]
@@ -423,7 +294,7 @@ class PlanSimulation:
 
     # -------------------------------------------------------------------- ranks
 
-    def _start_iteration(self, st: _Rank) -> None:
+    def _start_iteration(self, st: RankState) -> None:
         st.started += 1
         st.profile.mark_iteration()
         st.t_start = self.now
@@ -432,7 +303,7 @@ class PlanSimulation:
         for lane in lanes:
             self._advance(lane)
 
-    def _advance(self, lane: _Lane) -> None:
+    def _advance(self, lane: Lane) -> None:
         """Start the lane's next op if it may run now; otherwise park it where it waits."""
         st = lane.rank
         if lane.pos == len(lane.ops):
@@ -455,7 +326,7 @@ class PlanSimulation:
         else:
             self._call_start(lane, op)
 
-    def _op_done(self, lane: _Lane, op: PlanOp) -> None:
+    def _op_done(self, lane: Lane, op: PlanOp) -> None:
         st = lane.rank
         it = lane.it
         st.done[it][op.index] = 1
@@ -475,19 +346,19 @@ class PlanSimulation:
                            mispredictions=st.profile.mispredictions)
                 self._finished += 1
 
-    def _compute_end(self, lane: _Lane, op: PlanOp, t_start: float) -> None:
+    def _compute_end(self, lane: Lane, op: PlanOp, t_start: float) -> None:
         self._emit(lane.rank.rank, ev="compute", it=lane.it, i=op.index, t_start=t_start,
                    t_end=self.now)
         self._op_done(lane, op)
 
     # -------------------------------------------------------------------- calls
 
-    def _call_start(self, lane: _Lane, op: PlanOp) -> None:
-        call = _Call(lane.rank, lane, op, lane.it, self.now)
+    def _call_start(self, lane: Lane, op: PlanOp) -> None:
+        call = Call(lane.rank, lane, op, lane.it, self.now)
         self._open[call] = None
         self._segment_start(call)
 
-    def _segment_start(self, call: _Call) -> None:
+    def _segment_start(self, call: Call) -> None:
         """Ask for the circuits of the call's next segment (the whole call for most)."""
         st, op = call.rank, call.op
         call.seg += 1
@@ -510,7 +381,7 @@ class PlanSimulation:
             return
         self._at(self.now + self._control_s(), self._intent, call)
 
-    def _intent(self, call: _Call) -> None:
+    def _intent(self, call: Call) -> None:
         op, rank, jid = call.op, call.rank.rank, self.job.job_id
         for m in self.mirrors.get(rank, ()):  # first: the representative is the last to ask
             self._absorb(self.core.intent(Intent(jid, m.rank, m.lanes[op.lane], call.seq,
@@ -518,14 +389,14 @@ class PlanSimulation:
         self._absorb(self.core.intent(Intent(jid, rank, call.group, call.seq, op.kind,
                                              op.size_bytes, op.axis), self.now, ref=call))
 
-    def _acked(self, call: _Call, reconfigured: bool) -> None:
+    def _acked(self, call: Call, reconfigured: bool) -> None:
         if call.seg == 0:
             call.t_ack = self.now
         call.wait_s += self.now - call.seg_intent
         call.reconfigured = call.reconfigured or reconfigured
         self._step(call)
 
-    def _step(self, call: _Call) -> None:
+    def _step(self, call: Call) -> None:
         """Issue the current step's sends, then wait for its receptions (loops over steps)."""
         op = call.op
         steps = op.steps
@@ -551,11 +422,11 @@ class PlanSimulation:
             for peer, n in step.sends:
                 conn = conns.get(peer)
                 if conn is None:
-                    conn = conns[peer] = _Conn()
+                    conn = conns[peer] = Conn()
                     t += net.connect_s  # the sender blocks in connect()
                 call.sent += n
                 call.undelivered += 1
-                flow = _Flow(call, peer, call.k, n, conn)
+                flow = Flow(call, peer, call.k, n, conn)
                 if step.sync:
                     key = (call.it, op.collective_id, peer, call.k)
                     if key not in self._posted:
@@ -598,13 +469,13 @@ class PlanSimulation:
                 self._at(t, self._step, call)
                 return
 
-    def _received(self, call: _Call, n: int) -> None:
+    def _received(self, call: Call, n: int) -> None:
         """One reception of the call's current step is complete (now)."""
         call.received += n
         call.waiting -= 1
         self._step_progress(call)
 
-    def _step_progress(self, call: _Call) -> None:
+    def _step_progress(self, call: Call) -> None:
         """Something of the current step arrived (now); the step ends when its receptions and
         (sync steps) its sends have all arrived."""
         if self.now > call.last:
@@ -613,7 +484,7 @@ class PlanSimulation:
             call.k += 1
             self._at(call.last + self.net.step_s, self._step, call)
 
-    def _expect_mirror(self, call: _Call, peer: int, n: int) -> None:
+    def _expect_mirror(self, call: Call, peer: int, n: int) -> None:
         """A reception from a mirrored rank: done when its representative's sends arrived."""
         rep = self.ranks[self.rep_of[peer]]
         tag = call.op.tag
@@ -633,13 +504,13 @@ class PlanSimulation:
         else:
             rep.mirror_wait.setdefault(key, []).append((call, n, need))
 
-    def _enqueue_at(self, t_s: float, flow: _Flow) -> None:
+    def _enqueue_at(self, t_s: float, flow: Flow) -> None:
         if t_s > self.now:
             self._at(t_s, self._enqueue, flow)
         else:
             self._enqueue(flow)
 
-    def _enqueue(self, flow: _Flow) -> None:
+    def _enqueue(self, flow: Flow) -> None:
         conn = flow.conn
         if conn.busy:
             conn.queue.append(flow)
@@ -658,20 +529,20 @@ class PlanSimulation:
             return i, i
         return self.invariants.route(a % self.gpus, a, b) or (0, 0)
 
-    def _flow_ports(self, a: int, b: int) -> tuple[_Port, _Port]:
+    def _flow_ports(self, a: int, b: int) -> tuple[Port, Port]:
         """The egress port of ``a`` and the ingress port (of the rank standing for ``b``) that
         carry ``a`` -> ``b`` now."""
         ia, ib = self._port_index(a, b)
         src = self.egress.get((a, ia))
         if src is None:
-            src = self.egress[(a, ia)] = _Port()
+            src = self.egress[(a, ia)] = Port()
         key = (self.rep_of.get(b, b), ib)
         dst = self.ingress.get(key)
         if dst is None:
-            dst = self.ingress[key] = _Port()
+            dst = self.ingress[key] = Port()
         return src, dst
 
-    def _flow_start(self, flow: _Flow) -> None:
+    def _flow_start(self, flow: Flow) -> None:
         conn = flow.conn
         epoch = self.invariants.routes_epoch
         if conn.epoch != epoch:  # a new connection, or the circuits changed since its last flow
@@ -695,19 +566,19 @@ class PlanSimulation:
         else:
             self._rerate(src_flows, dst_flows)
 
-    def _rate(self, flow: _Flow) -> None:
+    def _rate(self, flow: Flow) -> None:
         flow.rate = self._payload_bps / max(len(flow.src.flows), len(flow.dst.flows))
         flow.token += 1
         self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
 
-    def _rerate(self, a: list[_Flow], b: list[_Flow]) -> None:
+    def _rerate(self, a: list[Flow], b: list[Flow]) -> None:
         now = self.now
         for f in a + [f for f in b if f not in a]:
             f.bits = max(0.0, f.bits - f.rate * (now - f.t_last))
             f.t_last = now
             self._rate(f)
 
-    def _flow_sent(self, flow: _Flow, token: int) -> None:
+    def _flow_sent(self, flow: Flow, token: int) -> None:
         if token != flow.token:
             return  # superseded by a rate change
         src, dst = flow.src.flows, flow.dst.flows
@@ -726,7 +597,7 @@ class PlanSimulation:
             conn.busy = False
         self._at(self.now + self._latency_s, self._arrive, flow)
 
-    def _arrive(self, flow: _Flow) -> None:
+    def _arrive(self, flow: Flow) -> None:
         call = flow.call
         b = flow.peer
         dst = self.ranks.get(b)
@@ -766,7 +637,7 @@ class PlanSimulation:
             call.finishing = False
             self._at(self.now + self.net.finish_s, self._segment_end, call)
 
-    def _segment_end(self, call: _Call) -> None:
+    def _segment_end(self, call: Call) -> None:
         """The segment's bytes are delivered: report it done; ask for the next or end."""
         st, op = call.rank, call.op
         now = self.now
@@ -785,7 +656,7 @@ class PlanSimulation:
             self._at(now + self._control_s(), self._predict, st, op, call.it)
         self._call_end(call)
 
-    def _call_end(self, call: _Call) -> None:
+    def _call_end(self, call: Call) -> None:
         st, op = call.rank, call.op
         del self._open[call]
         extra = ({"segments": len(call.segments), "segment_wait_s": call.wait_s}
@@ -798,7 +669,7 @@ class PlanSimulation:
                    wire_bytes=op.wire_bytes, **extra)
         self._op_done(call.lane, op)
 
-    def _complete(self, call: _Call, group: str, seq: int, nxt: Intent | None) -> None:
+    def _complete(self, call: Call, group: str, seq: int, nxt: Intent | None) -> None:
         rank = call.rank.rank
         self.invariants.completed(group, seq)
         self._absorb(self.core.complete(self.job.job_id, rank, group, seq, self.now,
@@ -806,7 +677,7 @@ class PlanSimulation:
         if rank in self.mirrors:
             self._rep_next[(rank, group, seq)] = nxt
 
-    def _predict(self, st: _Rank, op: PlanOp, it: int) -> None:
+    def _predict(self, st: RankState, op: PlanOp, it: int) -> None:
         """The rank names the gated call its plan provisions after ``op`` (rail-state)."""
         if st.positions is None:
             st.positions = lane_positions(st.ops)

@@ -43,7 +43,8 @@ from controller.job import JobSpec, RankPorts, SpareSlot
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import PlanOp
-from testbed.simulator.engine import PlanSimulation, SimulationError, _Call, _Rank
+from testbed.simulator.engine import PlanSimulation, SimulationError
+from testbed.simulator.state import Call, RankState
 
 CALL_RETRIES = 3
 
@@ -109,7 +110,7 @@ class FailoverSimulation(PlanSimulation):
         self.frozen = False
         self.fired: set[int] = set()
         self.broken: set[int] = set()  # hosts with a FAILED OCS port: never used again
-        self._retries: dict[_Call, int] = {}
+        self._retries: dict[Call, int] = {}
         self.counters["retries"] = 0
         for f in self.faults:
             if f.at_s is not None:
@@ -126,16 +127,16 @@ class FailoverSimulation(PlanSimulation):
 
     def _stale(self, ref: object) -> bool:
         """A call of an abandoned epoch (or of every rank, while frozen)."""
-        return isinstance(ref, _Call) and (self.frozen or self.ranks.get(ref.rank.rank)
+        return isinstance(ref, Call) and (self.frozen or self.ranks.get(ref.rank.rank)
                                            is not ref.rank)
 
     def _absorb(self, out: Output) -> None:
-        retry: list[_Call] = []
+        retry: list[Call] = []
         rejects = []
         for rej in out.rejects:
             if self._stale(rej.ref):
                 continue
-            if (isinstance(rej.ref, _Call) and rej.code == "reconfig_failed"
+            if (isinstance(rej.ref, Call) and rej.code == "reconfig_failed"
                     and self._retries.get(rej.ref, 0) < CALL_RETRIES):
                 retry.append(rej.ref)
                 continue
@@ -147,7 +148,7 @@ class FailoverSimulation(PlanSimulation):
             self.counters["retries"] += 1
             self._at(self.now + self._control_s(), self._intent, call)
 
-    def _call_end(self, call: _Call) -> None:
+    def _call_end(self, call: Call) -> None:
         first = len(self.records)
         retries = self._retries.pop(call, 0)
         super()._call_end(call)
@@ -156,7 +157,7 @@ class FailoverSimulation(PlanSimulation):
 
     # --------------------------------------------------------------- faults
 
-    def _start_iteration(self, st: _Rank) -> None:
+    def _start_iteration(self, st: RankState) -> None:
         it = st.started + 1
         for f in self.faults:
             if f.index in self.fired or f.at_s is not None or (
@@ -286,7 +287,7 @@ class FailoverSimulation(PlanSimulation):
                     rank=rank, host=self.host_of[rank], policy=self.policy)
         self.frozen = False
         self._finished = 0
-        self.ranks = {r: _Rank(r, self.programs[r], self.iterations, start)
+        self.ranks = {r: RankState(r, self.programs[r], self.iterations, start)
                       for r in self.programs}
         for r in sorted(self.ranks):
             st = self.ranks[r]

@@ -13,7 +13,7 @@ for its bytes to leave before it waits for the step's receptions (the socket buf
 Fixed costs of the emulator (:data:`EMULATOR_COSTS`), calibrated on the development machine
 (4 ranks on userspace Open vSwitch, 2 cores); ``opus-testbed bench crossval CONFIG`` measures
 them on any machine (``measured_costs`` in its JSON), and its module
-(:mod:`testbed.experiment.crossval`) has the figures behind the defaults:
+(:mod:`testbed.studies.crossval`) has the figures behind the defaults:
 
 * ``control_s`` + ``control_jitter_s``: one way between a rank and the controller (ZeroMQ over
   the frontend network plus the service loop): an intent reaches the core, an ack reaches the

@@ -16,7 +16,7 @@ from controller.job import JobError, rail_job_ports
 from testbed.errors import RunError, Say, require_empty_dir, say_stderr
 from testbed.experiment.prepare import Prepared
 from testbed.results import store
-from testbed.results.summary import finish_run
+from testbed.results.summary import Observed, finish_run
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
 from testbed.simulator.network import NetworkModel, network_model
 
@@ -103,7 +103,7 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
             {"rank": r, "iterations": cfg.total_iterations,
              "ops": [op.to_json() for op in plan.programs[r]]}))
     cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
-    return finish_run(out, prep, records, events, cpu, manifest, wall_s,
+    return finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
                              num_rails=rails,
                              ranks_rail0=[r for r in range(world) if r % rails == 0],
                              backend="sim")

@@ -22,8 +22,9 @@ traces of these jobs (layout L4 of :mod:`workloads.kineto`).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -70,6 +71,31 @@ def _receive_into(ctx: CallContext, peer: int, step: int, dst: torch.Tensor, red
     else:  # the received partial sum first, then the own chunk: the same order every run
         _combine(incoming, dst, reduce_op)
         dst.copy_(incoming)
+
+
+def _tensors(result: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a call's result: a tensor, or (nested) lists of them."""
+    if isinstance(result, torch.Tensor):
+        yield result
+    elif isinstance(result, list | tuple):
+        for item in result:
+            yield from _tensors(item)
+
+
+def _as_device_writes(body: Callable[[CallContext], None], result: Any
+                      ) -> Callable[[CallContext], None]:
+    """``body`` writing its outputs as a device's collective does: without bumping their
+    autograd version counters. A lane's ``copy_`` into an output would otherwise count as a
+    mutation, and selective activation checkpointing (which saves collective outputs) refuses
+    a saved tensor that was mutated."""
+    outputs = list(_tensors(result))
+
+    def guarded(ctx: CallContext) -> None:
+        with contextlib.ExitStack() as stack:
+            for t in outputs:
+                stack.enter_context(torch.autograd._unsafe_preserve_version_counter(t))
+            body(ctx)
+    return guarded
 
 
 def _op_type(reduce_op: Any) -> Any:
@@ -193,7 +219,7 @@ class OpusProcessGroup(dist.ProcessGroup):
         if peer >= 0:
             args["Rank"] = self.members.index(peer)
         with _RecordFunctionFast(f"opus:{op}", [], args):
-            call = self._runtime.submit(spec, body, done)
+            call = self._runtime.submit(spec, _as_device_writes(body, result), done)
         return OpusWork(future, call, self._runtime)
 
     def _ring(self, ctx: CallContext, kind: str, chunks: Sequence[torch.Tensor], reduce_op: Any,

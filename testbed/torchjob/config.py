@@ -15,7 +15,22 @@
     run: {warmup: 1, iterations: 2}
 
 ``{steps}`` in the arguments becomes the run's iterations (warm-up included) and ``{seed}``
-``run.seed``. ``mode``, ``ocs``, ``network`` and ``run`` are those of every experiment
+``run.seed``.
+
+TorchTitan's own trainer runs the same way (:mod:`testbed.torchjob.titan_main` is the script)::
+
+    workload:
+      torchtitan:
+        module: llama3                     # --module (a TorchTitan model package)
+        config: llama3_debugmodel          # --config (a function of its config_registry)
+        overrides: [--parallelism.data_parallel_shard_degree, 2, ...]
+
+The trainer gets ``--training.steps {steps} --debug.seed {seed}``, the compatibility flags
+(:data:`testbed.torchjob.titan_compat.REQUIRED_ARGS`), then the overrides (which may use the
+same placeholders). TorchTitan's ``batch`` and ``loss_mesh`` meshes count as the ``fsdp``
+axis (:data:`TITAN_AXES`; with a replicate dimension, name them in ``axes``).
+
+``mode``, ``ocs``, ``network`` and ``run`` are those of every experiment
 (:mod:`testbed.experiment.config`); the tensors are real, so no bytes are scaled and
 ``network.rail_gbps`` plays no part. Errors name the key and its ``file:line:column``.
 """
@@ -34,6 +49,11 @@ from workloads.hardware import Cluster
 from workloads.loader import TOP_LEVEL_KEYS, _Doc, _load_file, _mapping, _typed, _validated
 
 TORCH_KEYS = ("script", "args", "axes")
+TITAN_KEYS = ("module", "config", "overrides", "axes")
+TITAN_SCRIPT = Path(__file__).resolve().parent / "titan_main.py"
+# TorchTitan's data-parallel meshes besides ``fsdp``: the batch (token counts) and loss
+# (logged loss) all-reduces run on the FSDP group when there is no replicate dimension
+TITAN_AXES = {"mesh_batch": "fsdp", "mesh_loss_mesh": "fsdp"}
 PLACEHOLDERS = ("steps", "seed")
 
 
@@ -44,6 +64,7 @@ class TorchWorkload:
     script: Path
     args: tuple[str, ...] = ()
     axes: dict[str, str] = field(default_factory=dict)
+    titan: dict[str, str] | None = None  # TorchTitan's module and config, for a titan job
 
     def argv(self, *, steps: int, seed: int) -> list[str]:
         """The arguments with ``{steps}`` and ``{seed}`` filled in."""
@@ -74,7 +95,7 @@ def is_torch_experiment(path: str | Path) -> bool:
     except (OSError, yaml.YAMLError):
         return False
     workload = data.get("workload") if isinstance(data, dict) else None
-    return isinstance(workload, dict) and "torch" in workload
+    return isinstance(workload, dict) and ("torch" in workload or "torchtitan" in workload)
 
 
 def parse_torch_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
@@ -100,9 +121,15 @@ def parse_torch_experiment(text: str, source: str = "<string>", base_dir: Path |
         if value < 1:
             raise doc.error(f"cluster.{key}", f"must be an integer >= 1, got {value}")
         sizes[key] = value
-    workload = _mapping(doc, top["workload"], "workload", ("torch",))
-    torch = _torch_workload(doc, _mapping(doc, workload["torch"], "workload.torch", TORCH_KEYS),
-                            base_dir or Path("."))
+    workload = _mapping(doc, top["workload"], "workload", ("torch", "torchtitan"))
+    if len(workload) != 1:
+        raise doc.error("workload", "needs exactly one of torch or torchtitan")
+    if "torchtitan" in workload:
+        torch = _titan_workload(doc, _mapping(doc, workload["torchtitan"],
+                                              "workload.torchtitan", TITAN_KEYS))
+    else:
+        torch = _torch_workload(doc, _mapping(doc, workload["torch"], "workload.torch",
+                                              TORCH_KEYS), base_dir or Path("."))
     return _validated(doc, TorchExperiment(torch=torch, cluster=Cluster(**sizes),
                                            **run_settings(doc, top, text)))
 
@@ -113,12 +140,42 @@ def _torch_workload(doc: _Doc, data: dict[str, Any], base_dir: Path) -> TorchWor
     script = (base_dir / _typed(doc, data["script"], "workload.torch.script", str)).resolve()
     if not script.is_file():
         raise doc.error("workload.torch.script", f"no such file: {script}")
-    raw = data.get("args", [])
+    args = _arguments(doc, data.get("args", []), "workload.torch.args")
+    axes = _axes(doc, data, "workload.torch")
+    return TorchWorkload(script, tuple(args), axes)
+
+
+def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
+    from testbed.torchjob.titan_compat import REQUIRED_ARGS
+
+    names: dict[str, str] = {}
+    for key in ("module", "config"):
+        if key not in data:
+            raise doc.error(f"workload.torchtitan.{key}", "required (e.g. module: llama3, "
+                            "config: llama3_debugmodel)")
+        value = _typed(doc, data[key], f"workload.torchtitan.{key}", str)
+        if not value or value.startswith("-") or any(c.isspace() for c in value):
+            raise doc.error(f"workload.torchtitan.{key}", f"not a name: {value!r}")
+        names[key] = value
+    overrides = _arguments(doc, data.get("overrides", []), "workload.torchtitan.overrides")
+    for i, value in enumerate(overrides):
+        if value.split("=")[0] in ("--module", "--config", "--training.steps", "--debug.seed"):
+            raise doc.error(f"workload.torchtitan.overrides[{i}]", f"{value} is set by the "
+                            "testbed (module and config keys; run.warmup + run.iterations; "
+                            "run.seed)")
+    args = ["--module", names["module"], "--config", names["config"], *REQUIRED_ARGS,
+            "--training.steps", "{steps}", "--debug.seed", "{seed}", *overrides]
+    axes = {**TITAN_AXES, **_axes(doc, data, "workload.torchtitan")}
+    return TorchWorkload(TITAN_SCRIPT, tuple(args), axes, titan=names)
+
+
+def _arguments(doc: _Doc, raw: Any, where: str) -> list[str]:
+    """A list of command-line arguments, numbers as text, placeholders checked."""
     if not isinstance(raw, list):
-        raise doc.error("workload.torch.args", "must be a list of arguments")
+        raise doc.error(where, "must be a list of arguments")
     args = []
     for i, value in enumerate(raw):
-        path = f"workload.torch.args[{i}]"
+        path = f"{where}[{i}]"
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise doc.error(path, f"must be a string or a number, got {value!r}")
         try:
@@ -130,10 +187,14 @@ def _torch_workload(doc: _Doc, data: dict[str, Any], base_dir: Path) -> TorchWor
             raise doc.error(path, f"unknown placeholder {{{unknown[0]}}}; use "
                             + " or ".join(f"{{{p}}}" for p in PLACEHOLDERS))
         args.append(str(value))
-    axes = _mapping(doc, data.get("axes", {}), "workload.torch.axes", None)
+    return args
+
+
+def _axes(doc: _Doc, data: dict[str, Any], where: str) -> dict[str, str]:
+    axes = _mapping(doc, data.get("axes", {}), f"{where}.axes", None)
     for desc, axis in axes.items():
-        _typed(doc, axis, f"workload.torch.axes.{desc}", str)
-    return TorchWorkload(script, tuple(args), {str(k): str(v) for k, v in axes.items()})
+        _typed(doc, axis, f"{where}.axes.{desc}", str)
+    return {str(k): str(v) for k, v in axes.items()}
 
 
 def load_torch_experiment(path: str | Path) -> TorchExperiment:

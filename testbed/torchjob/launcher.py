@@ -75,7 +75,8 @@ def _set_environment(plan: dict[str, Any]) -> None:
         "RANK": str(rank), "WORLD_SIZE": str(plan["world_size"]),
         "LOCAL_RANK": str(rank % gpus), "LOCAL_WORLD_SIZE": str(gpus),
         "GROUP_RANK": str(rank // gpus), "MASTER_ADDR": str(plan["master_addr"]),
-        "MASTER_PORT": str(plan["master_port"]), "OMP_NUM_THREADS": "1"})
+        "MASTER_PORT": str(plan["master_port"]), "OMP_NUM_THREADS": "1",
+        "OPUS_RANK_LOG": str(plan.get("log", ""))})
     if plan.get("gloo_ifname"):
         os.environ["GLOO_SOCKET_IFNAME"] = str(plan["gloo_ifname"])
 

@@ -101,7 +101,7 @@ class _Clocked:
         return times.pop()
 
     def masks(self) -> tuple[int, int]:
-        rs = self.core._rs
+        rs = self.core._model.job  # (RailStateSwitching)
         assert rs is not None
         return rs.model.requested[0], rs.model.completed[0]
 

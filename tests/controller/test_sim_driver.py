@@ -6,7 +6,8 @@ import pytest
 
 from controller.clock import VirtualClock
 from controller.drivers.sim import SimOcsDriver
-from controller.ocs import Reconfiguration, ReconfigurationRejected
+from controller.ocs import Reconfiguration, ReconfigurationRejected, light_at_s
+from emulator.ocs_core import WaitDelay, switch_operations
 
 
 def test_sim_driver_switching_model_and_dark_time() -> None:
@@ -26,6 +27,18 @@ def test_sim_driver_switching_model_and_dark_time() -> None:
     da = [a.switching_delay_ms(0) for _ in range(5)]
     assert da == [b.switching_delay_ms(0) for _ in range(5)]
     assert all(8 <= d <= 12 for d in da) and len(set(da)) > 1
+
+
+def test_simulated_and_emulated_ocs_count_the_delay_from_the_removal() -> None:
+    """One rule for both OCS models: light = removal time + switching delay."""
+    clock = VirtualClock()
+    clock.advance_to(1.5)
+    drv = SimOcsDriver({0: [1, 2, 3, 4]}, 25.0, clock=clock)
+    (res,) = drv.begin([Reconfiguration.of(0, add=[(1, 2)])])
+    assert res.t_dark_s == 1.5 and res.t_light_s == light_at_s(1.5, 25.0)
+    waits = [op for op in switch_operations(Reconfiguration.of(0, add=[(3, 4)]), 25.0)
+             if isinstance(op, WaitDelay)]
+    assert [w.until_s(1.5) for w in waits] == [light_at_s(1.5, 25.0)] == [1.525]
 
 
 def test_lit_peer_is_the_peer_once_both_ports_are_lit() -> None:

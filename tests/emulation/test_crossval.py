@@ -1,7 +1,7 @@
 """Cross-validation of the sim backend against the emulator (root), in two tests:
 
 * :func:`test_sim_predicts_a_held_out_config_within_the_product_bound` is the validation:
-  the product's bound (:data:`~testbed.experiment.crossval.AGREEMENT_BOUND`, 10 %) on
+  the product's bound (:data:`~testbed.studies.crossval.AGREEMENT_BOUND`, 10 %) on
   ``examples/llama3-8b-artifact-scaled.yaml``, a config made after the simulator's emulator
   costs (:data:`testbed.simulator.network.EMULATOR_COSTS`) were fitted and never used to fit
   them;
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment.crossval import AGREEMENT_BOUND, crossval_point, run_crossval
+from testbed.studies.crossval import AGREEMENT_BOUND, crossval_point, run_crossval
 
 FidelityGate = Callable[..., None]
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from dark_bounds import dark_bound_ms
 
-from controller.drivers.polatis import DeviceRejected, make_driver
+from controller.drivers.polatis.errors import DeviceRejected
+from controller.drivers.registry import make_driver
 from controller.ocs import Circuit, PortState, Reconfiguration
 from emulator import naming
 from emulator.dataplane import ping_ok

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from testbed.check import ci_requested
-from testbed.cli.experiments import run_one
 from testbed.experiment.config import load_experiment
+from testbed.studies.run import run_one
 from testbed.torchjob.config import load_torch_experiment
 from testbed.torchjob.runner import run_torch
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.drivers.polatis import PolatisDriver, make_driver
+from controller.drivers.polatis.driver import PolatisDriver
+from controller.drivers.registry import make_driver
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 
 SIZE = 8

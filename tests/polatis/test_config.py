@@ -8,13 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.drivers.polatis.config import (
-    OcsConfigError,
-    load_ocs_config,
-    make_driver,
-    parse_ocs_config,
-    resolve_credentials,
-)
+from controller.drivers.config import OcsConfigError, resolve_credentials
+from controller.drivers.registry import load_ocs_config, make_driver, parse_ocs_config
 
 
 def test_one_switch_gets_rail_0_and_protocol_defaults() -> None:

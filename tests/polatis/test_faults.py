@@ -7,18 +7,18 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.drivers.polatis import (
+from controller.drivers.polatis import tl1 as tl1_wire
+from controller.drivers.polatis.driver import PolatisDriver
+from controller.drivers.polatis.errors import (
     DeviceAuthError,
     DeviceMismatch,
     DeviceRejected,
     DeviceSessionLost,
     DeviceTimeout,
     DeviceUnreachable,
-    PolatisDriver,
-    make_driver,
 )
-from controller.drivers.polatis import tl1 as tl1_wire
 from controller.drivers.polatis.ports import PortMap
+from controller.drivers.registry import make_driver
 from controller.ocs import Circuit, PortState, Reconfiguration, ReconfigurationRejected
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 

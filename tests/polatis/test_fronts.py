@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from controller.drivers import HARDWARE_DRIVERS
-from controller.drivers.polatis import make_driver
+from controller.drivers.registry import HARDWARE_DRIVERS, make_driver
 from controller.drivers.sim import SimOcsDriver
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
 from emulator.polatis.front import emulated_fronts

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.drivers.polatis import make_driver
+from controller.drivers.registry import make_driver
 from controller.ocs import Circuit
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 from testbed.cli import ocs as ocs_cli

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from controller.drivers.polatis import PolatisDriver, make_driver
+from controller.drivers.polatis.driver import PolatisDriver
+from controller.drivers.registry import make_driver
 from controller.ocs import (
     ApplyResult,
     Circuit,

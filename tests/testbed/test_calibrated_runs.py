@@ -11,9 +11,9 @@ from testbed.cli.main import main
 from testbed.errors import RunRefused
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.experiment.prepare import prepare
-from testbed.experiment.sweep import sweep_calibration
 from testbed.results.summary import summary_text
 from testbed.simulator.run import run_simulated
+from testbed.studies.sweep import sweep_calibration
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT = ROOT / "examples" / "llama3-8b-artifact.yaml"

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,8 +170,16 @@ def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> 
 
 
 def test_demo_shows_degree_aware_and_the_paper_model_with_its_rail_state_figures() -> None:
-    from testbed.cli.experiments import DEMO_RUNS, demo_lines
+    from testbed.cli.experiments import demo_lines as lines_of
+    from testbed.results.baseline import against_baseline
     from testbed.results.reference import PAPER_FIG8_100MS_PCT
+    from testbed.studies.demo import BASELINE, DEMO_RUNS
+
+    def demo_lines(title: str, runs: dict[str, dict[str, Any]],
+                   artifact: dict[str, dict[str, Any]], delay_ms: float) -> list[str]:
+        """The printed demo after :func:`~testbed.studies.demo.run_demo` judged its runs."""
+        return lines_of(title, dict(against_baseline(runs, BASELINE)),
+                        dict(against_baseline(artifact, BASELINE)), delay_ms)
 
     times = dict(zip([label for label, _, _ in DEMO_RUNS], [2.0, 3.0, 2.5, 2.1, 2.4, 2.2],
                      strict=True))

@@ -9,13 +9,10 @@ from pathlib import Path
 import pytest
 
 from testbed.cli.main import main
-from testbed.experiment.collective_bench import (
-    alltoall_model_s,
-    run_alltoall_bench,
-    run_stragglar_bench,
-)
 from testbed.experiment.config import parse_experiment
 from testbed.experiment.prepare import prepare
+from testbed.studies.collective_bench import IDEAL_RAIL, run_alltoall_bench, run_stragglar_bench
+from workloads.algorithms import alltoall_model_s
 
 
 def test_alltoall_bench_times_match_the_model_and_give_the_crossover(tmp_path: Path) -> None:
@@ -42,11 +39,11 @@ def test_alltoall_bench_times_match_the_model_and_give_the_crossover(tmp_path: P
 def test_the_model_crossover_at_eight_ranks_is_the_design_notes() -> None:
     """128 MiB per rank, K = 2: 0.164 ms with full-rate ports, ~1.5 ms with one shared NIC."""
     size = 128 * 2**20
-    m0 = alltoall_model_s("matchings", 8, size, 0.0)
-    assert (alltoall_model_s("multihop", 8, size, 0.0) - m0) / 4 * 1e3 == pytest.approx(
-        0.164, abs=1e-3)
-    assert (alltoall_model_s("multihop", 8, size, 0.0, shared_nic=True) - m0) / 4 * 1e3 == \
-        pytest.approx(1.506, abs=1e-3)
+    m0 = alltoall_model_s("matchings", 8, size, 0.0, IDEAL_RAIL)
+    full = alltoall_model_s("multihop", 8, size, 0.0, IDEAL_RAIL)
+    shared = alltoall_model_s("multihop", 8, size, 0.0, IDEAL_RAIL, shared_nic=True)
+    assert (full - m0) / 4 * 1e3 == pytest.approx(0.164, abs=1e-3)
+    assert (shared - m0) / 4 * 1e3 == pytest.approx(1.506, abs=1e-3)
 
 
 def test_stragglar_bench_speedups_match_the_model(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from testbed.metrics.fidelity import (
     CPU_PRESSURE_PCT,
     CpuSample,
     CpuSampler,
-    Evidence,
+    RunEvidence,
     cpu_pressure_total_us,
     judge,
 )
@@ -67,7 +67,7 @@ def ends(n: int) -> list[dict[str, Any]]:
 
 def verdict(check: Any, cpu: dict[str, Any] = QUIET, bound: OverrunBound | None = None
             ) -> Any:
-    return judge(Evidence(cpu, 10, 10, 0.9, 0.9, check, bound))
+    return judge(RunEvidence(cpu, 10, 10, 0.9, 0.9, check, bound))
 
 
 # ---------------------------------------------------------------- errors against the config
@@ -270,7 +270,7 @@ def test_an_overrun_blames_the_machine_only_when_busy() -> None:
     assert verdict(check, QUIET, bound).blame == "run"
     assert [r.blame for r in verdict(check, SATURATED, bound).reasons] == ["machine", "machine"]
     # CPU pressure excuses only the dark periods: slow links on a quiet CPU stay the run's
-    assert judge(Evidence(CONTENDED, 10, 10, 0.5)).blame == "run"
+    assert judge(RunEvidence(CONTENDED, 10, 10, 0.5)).blame == "run"
 
 
 def test_cpu_pressure_is_read_from_psi_and_averaged_over_the_samples(tmp_path: Path) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from testbed.cli import experiments
 from testbed.cli.main import main
-from testbed.experiment import crossval, ladder, sweep
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics import degraded
 from testbed.metrics.fit import fit_families
+from testbed.studies import crossval, ladder, sweep
+from testbed.studies import run as study_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny.yaml"
@@ -50,7 +50,7 @@ def test_one_rule_degraded_means_the_verdict_says_so() -> None:
 def _fake_run_one(degrade: Sequence[str]) -> Callable[..., dict[str, Any]]:
     """``run_one`` on the sim backend, with the runs of the modes in ``degrade`` relabelled as
     degraded emulated runs."""
-    real = experiments.run_one
+    real = study_run.run_one
 
     def run_one(cfg: ExperimentConfig, out: Path, _backend: str, say: Any) -> dict[str, Any]:
         summary = real(cfg, out, "sim", say)
@@ -64,7 +64,7 @@ def _fake_run_one(degrade: Sequence[str]) -> Callable[..., dict[str, Any]]:
 def test_run_with_a_baseline_exits_3_when_either_run_is_degraded(
         degrade: tuple[str, ...], rests_on: list[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(experiments, "run_one", _fake_run_one(degrade))
+    monkeypatch.setattr(study_run, "run_one", _fake_run_one(degrade))
     status = main(["run", str(TINY), "--mode", "on-demand", "--baseline", "--iterations", "1",
                    "--out", str(tmp_path / "r")])
     assert status == (3 if rests_on else 0)
@@ -82,7 +82,7 @@ def test_run_with_a_baseline_exits_3_when_either_run_is_degraded(
 def test_run_with_a_degraded_baseline_says_so_in_json(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(experiments, "run_one", _fake_run_one(("baseline",)))
+    monkeypatch.setattr(study_run, "run_one", _fake_run_one(("baseline",)))
     assert main(["run", str(TINY), "--mode", "on-demand", "--baseline", "--iterations", "1",
                  "--json", "--out", str(tmp_path / "r")]) == 3
     printed = json.loads(capsys.readouterr().out)

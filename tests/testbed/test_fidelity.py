@@ -22,7 +22,7 @@ from testbed.metrics.fidelity import (
     UNRATED_THROUGHPUT,
     CpuSample,
     CpuSampler,
-    Evidence,
+    RunEvidence,
     Verdict,
     judge,
 )
@@ -48,7 +48,7 @@ FAST, SLOW = 0.9, 0.5
         "saturated-slow-lost", "stolen", "stolen-slow", "stolen-lost"])
 def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered: int,
                            verdict: str, blame: str, reason_blames: list[str]) -> None:
-    v = judge(Evidence(cpu, 10, delivered, ratio))
+    v = judge(RunEvidence(cpu, 10, delivered, ratio))
     assert (v.fidelity, v.blame) == (verdict, blame)
     assert [r.blame for r in v.reasons] == reason_blames
     summary = v.to_summary()
@@ -58,14 +58,14 @@ def test_verdict_and_blame(cpu: dict[str, float], ratio: float | None, delivered
 
 
 def test_each_reason_names_its_figure() -> None:
-    texts = [r.text for r in judge(Evidence(SATURATED | {"machine_steal_mean_pct": 30.0}, 10,
+    texts = [r.text for r in judge(RunEvidence(SATURATED | {"machine_steal_mean_pct": 30.0}, 10,
                                             9, 0.5)).reasons]
     assert len(texts) == 4
     assert "saturated (mean 97 %)" in texts[0]
     assert "30 % of the CPU time to other guests (steal)" in texts[1]
     assert "only 50 % of the configured link rate" in texts[2]
     assert "1 of 10 calls did not deliver" in texts[3]
-    quiet_slow = judge(Evidence(QUIET, 10, 10, 0.5)).reasons[0].text
+    quiet_slow = judge(RunEvidence(QUIET, 10, 10, 0.5)).reasons[0].text
     assert "neither saturated nor stolen" in quiet_slow
 
 
@@ -82,13 +82,13 @@ def test_each_reason_names_its_figure() -> None:
         "unshaped-at", "unshaped-above"])
 def test_thresholds_are_strict_at_their_edges(cpu: dict[str, float], ratio: float,
                                               degraded: bool) -> None:
-    assert judge(Evidence(cpu, 1, 1, ratio)).fidelity == ("degraded" if degraded else "ok")
+    assert judge(RunEvidence(cpu, 1, 1, ratio)).fidelity == ("degraded" if degraded else "ok")
 
 
 def test_low_throughput_is_the_machines_only_when_the_cpu_was_busy() -> None:
     at_edge = {"machine_cpu_mean_pct": CPU_SATURATED_PCT, "machine_steal_mean_pct": CPU_STEAL_PCT}
-    assert judge(Evidence(at_edge, 1, 1, SLOW)).blame == "run"  # no threshold crossed: quiet
-    assert judge(Evidence({}, 1, 1, SLOW)).blame == "run"  # no CPU samples: nothing excuses it
+    assert judge(RunEvidence(at_edge, 1, 1, SLOW)).blame == "run"  # no threshold crossed: quiet
+    assert judge(RunEvidence({}, 1, 1, SLOW)).blame == "run"  # no CPU samples: nothing excuses it
 
 
 @pytest.mark.parametrize("cpu", [QUIET, SATURATED, STOLEN], ids=["quiet", "saturated", "stolen"])
@@ -96,7 +96,7 @@ def test_an_unshaped_link_degrades_and_blames_the_run_on_any_machine(cpu: dict[s
                                                                       ) -> None:
     """Collectives faster than the link rate: the shaping failed, and no load makes links
     faster."""
-    v = judge(Evidence(cpu, 10, 10, 1.6, 1.4))
+    v = judge(RunEvidence(cpu, 10, 10, 1.6, 1.4))
     assert (v.fidelity, v.blame) == ("degraded", "run")
     unshaped = [r for r in v.reasons if "not shaped" in r.text]
     assert [r.blame for r in unshaped] == ["run"]
@@ -104,21 +104,21 @@ def test_an_unshaped_link_degrades_and_blames_the_run_on_any_machine(cpu: dict[s
 
 
 def test_the_low_tail_is_judged_as_well_as_the_median() -> None:
-    ok = judge(Evidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN))
+    ok = judge(RunEvidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN))
     assert ok.fidelity == "ok"
-    tail = judge(Evidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN - 0.01))
+    tail = judge(RunEvidence(QUIET, 10, 10, FAST, THROUGHPUT_RATIO_P10_MIN - 0.01))
     assert (tail.fidelity, tail.blame) == ("degraded", "run")
     assert "one collective in ten reached 49 % of the configured link rate or less (p10, " \
            "limit 50 %)" in tail.reasons[0].text
-    busy = judge(Evidence(SATURATED, 10, 10, FAST, 0.3))
+    busy = judge(RunEvidence(SATURATED, 10, 10, FAST, 0.3))
     assert [r.blame for r in busy.reasons] == ["machine", "machine"]
 
 
 def test_a_run_with_nothing_to_rate_says_unrated() -> None:
-    v = judge(Evidence(QUIET, 10, 10, None, None))
+    v = judge(RunEvidence(QUIET, 10, 10, None, None))
     assert (v.fidelity, v.unrated) == ("ok", (UNRATED_THROUGHPUT,))
     assert v.to_summary()["fidelity_unrated"] == [UNRATED_THROUGHPUT]
-    assert judge(Evidence(QUIET, 10, 10, FAST, FAST)).unrated == ()
+    assert judge(RunEvidence(QUIET, 10, 10, FAST, FAST)).unrated == ()
     assert Verdict("ok").to_summary()["fidelity_unrated"] == []
 
 
@@ -212,10 +212,10 @@ def test_reasons_say_whether_load_can_explain_them() -> None:
     """Slow collectives and a busy CPU are timing (a loaded machine stretches them); lost bytes
     and unshaped links are faults whatever the load: the emulation tests' gate fails on those."""
     busy = {"machine_cpu_mean_pct": CPU_SATURATED_PCT + 5}
-    slow = judge(Evidence(busy, 10, 9, THROUGHPUT_RATIO_MIN / 2))
+    slow = judge(RunEvidence(busy, 10, 9, THROUGHPUT_RATIO_MIN / 2))
     timing = {r.text.split(" ")[0]: r.timing for r in slow.reasons}
     assert timing == {"the": True, "collectives": True, "1": False}, slow.reasons
-    unshaped = judge(Evidence({}, 10, 10, THROUGHPUT_RATIO_MAX + 0.1))
+    unshaped = judge(RunEvidence({}, 10, 10, THROUGHPUT_RATIO_MAX + 0.1))
     assert [(r.blame, r.timing) for r in unshaped.reasons] == [("run", False)]
     assert [c["timing"] for c in slow.to_summary()["fidelity_causes"]] == [
         r.timing for r in slow.reasons]

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from testbed.cli.main import main
-from testbed.experiment import ladder as lad
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.plan.replay import PlanOp
 from testbed.plan.requestpoints import gated_calls
+from testbed.studies import ladder as lad
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACT = ROOT / "examples" / "llama3-8b-artifact.yaml"

@@ -14,7 +14,6 @@ import pytest
 
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
-from testbed.experiment.sweep import run_sweep
 from testbed.metrics.fit import fit_families
 from testbed.plan.replay import PlanError, PlanOp, ReplayPlan
 from testbed.plan.requestpoints import (
@@ -26,6 +25,7 @@ from testbed.plan.requestpoints import (
 )
 from testbed.results.reference import artifact_reference
 from testbed.simulator.run import run_simulated, simulate_plan
+from testbed.studies.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny.yaml"

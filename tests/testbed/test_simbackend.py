@@ -15,13 +15,13 @@ from controller.job import CommGroup, JobSpec, rail_job_ports
 from emulator.topo import RailSpec
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.experiment.prepare import Prepared, prepare
-from testbed.experiment.sweep import SweepError, run_sweep, sweep_points
 from testbed.metrics.compute import compute_metrics
 from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step
 from testbed.simulator.bench import run_sim_bench
 from testbed.simulator.engine import PlanSimulation
 from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, NetworkModel, network_model
 from testbed.simulator.run import run_simulated, simulate_plan
+from testbed.studies.sweep import SweepError, run_sweep, sweep_points
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from testbed.experiment.config import load_experiment
-from testbed.experiment.sweep import run_sweep
+from testbed.studies.sweep import run_sweep
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 # Fields of a point that are not results: its wall clock time and where it is.

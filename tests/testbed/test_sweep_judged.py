@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed.experiment.sweep import judge_overheads
+from testbed.studies.sweep import judge_overheads
 
 
 def _summary(it_s: float, late_mean_s: float) -> dict[str, object]:

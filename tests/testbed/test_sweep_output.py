@@ -9,10 +9,10 @@ import matplotlib.pyplot as plt
 
 from testbed.cli.experiments import sweep_lines
 from testbed.experiment.config import DEFAULT_SWEEP_DELAYS
-from testbed.experiment.sweep import point_label, sweep_points
 from testbed.metrics.fit import fit_families
 from testbed.results.plots import sweep_figure, sweep_title
 from testbed.results.reference import artifact_reference, matches_artifact
+from testbed.studies.sweep import point_label, sweep_points
 
 
 def _rows(delays_ms: list[float], fail: frozenset[float] = frozenset()) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ import pytest
 
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
-from testbed.experiment.sweep import run_sweep
 from testbed.simulator.run import run_simulated
+from testbed.studies.sweep import run_sweep
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 

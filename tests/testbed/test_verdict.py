@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from testbed.cli.experiments import with_baseline
 from testbed.experiment.config import RunSettings
 from testbed.metrics.darktime import DarkCheck, check_dark_periods
 from testbed.metrics.fidelity import UNRATED_THROUGHPUT
 from testbed.results import store
-from testbed.results.summary import finish_run, summary_text
+from testbed.results.baseline import with_baseline
+from testbed.results.summary import Observed, finish_run, summary_text
 
 QUIET = {"machine_cpu_mean_pct": 40.0, "machine_steal_mean_pct": 1.0,
          "machine_cpu_pressure_pct": 2.0}
@@ -99,8 +99,8 @@ def _finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
                       iterations=2)
     out = tmp_path / "run"
     out.mkdir(parents=True)
-    return finish_run(out, Facts(cfg), _records(ratio), events, cpu, {"world_size": 2}, 1.0,
-                      num_rails=1, ranks_rail0=[0, 1], dark=dark)
+    return finish_run(out, Facts(cfg), Observed(_records(ratio), events, cpu, 1.0, dark),
+                      {"world_size": 2}, num_rails=1, ranks_rail0=[0, 1])
 
 
 def test_a_clean_run_is_ok_and_reports_its_switches_by_where_they_fell(

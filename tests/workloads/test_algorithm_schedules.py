@@ -17,13 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workloads.algorithms import (
+    ALGORITHM,
     ALGORITHMS,
     check_algorithm,
     lower,
-    min_ports,
     one_factorization,
     pack_segments,
-    step_count,
     stragglar_rounds,
 )
 from workloads.steps import StepPlan, wire_bytes
@@ -136,7 +135,7 @@ def test_multihop_loads_each_directed_link_with_n_squared_over_8_blocks(n: int) 
     want = (n * n if n % 2 == 0 else n * n - 1) * block // 8
     assert set(load.values()) == {want}
     assert len(load) == 2 * n  # both directions of every ring link
-    assert len(plan.steps) == n // 2 == step_count("all_to_all", "multihop", n)
+    assert len(plan.steps) == n // 2 == ALGORITHM["multihop"].step_count("all_to_all", n)
     assert plan.sent_bytes(0) == 2 * want
 
 
@@ -187,7 +186,7 @@ def test_stragglar_ends_with_the_full_sum_on_every_rank(n: int, at: int) -> None
     assert plan.sync == (False,) * rs + (True,) * (n - 2 + n.bit_length() - 1)
     for step in plan.steps[:rs]:  # the reduce-scatter runs without the straggler
         assert all(straggler not in (t.src, t.dst) for t in step)
-    assert len(plan.steps) == step_count("all_reduce", "stragglar", n)
+    assert len(plan.steps) == ALGORITHM["stragglar"].step_count("all_reduce", n)
 
 
 def test_stragglar_without_a_straggler_is_the_ring() -> None:
@@ -245,10 +244,11 @@ def test_stragglar_keeps_its_reduce_scatter_apart_and_packs_its_rounds(k: int,
 
 
 def test_ports_each_algorithm_needs() -> None:
-    assert [min_ports("all_to_all", a, 8) for a in ALGORITHMS["all_to_all"]] == [7, 1, 2]
-    assert min_ports("all_reduce", "stragglar", 8) == 2  # the ring of 7
-    assert min_ports("all_reduce", "stragglar", 2) == 1
-    assert min_ports("all_reduce", "ring", 2) == 1
+    assert [ALGORITHM[a].min_ports("all_to_all", 8) for a in ALGORITHMS["all_to_all"]] == [
+        7, 1, 2]
+    assert ALGORITHM["stragglar"].min_ports("all_reduce", 8) == 2  # the ring of 7
+    assert ALGORITHM["stragglar"].min_ports("all_reduce", 2) == 1
+    assert ALGORITHM["ring"].min_ports("all_reduce", 2) == 1
 
 
 def test_unknown_algorithms_are_named() -> None:

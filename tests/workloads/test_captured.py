@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from workloads.captured import Call, CaptureError, RankRun, axis_of_desc, schedule_from_runs
-from workloads.schedule import Schedule
-from workloads.serialize import from_dict, to_dict
+from workloads.schedule import Schedule, from_dict, to_dict
 
 PP = {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
 FSDP = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}

@@ -18,7 +18,7 @@ from workloads import (
     total_params,
 )
 from workloads.models import active_params, layer_params
-from workloads.serialize import config_to_dict
+from workloads.schedule import config_to_dict
 
 DS = get_preset("deepseek-v3-16b")
 H = 2048

@@ -92,7 +92,7 @@ def test_a_profiled_run_of_the_shipped_job_imports_and_runs_on_the_sim_backend(
     rep = json.loads(capsys.readouterr().out)
     assert set(rep["layouts"].values()) == {"L3"} and rep["iteration"] == "ProfilerStep 1"
     schedule_file = tmp_path / "imp" / "workload.json"
-    from workloads.serialize import load
+    from workloads.schedule import load
 
     s = load(schedule_file)
     assert s.groups["pp"].ranks.tolist() == [[0, 2], [1, 3]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from wl_helpers import MIB
 
 from workloads import Schedule
+from workloads.phases import phases_of
 
 
 def _rail_collectives(s: Schedule, rank: int, kind: str, axis: str) -> list[int]:
@@ -53,21 +54,21 @@ def test_sync_all_reduces_are_below_1_mib(paper_schedule: Schedule) -> None:
 
 
 def test_rank0_phase_sequence(paper_schedule: Schedule) -> None:
-    phases = [(p.axis, p.kind) for p in paper_schedule.phases_of(0)]
+    phases = [(p.axis, p.kind) for p in phases_of(paper_schedule, 0)]
     assert phases == [("dp", "allgather"), ("pp", "sendrecv"), ("dp", "reducescatter"),
                       ("dp", "allreduce"), ("pp", "allreduce")]
 
 
 def test_block_units_sum_to_the_same_phases(paper_schedule_blocks: Schedule) -> None:
     # one unit per transformer block plus the root: 17 calls whose phase totals match
-    ph = {(p.axis, p.kind): p for p in paper_schedule_blocks.phases_of(0)}
+    ph = {(p.axis, p.kind): p for p in phases_of(paper_schedule_blocks, 0)}
     ag, rs = ph[("dp", "allgather")], ph[("dp", "reducescatter")]
     assert len(ag.op_indices) == len(rs.op_indices) == 17
     assert int(ag.message_bytes / MIB) == 957 and int(rs.message_bytes / MIB) == 3829
 
 
 def test_dp_and_pp_circuits_of_rank0(paper_schedule: Schedule) -> None:
-    ph = paper_schedule.phases_of(0)
+    ph = phases_of(paper_schedule, 0)
     assert ph[0].group_ids == ["fsdp0"] and ph[0].circuits == {0: [(0, 4)]}
     assert ph[1].group_ids == ["pp0"] and ph[1].circuits == {0: [(0, 8)]}
 

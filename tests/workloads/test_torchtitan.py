@@ -28,8 +28,7 @@ from workloads import (
     parse_workload,
 )
 from workloads.calibrate import find_compute_scale, modeled_step_s
-from workloads.schedule import Op
-from workloads.serialize import from_dict, to_dict
+from workloads.schedule import Op, from_dict, to_dict
 from workloads.timing import TimingModel
 
 # Llama3-8B: H = 4096, 32 query heads and 8 KV heads of 128, FFN 14336, 32 layers.

@@ -6,46 +6,11 @@
 * :mod:`.netconf` / :mod:`.tl1` -- one management session per switch;
 * :mod:`.driver` -- :class:`PolatisDriver`, the :class:`~controller.ocs.OcsDriver` over one
   switch per rail (checks first, re-reads the glass after every fault);
-* :mod:`.config` -- the ``ocs:`` experiment setting and :func:`make_driver`.
+* :mod:`.config` -- the Polatis defaults of the ``ocs:`` setting and the factory the registry
+  (:mod:`controller.drivers.registry`) names; :mod:`.errors` -- the device errors.
 
 The device simulator and the emulated OCS's NETCONF front live in :mod:`emulator.polatis`.
+
+The package imports none of its modules: import them by name (no cycle between the package
+and its submodules).
 """
-
-from controller.drivers.polatis.config import (
-    DeviceConfig,
-    OcsConfig,
-    OcsConfigError,
-    load_ocs_config,
-    make_driver,
-    parse_ocs_config,
-)
-from controller.drivers.polatis.driver import PolatisDriver, RailDevice
-from controller.drivers.polatis.errors import (
-    DeviceAuthError,
-    DeviceMismatch,
-    DeviceProtocolError,
-    DeviceRejected,
-    DeviceSessionLost,
-    DeviceTimeout,
-    DeviceUnreachable,
-    PolatisError,
-)
-
-__all__ = [
-    "DeviceAuthError",
-    "DeviceConfig",
-    "DeviceMismatch",
-    "DeviceProtocolError",
-    "DeviceRejected",
-    "DeviceSessionLost",
-    "DeviceTimeout",
-    "DeviceUnreachable",
-    "OcsConfig",
-    "OcsConfigError",
-    "PolatisDriver",
-    "PolatisError",
-    "RailDevice",
-    "load_ocs_config",
-    "make_driver",
-    "parse_ocs_config",
-]

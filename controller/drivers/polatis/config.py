@@ -1,316 +1,54 @@
-"""The ``ocs:`` mapping of an experiment file, validated, and the factory for hardware drivers.
+"""The Polatis drivers' ``ocs:`` settings and factory (``polatis-netconf``, ``polatis-tl1``).
 
-::
-
-    ocs:
-      driver: polatis-netconf      # emulated | polatis-netconf | polatis-tl1
-      host: 10.0.0.7               # one switch = rail 0; or `rails:` below, one switch per rail
-      port: 830                    # default 830 (NETCONF) or 3082 (TL1)
-      username: admin              # default: the credentials file's, else admin
-      password_env: OPUS_OCS_PASSWORD   # default; or credentials_file: ~/.opus/ocs.yaml
-      timeout_s: 10
-      size: 16                     # N of N x N (or "16x16"); a switch of another size is refused
-      ports: [1, 2, 3, 4]          # the rail's ports (default 1..N)
-      switching_delay: polatis     # ms or a Table 3 technology (polatis = piezo, 25 ms)
-      dark_below_dbm: -40          # monitor reading under which a circuit is dark; null: no check
-      rails:                       # instead of host: one entry per rail, same keys + `rail`
-        - {rail: 0, host: 10.0.0.7}
-        - {rail: 1, host: 10.0.0.8, size: 32}
-
-Top-level keys are defaults for every ``rails`` entry. Unknown keys are refused, and every error
-is an :class:`OcsConfigError` (a ``ValueError``) naming the key, e.g. ``ocs.rails[1].port``.
-A credentials file is YAML with ``password`` (and optionally ``username``) and must not be
-readable by group or others (as ssh demands of keys). Passwords are read only when a driver is
-made, never stored in the parsed config.
+The keys are every hardware driver's (:mod:`controller.drivers.config`); what is Polatis's
+own are the defaults (the protocol's port, 830 for NETCONF and 3082 for TL1; a piezo switching
+time, Table 3's ``polatis``; a circuit dark below -40 dBm on the power monitors) and the
+sessions :func:`make_driver` opens. :mod:`controller.drivers.registry` names these functions.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.drivers import DRIVERS, HARDWARE_DRIVERS
+from controller.drivers.config import (
+    DeviceDefaults,
+    OcsConfig,
+    parse_devices,
+    resolve_credentials,
+)
 from controller.drivers.polatis.driver import PolatisDriver, RailDevice
-from controller.drivers.polatis.netconf import NetconfSession
 from controller.drivers.polatis.session import DeviceSession
-from controller.drivers.polatis.tl1 import Tl1Session
-from controller.ocs import resolve_switching_delay_ms
 
-DEFAULT_PORTS = {"polatis-netconf": 830, "polatis-tl1": 3082}
-DEFAULT_PASSWORD_ENV = "OPUS_OCS_PASSWORD"
-DEFAULT_USERNAME = "admin"
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_PORTS = {"netconf": 830, "tl1": 3082}
+DEFAULT_SWITCHING_DELAY = "polatis"  # Table 3: piezo, 25 ms
 DEFAULT_DARK_BELOW_DBM = -40.0
 
-_DEVICE_KEYS = ("host", "port", "username", "password_env", "credentials_file", "timeout_s",
-                "size", "ports", "switching_delay", "dark_below_dbm")
-_SOFT_KEYS = ("driver", "switching_delay")  # all that emulated takes here
+
+def parse_config(driver: str, data: Mapping[str, Any], key: str,
+                 base_dir: Path | None) -> OcsConfig:
+    """A Polatis ``ocs:`` mapping: one switch per rail, with the protocol's defaults."""
+    protocol = driver.removeprefix("polatis-")
+    defaults = DeviceDefaults(DEFAULT_PORTS[protocol], DEFAULT_SWITCHING_DELAY,
+                              DEFAULT_DARK_BELOW_DBM)
+    return parse_devices(driver, data, key, base_dir, defaults)
 
 
-class OcsConfigError(ValueError):
-    """A bad ``ocs:`` setting; ``key`` is its dotted path."""
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        super().__init__(f"{key}: {message}")
-
-
-@dataclass(frozen=True)
-class DeviceConfig:
-    """One rail's switch. ``key`` is where it came from, for messages."""
-
-    rail: int
-    host: str
-    port: int
-    username: str | None
-    password_env: str
-    credentials_file: Path | None
-    timeout_s: float
-    size: int | None
-    ports: tuple[int, ...] | None
-    switching_delay: float | str
-    dark_below_dbm: float | None
-    key: str
-
-    def to_json(self) -> dict[str, object]:
-        """Without secrets (there are none here: passwords are read at connect time)."""
-        return {"rail": self.rail, "host": self.host, "port": self.port,
-                "username": self.username, "password_env": self.password_env,
-                "credentials_file": str(self.credentials_file) if self.credentials_file
-                else None, "timeout_s": self.timeout_s, "size": self.size,
-                "ports": list(self.ports) if self.ports is not None else None,
-                "switching_delay": self.switching_delay, "dark_below_dbm": self.dark_below_dbm}
-
-
-@dataclass(frozen=True)
-class OcsConfig:
-    """The parsed ``ocs:`` mapping; ``devices`` is empty for emulated."""
-
-    driver: str
-    devices: tuple[DeviceConfig, ...] = ()
-    switching_delay: float | str | None = None
-
-    @property
-    def is_hardware(self) -> bool:
-        return self.driver in HARDWARE_DRIVERS
-
-    @property
-    def protocol(self) -> str | None:
-        return self.driver.removeprefix("polatis-") if self.is_hardware else None
-
-    def to_json(self) -> dict[str, object]:
-        return {"driver": self.driver, "devices": [d.to_json() for d in self.devices],
-                "switching_delay": self.switching_delay}
-
-
-# --- parsing -------------------------------------------------------------------------------
-
-def parse_ocs_config(data: Any, *, key: str = "ocs", base_dir: Path | None = None) -> OcsConfig:
-    """Validate an ``ocs:`` mapping; relative ``credentials_file`` paths use ``base_dir``."""
-    if not isinstance(data, Mapping):
-        raise OcsConfigError(key, f"must be a mapping, got {type(data).__name__}")
-    driver = data.get("driver")
-    if driver not in DRIVERS:
-        raise OcsConfigError(f"{key}.driver", f"must be one of {', '.join(DRIVERS)}; "
-                             f"got {driver!r}")
-    if driver not in HARDWARE_DRIVERS:
-        for k in data:
-            if k not in _SOFT_KEYS:
-                raise OcsConfigError(f"{key}.{k}", f"unknown key for driver {driver} (it takes "
-                                     f"{', '.join(_SOFT_KEYS)}; host and the rest are for "
-                                     f"{' / '.join(HARDWARE_DRIVERS)})")
-        delay = data.get("switching_delay")
-        if delay is not None:
-            _delay(delay, f"{key}.switching_delay")
-        return OcsConfig(driver, (), delay)
-    for k in data:
-        if k not in (*_DEVICE_KEYS, "driver", "rails"):
-            raise OcsConfigError(f"{key}.{k}", f"unknown key (known: driver, rails, "
-                                 f"{', '.join(_DEVICE_KEYS)})")
-    defaults = {k: v for k, v in data.items() if k in _DEVICE_KEYS}
-    rails = data.get("rails")
-    if rails is None:
-        if "host" not in data:
-            raise OcsConfigError(f"{key}.host", f"driver {driver} needs a host (or a 'rails' "
-                                 "list with one switch per rail)")
-        devices = [_device(driver, {"rail": 0, **defaults}, key, base_dir)]
-    else:
-        if "host" in data:
-            raise OcsConfigError(f"{key}.host", "give either 'host' (one switch) or 'rails' "
-                                 "(one switch per rail), not both")
-        if not isinstance(rails, list) or not rails:
-            raise OcsConfigError(f"{key}.rails", "must be a non-empty list of switches")
-        devices = []
-        for i, entry in enumerate(rails):
-            where = f"{key}.rails[{i}]"
-            if not isinstance(entry, Mapping):
-                raise OcsConfigError(where, "must be a mapping (rail, host, ...)")
-            for k in entry:
-                if k not in (*_DEVICE_KEYS, "rail"):
-                    raise OcsConfigError(f"{where}.{k}", "unknown key (known: rail, "
-                                         f"{', '.join(_DEVICE_KEYS)})")
-            devices.append(_device(driver, {"rail": i, **defaults, **entry}, where, base_dir))
-        seen: dict[int, str] = {}
-        for d in devices:
-            if d.rail in seen:
-                raise OcsConfigError(f"{d.key}.rail", f"rail {d.rail} already served by "
-                                     f"{seen[d.rail]}; one switch per rail")
-            seen[d.rail] = d.key
-    return OcsConfig(driver, tuple(devices), data.get("switching_delay"))
-
-
-def load_ocs_config(path: str | Path) -> OcsConfig:
-    """Read a YAML file holding an ``ocs:`` mapping (an experiment file) or the mapping alone."""
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise OcsConfigError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise OcsConfigError(str(path), f"not valid YAML: {exc}") from None
-    if isinstance(data, Mapping) and "ocs" in data:
-        return parse_ocs_config(data["ocs"], key=f"{path}: ocs", base_dir=path.parent)
-    return parse_ocs_config(data, key=f"{path}: ocs", base_dir=path.parent)
-
-
-def _device(driver: str, d: Mapping[str, Any], key: str, base_dir: Path | None) -> DeviceConfig:
-    rail = d["rail"]
-    if not _is_int(rail) or rail < 0:
-        raise OcsConfigError(f"{key}.rail", f"must be an integer >= 0, got {rail!r}")
-    host = d.get("host")
-    if not isinstance(host, str) or not host.strip():
-        raise OcsConfigError(f"{key}.host", f"must be a host name or address, got {host!r}")
-    port = d.get("port", DEFAULT_PORTS[driver])
-    if not _is_int(port) or not 1 <= port <= 65535:
-        raise OcsConfigError(f"{key}.port", f"must be a TCP port 1..65535, got {port!r}")
-    username = d.get("username")
-    if username is not None and (not isinstance(username, str) or not username):
-        raise OcsConfigError(f"{key}.username", f"must be a non-empty string, got {username!r}")
-    password_env = d.get("password_env", DEFAULT_PASSWORD_ENV)
-    if not isinstance(password_env, str) or not password_env.replace("_", "").isalnum():
-        raise OcsConfigError(f"{key}.password_env", "must name an environment variable, got "
-                             f"{password_env!r}")
-    cred = d.get("credentials_file")
-    cred_path: Path | None = None
-    if cred is not None:
-        if not isinstance(cred, str) or not cred:
-            raise OcsConfigError(f"{key}.credentials_file", f"must be a path, got {cred!r}")
-        cred_path = Path(cred).expanduser()
-        if not cred_path.is_absolute() and base_dir is not None:
-            cred_path = base_dir / cred_path
-    timeout_s = d.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if not _is_number(timeout_s) or not 0 < timeout_s <= 3600:
-        raise OcsConfigError(f"{key}.timeout_s", f"must be a number of seconds in (0, 3600], "
-                             f"got {timeout_s!r}")
-    size = _size(d.get("size"), f"{key}.size")
-    ports = d.get("ports")
-    port_tuple: tuple[int, ...] | None = None
-    if ports is not None:
-        if (not isinstance(ports, list) or not ports
-                or not all(_is_int(p) and p >= 1 for p in ports)):
-            raise OcsConfigError(f"{key}.ports", f"must be a list of port numbers >= 1, "
-                                 f"got {ports!r}")
-        if len(set(ports)) != len(ports):
-            raise OcsConfigError(f"{key}.ports", f"lists a port twice: {ports}")
-        if size is not None and max(ports) > size:
-            raise OcsConfigError(f"{key}.ports", f"port {max(ports)} does not fit a "
-                                 f"{size}x{size} switch (ports 1..{size})")
-        port_tuple = tuple(int(p) for p in ports)
-    delay = d.get("switching_delay", "polatis")
-    _delay(delay, f"{key}.switching_delay")
-    dark = d.get("dark_below_dbm", DEFAULT_DARK_BELOW_DBM)
-    if dark is not None and not _is_number(dark):
-        raise OcsConfigError(f"{key}.dark_below_dbm", f"must be a number of dBm or null, "
-                             f"got {dark!r}")
-    return DeviceConfig(int(rail), host.strip(), int(port), username, password_env, cred_path,
-                        float(timeout_s), size, port_tuple, delay,
-                        float(dark) if dark is not None else None, key)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _size(value: Any, key: str) -> int | None:
-    if value is None:
-        return None
-    if _is_int(value) and value >= 1:
-        return int(value)
-    if isinstance(value, str):
-        a, sep, b = value.lower().partition("x")
-        if a.strip().isdigit() and (not sep or a.strip() == b.strip()) and int(a) >= 1:
-            return int(a)
-    raise OcsConfigError(key, f"must be N or 'NxN' (an N x N switch), got {value!r}")
-
-
-def _delay(value: Any, key: str) -> float:
-    try:
-        return resolve_switching_delay_ms(value)
-    except ValueError as exc:
-        raise OcsConfigError(key, str(exc)) from None
-
-
-# --- credentials and the factory -----------------------------------------------------------
-
-def resolve_credentials(dev: DeviceConfig,
-                        env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """``(username, password)`` for ``dev``, from its credentials file or environment."""
-    env = os.environ if env is None else env
-    if dev.credentials_file is not None:
-        key = f"{dev.key}.credentials_file"
-        path = dev.credentials_file
-        try:
-            mode = path.stat().st_mode
-            text = path.read_text()
-        except OSError as exc:
-            raise OcsConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise OcsConfigError(key, f"{path} is accessible by group or others (mode "
-                                 f"{stat.S_IMODE(mode):o}); run `chmod 600 {path}`")
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            data = None
-        if not isinstance(data, Mapping) or not isinstance(data.get("password"), str):
-            raise OcsConfigError(key, f"{path} must be YAML with a 'password' (and optionally "
-                                 "'username')")
-        user = dev.username or data.get("username") or DEFAULT_USERNAME
-        return str(user), str(data["password"])
-    password = env.get(dev.password_env)
-    if password is None:
-        raise OcsConfigError(f"{dev.key}.password_env", f"environment variable "
-                             f"{dev.password_env} is not set; export it or give a "
-                             "credentials_file")
-    return dev.username or DEFAULT_USERNAME, password
-
-
-def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
-                env: Mapping[str, str] | None = None, base_dir: Path | None = None,
+def make_driver(cfg: OcsConfig, *, env: Mapping[str, str] | None = None,
                 clock: Callable[[], float] = time.time) -> PolatisDriver:
-    """A connected :class:`PolatisDriver` for a hardware ``ocs:`` config (parsed or raw).
+    """A connected :class:`PolatisDriver` over one session per rail's switch.
 
-    Raises :class:`OcsConfigError` for emulated (the runner builds it) and for bad
-    settings, and :class:`~controller.drivers.polatis.errors.PolatisError` subclasses when a switch
-    cannot be reached, refuses the login, or is not the configured size.
+    Raises :class:`~controller.drivers.config.OcsConfigError` for missing credentials and
+    :class:`~controller.drivers.polatis.errors.PolatisError` subclasses when a switch cannot be
+    reached, refuses the login, or is not the configured size.
     """
-    cfg = ocs_config if isinstance(ocs_config, OcsConfig) else parse_ocs_config(
-        ocs_config, base_dir=base_dir)
-    if not cfg.is_hardware:
-        raise OcsConfigError("ocs.driver", f"make_driver builds {' / '.join(HARDWARE_DRIVERS)}; "
-                             f"driver {cfg.driver} is built by the runner")
+    # the sessions load here, not at import: the registry (which every experiment file's
+    # check reads) then does not load the wire formats (lxml) with it
+    from controller.drivers.polatis.netconf import NetconfSession
+    from controller.drivers.polatis.tl1 import Tl1Session
+
     devices = []
     for dev in cfg.devices:
         user, password = resolve_credentials(dev, env)

@@ -47,6 +47,7 @@ from testbed.experiment.config import MODES, ExperimentConfig
 from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
 from testbed.metrics.fit import fit_families
 from testbed.results import store
+from testbed.results.baseline import overhead_pct
 from testbed.results.reference import artifact_reference, matches_artifact
 
 BACKENDS = ("emu", "sim")
@@ -302,7 +303,7 @@ def sweep_rows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
     for point, s, run_dir in zip(points, summaries, dirs, strict=True):
         semantics, mode, delay = point
         t = s.get("iteration_time_s")
-        overhead = None if t is None or not base else 100.0 * (t / base - 1.0)
+        overhead = overhead_pct(t, base)
         label = point_label(point)
         rests_on = degraded_labels([(label, s)] + [("baseline", baseline)] * (
             overhead is not None))

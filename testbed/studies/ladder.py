@@ -4,7 +4,7 @@ The public Opus artifact's figures (:mod:`testbed.results.reference`) and this t
 in several modelling choices at once. To say how much of the gap each choice explains, the
 ladder starts from one experiment (normally ``examples/llama3-8b-artifact.yaml``) and changes
 **one thing at a time** back to this testbed's other choice, running each variant as a
-simulated sweep (:func:`testbed.experiment.sweep.run_sweep`): the baseline, then every mode at
+simulated sweep (:func:`testbed.studies.sweep.run_sweep`): the baseline, then every mode at
 every delay. Each rung reports its baseline step, and per mode the overhead at 100 ms and the
 slope of step time against delay over the points >= 250 ms
 (:func:`testbed.metrics.fit.fit_families`), and its difference from the first rung (the
@@ -226,11 +226,11 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
                say: Say = say_stderr) -> dict[str, Any]:
     """Run every rung as a simulated sweep under ``out/<rung>/``; write and return
     ``ladder.json`` (rungs with their deltas from ``as-written``, the artifact's figures).
-    A bad mode or delay raises :class:`testbed.experiment.sweep.SweepError` before anything
+    A bad mode or delay raises :class:`testbed.studies.sweep.SweepError` before anything
     runs."""
-    from testbed.experiment.sweep import run_sweep, sweep_points
     from testbed.results import store
     from testbed.results.reference import artifact_reference
+    from testbed.studies.sweep import run_sweep, sweep_points
 
     rungs = select_rungs(rung_names)
     configs = [rung_config(cfg, r) for r in rungs]  # refused variants stop before any run

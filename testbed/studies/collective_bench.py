@@ -54,7 +54,13 @@ from testbed.metrics.fidelity import calibrated_link_mbps
 from testbed.results import store
 from testbed.simulator.network import EMULATOR_COSTS, IDEAL_COSTS, network_model
 from testbed.simulator.run import simulate_plan
-from workloads.algorithms import lower_positions, pack_segments, stragglar_rounds
+from workloads.algorithms import (
+    IdealRail,
+    alltoall_model_s,
+    matching_segments,
+    stragglar_model_s,
+    stragglar_rounds,
+)
 from workloads.config import Straggler
 from workloads.hardware import Cluster
 from workloads.micro import collective_schedule
@@ -64,6 +70,8 @@ from workloads.schedule import Schedule
 RAIL_GBPS = 200.0
 LATENCY_US = 5.0
 PORTS_PER_RANK = 2
+#: The fabric of the closed-form models the measured times are set against.
+IDEAL_RAIL = IdealRail(RAIL_GBPS, LATENCY_US, PORTS_PER_RANK)
 SIM_LINK_MBPS = 1000.0  # sets only the byte scale of the IDEAL runs
 DELAYS_MS = (0.01, 1.0, 10.0, 25.0)
 DELAY_LABELS = {0.01: "0.01 ms (RotorNet-class; Table 3 PLZT is 10 ns)"}
@@ -167,27 +175,6 @@ def per_collective(calls: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
 
 # ------------------------------------------------------------------------- all-to-all
 
-def alltoall_model_s(algorithm: str, n: int, per_rank_bytes: int, delay_ms: float, *,
-                     shared_nic: bool = False) -> float:
-    """Closed-form time per all-to-all at IDEAL costs (``shared_nic``: the K ports share one
-    NIC of the rail rate, so multihop's two directions each get half)."""
-    block_s = per_rank_bytes / n * 8 / (RAIL_GBPS * 1e9)
-    alpha = LATENCY_US * 1e-6
-    if algorithm == "multihop":
-        links = (n * n if n % 2 == 0 else n * n - 1) / 8
-        return n // 2 * alpha + links * block_s * (PORTS_PER_RANK if shared_nic else 1)
-    rounds = n - 1 if n % 2 == 0 else n
-    if algorithm == "electrical":
-        return (n - 1) * (alpha + block_s)
-    return rounds * (alpha + block_s) + _matching_segments(n) * delay_ms / 1e3
-
-
-def _matching_segments(n: int) -> int:
-    plan = lower_positions("all_to_all", "matchings", n, (n,) * n,
-                           tuple(tuple(1 for _ in range(n)) for _ in range(n)), None)
-    return len(pack_segments(plan.units, PORTS_PER_RANK))
-
-
 def crossover_ms(points: Sequence[Point]) -> dict[str, Any]:
     """Where a line through the matchings times (against the delay) meets the mean multihop
     time: the switching delay below which matchings beat multihop."""
@@ -238,7 +225,8 @@ def run_alltoall_bench(*, ranks: Sequence[int] = (8, 32, 256), emu_ranks: int = 
                     "switching_delay_label": DELAY_LABELS.get(delay, f"{delay:g} ms"),
                     "time_per_a2a_s": statistics.median(s["end"] - s["last"] for s in spans),
                     "segments_per_a2a": spans[0]["segments"],
-                    "model_s": round(alltoall_model_s(algorithm, n, per_rank, delay), 6),
+                    "model_s": round(alltoall_model_s(algorithm, n, per_rank, delay, IDEAL_RAIL),
+                                     6),
                     "delivered": all(s["delivered"] for s in spans),
                     "fidelity": runner.fidelity,
                     "beyond_table3_radix": n > TABLE3_MAX_RADIX})
@@ -251,10 +239,11 @@ def run_alltoall_bench(*, ranks: Sequence[int] = (8, 32, 256), emu_ranks: int = 
                 crossovers[str(n)][backend]["fidelity"] = "degraded"
     for n in sorted({p["ranks"] for p in points}):
         for shared in (False, True):
-            m0 = alltoall_model_s("matchings", n, per_rank, 0.0)
-            mh = alltoall_model_s("multihop", n, per_rank, 0.0, shared_nic=shared)
+            m0 = alltoall_model_s("matchings", n, per_rank, 0.0, IDEAL_RAIL)
+            mh = alltoall_model_s("multihop", n, per_rank, 0.0, IDEAL_RAIL,
+                                  shared_nic=shared)
             key = "model_shared_nic" if shared else "model"
-            d = (mh - m0) / _matching_segments(n) * 1e3
+            d = (mh - m0) / matching_segments(n, PORTS_PER_RANK) * 1e3
             crossovers[str(n)][key] = ({"ms": round(d, 4)} if d >= 0 else {
                 "ms": None, "why": "matchings are slower than multihop even without switching"})
     out = {"bench": "alltoall", "model": "mixtral-8x7b", "per_rank_bytes": per_rank,
@@ -275,26 +264,6 @@ def run_alltoall_bench(*, ranks: Sequence[int] = (8, 32, 256), emu_ranks: int = 
 
 
 # ------------------------------------------------------------------------- stragglar
-
-def stragglar_model_s(algorithm: str, n: int, size_bytes: int, straggler_delay_ms: float,
-                      switching_delay_ms: float | None) -> float:
-    """Closed-form time after the straggler's arrival at IDEAL costs (electrical rails when
-    ``switching_delay_ms`` is None; on circuits the ring stays lit and StragglAR switches for
-    its reduce-scatter and each post segment)."""
-    alpha = LATENCY_US * 1e-6
-    bps = RAIL_GBPS * 1e9
-    if algorithm == "ring":
-        return 2 * (n - 1) * (alpha + size_bytes * 8 / n / bps)
-    chunk_s = alpha + size_bytes * 8 / (n - 1) / bps
-    t_rs = (n - 2) * chunk_s
-    t_post = len(stragglar_rounds(n)) * chunk_s
-    if switching_delay_ms is None:
-        return max(0.0, t_rs - straggler_delay_ms / 1e3) + t_post
-    d = switching_delay_ms / 1e3
-    plan = lower_positions("all_reduce", "stragglar", n, (size_bytes,) * n, None, n - 1)
-    post = len(pack_segments(plan.units, PORTS_PER_RANK)) - 1
-    return max(0.0, d + t_rs - straggler_delay_ms / 1e3) + post * d + t_post
-
 
 def run_stragglar_bench(*, ranks: int = 8, size_mib: float = 1024.0,
                         straggler_delays_ms: Sequence[float] = (0, 10, 20, 50, 100),
@@ -330,7 +299,7 @@ def run_stragglar_bench(*, ranks: int = 8, size_mib: float = 1024.0,
                         "end_to_end_s": statistics.median(s["end"] - s["first"] for s in spans),
                         "segments": spans[0]["segments"],
                         "model_after_arrival_s": round(stragglar_model_s(
-                            algorithm, ranks, size, late_ms, delay), 6),
+                            algorithm, ranks, size, late_ms, delay, IDEAL_RAIL), 6),
                         "delivered": all(s["delivered"] for s in spans),
                         "fidelity": runner.fidelity})
     speedups = _speedups(points)

@@ -1,0 +1,275 @@
+"""The rail-state switching model: how :class:`controller.calls.CallBook` serves a job under
+``CoreConfig.semantics`` ``rail-state``, the public artifact's bitmask per rail.
+
+:mod:`controller.railstate` states the model's rules and holds its pure bit state
+(:class:`~controller.railstate.RailStateModel`); this module ties it to the call book: a
+gathered call is served by the bit model, each request's bits switch as one decision on their
+shadow rails, and a call is acked when its own and its joined switches have lit. One job per
+controller (one bit state per rail). Predictions come from the plan (:meth:`CallBook.predict`),
+not from completions, and a real ask does not withdraw them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.calls import CallBook, CallState, Instance, JobEntry, Output
+from controller.job import JobError, JobSpec
+from controller.messages import Decision
+from controller.ocs import ApplyResult, Circuit, Reconfiguration
+from controller.railstate import (
+    RAIL_STATE,
+    SHADOW_PORTS,
+    Bit,
+    BitOp,
+    RailStateModel,
+    bit_op_of,
+    flip_reconf,
+    job_shape,
+    shadow_rail_id,
+)
+from controller.switching import end_events, undo
+
+_NOTHING_WAITS: Mapping[Instance, None] = {}  # (rail-state queues requests in its bit model)
+
+
+@dataclass(eq=False, slots=True)
+class RailStateJob:
+    """A rail-state job: its bit model, its groups' bit operations, its calls that switch."""
+
+    job_id: str
+    model: RailStateModel
+    ops: dict[str, dict[int, BitOp]]  # group -> rail -> what serving its call does
+    shadow: dict[Bit, int]  # (data rail, bit) -> the shadow rail that switches it
+    calls: dict[int, Instance] = field(default_factory=dict)  # request id -> its call
+    inflight: dict[int, tuple[int, tuple[Reconfiguration, ...]]] = field(
+        default_factory=dict)  # decision id -> (request id, its flips)
+    next_request: int = 1
+
+
+class RailStateSwitching:
+    """The rail-state model of :class:`controller.calls.CallBook` (see the module docstring)."""
+
+    #: (controller.switching.SwitchingModel) see the module docstring
+    withdraws_predictions = False
+    predicts_on_completion = False
+    counts_late_predictions = True
+    waiting = _NOTHING_WAITS
+
+    def __init__(self, book: CallBook) -> None:
+        self.config = book.config
+        self.state = book.state
+        self.rails = book.rails
+        self.optical = book.optical
+        self.counters = book.counters
+        self._jobs = book._jobs
+        self._ack = book._ack
+        self._reject = book._reject
+        self._drop = book._drop
+        self._lost_while_switching = book._lost_while_switching
+        self.job: RailStateJob | None = None  # the rail-state job (one per core)
+        self._next_decision = 1
+        self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
+                              "rail_state_joined_bits": 0, "rail_state_early_bits": 0,
+                              "late_predictions": 0})
+
+    # ------------------------------------------------------------------ jobs
+
+    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
+        """The job's bit model, taken in once the book registered the job."""
+        rs = self._new_job(job)
+
+        def added(_jb: JobEntry) -> None:
+            self.job = rs
+
+        return added
+
+    def job_removed(self, job: JobEntry) -> None:
+        if self.job is not None and self.job.job_id == job.spec.job_id:
+            self.job = None  # its switches in flight end as unknown decisions
+
+    def _new_job(self, job: JobSpec) -> RailStateJob:
+        """The bit model of a job, or :class:`JobError` naming what the model cannot hold."""
+        if self._jobs:
+            raise JobError(f"job {job.job_id}: rail-state keeps one bit state per rail, so one "
+                           f"job per controller (job {next(iter(self._jobs))} is registered)")
+        n_rails, n_bits = job_shape(job)
+        assert job.stages is not None  # job_shape checked
+        shadow: dict[Bit, int] = {}
+        for rail in range(n_rails):
+            for bit in range(n_bits):
+                sid = shadow_rail_id(rail, bit, n_rails, n_bits)
+                desc = self.rails.get(sid)
+                if desc is None or desc.mode != "ocs" or tuple(desc.ports) != SHADOW_PORTS:
+                    raise JobError(f"job {job.job_id}: rail-state switches bit {bit} of rail "
+                                   f"{rail} on shadow rail {sid} (an OCS with ports "
+                                   f"{list(SHADOW_PORTS)}), which the OCS does not have")
+                shadow[(rail, bit)] = sid
+        data_ocs = sorted({rp.rail for rp in job.ranks.values()} & self.optical)
+        if data_ocs:
+            raise JobError(f"job {job.job_id}: rail-state carries the data on packet-switched "
+                           f"(electrical) rails and switches only shadow rails, but rails "
+                           f"{data_ocs} of its ranks are OCS rails")
+        ops: dict[str, dict[int, BitOp]] = {}
+        for gid, grp in job.groups.items():
+            rails = list(job.demand[gid])
+            if rails:
+                op = bit_op_of(grp, job.stages)
+                ops[gid] = dict.fromkeys(rails, op)
+        model = RailStateModel(range(n_rails), self.config.rail_state_inflight)
+        return RailStateJob(job.job_id, model, ops, shadow)
+
+    # ------------------------------------------------------------- serving
+
+    def asked(self, inst: Instance, now: float, out: Output) -> None:
+        """Serve the call once every member asked (really or speculatively)."""
+        if inst.asked < inst.group.n_members:
+            return
+        rs = self.job
+        assert rs is not None  # (a call of a registered job: the book checked)
+        grp = inst.group
+        rid = rs.next_request
+        rs.next_request += 1
+        served = rs.model.serve(rid, rs.ops.get(grp.group_id, {}))
+        self.counters["stale_reflips"] += served.stale_bits - served.joined_bits
+        self.counters["rail_state_joined_bits"] += served.joined_bits
+        self.counters["rail_state_early_bits"] += served.early_bits
+        out._events.append({
+            "event": "rail_state_served", "t_s": now, "job": grp.job_id, "group": grp.group_id,
+            "seq": inst.seq, "speculative": not inst.real,
+            "requested": {str(r): m for r, m in served.requested.items()},
+            "completed": {str(r): m for r, m in served.completed.items()},
+            "bits": sorted([r, b] for r, b in served.request.bits) if served.request else [],
+            "stale_bits": served.stale_bits, "joined_bits": served.joined_bits,
+            "early_bits": served.early_bits})
+        if served.request is None:
+            inst.state = CallState.ACTIVE
+            self.counters["acked_at_once"] += 1
+            self._ack(inst, out, now, False)
+            return
+        inst.state = CallState.SWITCHING
+        rs.calls[rid] = inst
+        for started in served.start:
+            self._start(rs, started, now, out)
+
+    def _start(self, rs: RailStateJob, rid: int, now: float, out: Output) -> None:
+        """Switch a request's bits, each on its shadow rail, as one decision."""
+        inst = rs.calls[rid]
+        req = rs.model.request(rid)
+        reconfs = []
+        for bit in sorted(req.bits):
+            sid = rs.shadow[bit]
+            rc = flip_reconf(sid, self.state.circuits(sid))
+            self.state.apply(rc)
+            reconfs.append(rc)
+        spec = not inst.real
+        did = self._decide(rs, inst.group.group_id, inst.seq, tuple(reconfs), spec, now, out,
+                           {"bits": sorted([r, b] for r, b in req.bits),
+                            "target": {str(r): m for r, m in req.target.items()},
+                            "waited_s": now - inst.t_first_s})
+        rs.inflight[did] = (rid, tuple(reconfs))
+        inst.decision_id = did
+        self.counters["decisions"] += 1
+        self.counters["reconfigurations"] += len(reconfs)
+        self.counters["bit_flips"] += len(reconfs)
+        if spec:
+            self.counters["speculative_decisions"] += 1
+
+    def _decide(self, rs: RailStateJob, group_id: str, seq: int,
+                reconfs: tuple[Reconfiguration, ...], speculative: bool, now: float,
+                out: Output, fields: dict[str, object]) -> int:
+        did = self._next_decision
+        self._next_decision += 1
+        out.decisions.append(Decision(did, rs.job_id, group_id, seq, reconfs, speculative))
+        out._events.append({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
+                           "group": group_id, "seq": seq, "speculative": speculative,
+                           "rails": [rc.rail for rc in reconfs], "semantics": RAIL_STATE,
+                           **fields})
+        for rc in reconfs:
+            out._events.append({"event": "reconfig_start", "t_s": now, "decision": did,
+                               "rail": rc.rail, "ports": sorted(rc.touched_ports),
+                               "add": [c.to_json() for c in sorted(rc.add)],
+                               "remove": [c.to_json() for c in sorted(rc.remove)]})
+        return did
+
+    def _settle(self, rs: RailStateJob, now: float, out: Output, error: str) -> None:
+        """Ack the calls whose own and joined switches have all lit; fail the others."""
+        for rid, ok in rs.model.settled():
+            inst = rs.calls.pop(rid)
+            grp = inst.group
+            if not ok:
+                for _rank, ref in inst.real.items():
+                    self._reject(out, now, ref, "reconfig_failed",
+                                 f"switching for group {grp.group_id} failed: "
+                                 f"{error or 'a switch it joined failed'}")
+                self._drop(inst)
+                continue
+            if grp.instances.get(inst.seq) is inst and not self._lost_while_switching(inst, now,
+                                                                                      out):
+                inst.state = CallState.ACTIVE
+                if inst.real:
+                    self._ack(inst, out, now, True)
+                else:
+                    out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                                       "group": grp.group_id, "seq": inst.seq})
+
+    # ------------------------------------------------------- driver feedback
+
+    def done(self, decision_id: int, results: Sequence[ApplyResult], now: float) -> Output:
+        """A request's bits lit: ack its call's real askers, start the requests behind it."""
+        out = Output()
+        rs = self.job
+        if rs is None or decision_id not in rs.inflight:
+            return out  # (a decision of a job unregistered since, or unknown)
+        rid, _reconfs = rs.inflight.pop(decision_id)
+        end_events(decision_id, results, now, out)
+        started = rs.model.finished(rid)
+        self._settle(rs, now, out, "")
+        for rid_next in started:
+            self._start(rs, rid_next, now, out)
+        return out
+
+    def failed(self, decision_id: int, error: str, now: float, out: Output,
+               withdrawn: bool) -> None:
+        """A rail-state decision failed: undo its flips, fail its call, free its bits."""
+        rs = self.job
+        if rs is None or decision_id not in rs.inflight:
+            return
+        rid, reconfs = rs.inflight.pop(decision_id)
+        event: dict[str, object] = {"event": "reconfig_failed", "t_s": now,
+                                    "decision": decision_id, "error": error}
+        if withdrawn:
+            event["withdrawn"] = True
+        out._events.append(event)
+        for rc in reconfs:
+            undo(self.state, self.state.apply, decision_id, rc, now, out)
+        started = rs.model.finished(rid, lit=False)
+        self._settle(rs, now, out, error)
+        for rid_next in started:
+            self._start(rs, rid_next, now, out)
+
+    def commit(self, rc: Reconfiguration) -> None:
+        """Take a change of the switch into the crossconnect state (the only index here)."""
+        self.state.apply(rc)
+
+    # (controller.switching.SwitchingModel) nothing is protected, dark to the data plane or
+    # queued here: the bit model orders the requests, and only acknowledgements wait
+
+    def released(self, inst: Instance, now: float) -> None:
+        pass
+
+    def withdraw(self, inst: Instance) -> None:
+        pass
+
+    def turned_real(self, inst: Instance) -> None:
+        pass
+
+    def pump(self, now: float, out: Output) -> None:
+        pass
+
+    def active_circuits(self) -> frozenset[Circuit]:
+        return frozenset()
+
+    def dark_ports(self) -> frozenset[tuple[int, int]]:
+        return frozenset()
