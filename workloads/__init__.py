@@ -16,27 +16,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workloads.builder import generate_schedule, split_experts, split_layers
+    from workloads.builder import generate_schedule, split_experts
     from workloads.config import WorkloadConfig
     from workloads.errors import WorkloadConfigError
     from workloads.hardware import GPU_PRESETS, Cluster, GpuSpec, get_gpu
     from workloads.layout import AXES, GroupSet
     from workloads.loader import load_experiment_workload, parse_workload
     from workloads.models import PRESETS, ModelSpec, get_preset, total_params
-    from workloads.parallel import ParallelConfig
+    from workloads.parallel import ParallelConfig, split_layers
     from workloads.phases import Phase
     from workloads.schedule import Op, Program, Schedule, TemplateOp
     from workloads.steps import StepPlan, Transfer
 
 _SOURCES = {
-    "builder": ("generate_schedule", "split_experts", "split_layers"),
+    "builder": ("generate_schedule", "split_experts"),
     "config": ("WorkloadConfig",),
     "errors": ("WorkloadConfigError",),
     "hardware": ("GPU_PRESETS", "Cluster", "GpuSpec", "get_gpu"),
     "layout": ("AXES", "GroupSet"),
     "loader": ("load_experiment_workload", "parse_workload"),
     "models": ("PRESETS", "ModelSpec", "get_preset", "total_params"),
-    "parallel": ("ParallelConfig",),
+    "parallel": ("ParallelConfig", "split_layers"),
     "phases": ("Phase",),
     "schedule": ("Op", "Program", "Schedule", "TemplateOp"),
     "steps": ("StepPlan", "Transfer"),

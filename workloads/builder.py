@@ -62,8 +62,11 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
 
 Layer split over the ``pp * virtual_stages`` chunks: ``n_layers // chunks`` each; the
 remainder goes to the middle chunks first, then the last, then the first (those also hold the
-embedding and the output head). Experts split over EP ranks: ``n_experts // ep`` each, the first
-``n_experts % ep`` ranks take one more.
+embedding and the output head); or TorchTitan's split (``pp_layer_split: torchtitan``, see
+:func:`workloads.parallel.split_layers`). An MoE block's routed experts are one FSDP unit with
+the rest of the block without EP (TorchTitan's ``apply_fsdp`` wraps ``moe.experts`` apart only
+when ``ep_degree > 1``), their own unit on the ``edp`` axis with it. Experts split over EP
+ranks: ``n_experts // ep`` each, the first ``n_experts % ep`` ranks take one more.
 
 Worked check (Llama3-8B, TP4, FSDP2, PP2, fp32 reduce): stage 0 holds the embedding and blocks
 0-15; its TP-sharded matrices have 4,014,997,504 parameters (exactly 3829 MiB / 4 bytes * 4)
@@ -84,6 +87,7 @@ import numpy as np
 from workloads.config import WorkloadConfig
 from workloads.layout import build_groups, index_groups
 from workloads.models import embedding_params, head_params, layer_params
+from workloads.parallel import split_layers
 from workloads.schedule import Program, Schedule, TemplateOp
 from workloads.threads import AUTOGRAD_THREAD, MAIN_THREAD
 
@@ -91,20 +95,6 @@ GRAD_NORM_BYTES = 4
 #: TorchTitan's loss logging with ``log_freq = 1``: mean loss (fp32), max loss (fp32), tokens
 #: seen (int64); any further all-reduce is taken as 8 bytes.
 LOSS_LOGGING_BYTES = (4, 4, 8)
-
-
-def split_layers(n_layers: int, chunks: int) -> list[range]:
-    """Layer ranges of each pipeline chunk (remainder to middle chunks, then last, then first)."""
-    base, extra = divmod(n_layers, chunks)
-    counts = [base] * chunks
-    order = list(range(1, chunks - 1)) + ([chunks - 1, 0] if chunks > 1 else [0])
-    for c in order[:extra]:
-        counts[c] += 1
-    out, start = [], 0
-    for n in counts:
-        out.append(range(start, start + n))
-        start += n
-    return out
 
 
 def split_experts(n_experts: int, ep: int) -> list[int]:
@@ -172,7 +162,7 @@ class _ProgramBuilder:
         self.flops_per_s = cfg.gpu.peak_bf16_tflops * 1e12 * cfg.mfu
         self.experts = split_experts(m.n_experts, self.p.ep) if m.is_moe else []
         self.local_experts = self.experts[ep_index] if m.is_moe else 0
-        self.chunk_layers = split_layers(m.n_layers, self.p.chunks)
+        self.chunk_layers = split_layers(m.n_layers, self.p.chunks, self.p.pp_layer_split)
         self.buckets: dict[str, int] = {"dp": 0, "edp": 0}
         self.n_buckets = 0
         self.unsharded: set[str] = set()  # FSDP units whose parameters are gathered now
@@ -238,7 +228,10 @@ class _ProgramBuilder:
         for layer in self.chunk_layers[chunk]:
             lp = layer_params(m, layer)
             expert = _ceil(lp.expert_each, tp) * self.local_experts if lp.n_experts else 0
-            units.append(Unit(f"l{layer}", _ceil(lp.tp_sharded, tp) + lp.replicated, expert))
+            dense = _ceil(lp.tp_sharded, tp) + lp.replicated
+            if self.p.ep == 1:  # TorchTitan shards the experts apart only under EP
+                dense, expert = dense + expert, 0
+            units.append(Unit(f"l{layer}", dense, expert))
         if self.p.fsdp_unit == "stage":
             return [Unit(f"c{chunk}.all", sum(u.dense for u in units),
                          sum(u.expert for u in units))]
@@ -247,9 +240,9 @@ class _ProgramBuilder:
     # --- FLOPs -------------------------------------------------------------------------
     def attn_flops(self) -> float:
         m, t = self.cfg.model_spec, self.tokens
-        proj = 2 * t * (2 * m.hidden_size * m.q_dim + 2 * m.hidden_size * m.kv_dim)
-        core = 4 * t * self.cfg.seq_len * m.q_dim
-        return (proj + core) / self.p.tp
+        sharded, replicated = m.attn_matrices
+        core = 2 * t * self.cfg.seq_len * m.n_heads * (m.qk_head_dim + m.v_head_dim_eff)
+        return (2 * t * sharded + core) / self.p.tp + 2 * t * replicated
 
     def mlp_flops(self, layer: int) -> float:
         m, t = self.cfg.model_spec, self.tokens
@@ -445,8 +438,8 @@ class _ProgramBuilder:
     def kv_bytes(self) -> int:
         """This rank's K and V for its ``T`` tokens (KV heads split over TP when possible)."""
         m = self.cfg.model_spec
-        kv_local = m.head_dim_eff * max(1, m.n_kv_heads // self.p.tp)
-        return 2 * self.tokens * kv_local * self.cfg.act_dtype_bytes
+        heads = max(1, m.n_kv_heads // self.p.tp)
+        return self.tokens * heads * (m.qk_head_dim + m.v_head_dim_eff) * self.cfg.act_dtype_bytes
 
     def a2a_splits(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(dispatch, combine) bytes to each EP position under uniform routing."""
@@ -477,7 +470,7 @@ class _ProgramBuilder:
             self.flush_bucket(axis, self.buckets[axis])
         deps = sorted(set(self.cursor + self.grad_sync))
         axes = ["fsdp" if self.fsdp_on else "", "tp", "ep", "pp"]
-        if self.cfg.model_spec.is_moe and self.fsdp_on:
+        if self.cfg.model_spec.is_moe and self.fsdp_on and self.p.ep > 1:  # experts apart
             axes.append("edp")
         for axis in axes:
             if axis and self.sizes[axis] > 1:

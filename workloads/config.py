@@ -21,7 +21,13 @@ from workloads.errors import WorkloadConfigError
 from workloads.hardware import Cluster, GpuSpec, get_gpu
 from workloads.layout import AXES, build_groups
 from workloads.models import ModelSpec
-from workloads.parallel import FSDP_UNITS, PP_SCHEDULES, ParallelConfig
+from workloads.parallel import (
+    FSDP_UNITS,
+    PP_LAYER_SPLITS,
+    PP_SCHEDULES,
+    ParallelConfig,
+    split_layers,
+)
 
 ACTIVATION_CHECKPOINTING = ("none", "full")
 _PAR = "workload.parallelism"  # the key prefix of the degrees in error messages
@@ -166,6 +172,14 @@ class WorkloadConfig:
         if p.fsdp_unit not in FSDP_UNITS:
             raise WorkloadConfigError(f"must be one of {', '.join(FSDP_UNITS)}",
                                       f"{_PAR}.fsdp_unit")
+        if p.pp_layer_split not in PP_LAYER_SPLITS:
+            raise WorkloadConfigError(f"must be one of {', '.join(PP_LAYER_SPLITS)}",
+                                      f"{_PAR}.pp_layer_split")
+        if p.chunks <= model.n_layers and not all(
+                split_layers(model.n_layers, p.chunks, p.pp_layer_split)):
+            raise WorkloadConfigError(
+                f"the {p.pp_layer_split} split of {model.n_layers} layers over {p.chunks} "
+                "chunks leaves a chunk without a layer", f"{_PAR}.pp_layer_split")
         if p.pp_schedule == "1f1b" and p.virtual_stages != 1:
             raise WorkloadConfigError("virtual stages need pp_schedule 'interleaved'",
                                       f"{_PAR}.virtual_stages")

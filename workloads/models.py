@@ -14,7 +14,12 @@ Llama3.1-405B 405.85 B; Mixtral-8x7B 46.70 B.
 FLOPs follow the usual dense-transformer accounting (Kaplan et al. 2020; the PaLM MFU
 appendix; the Ultra-Scale Playbook): a matmul of a ``k x n`` weight costs ``2 k n`` FLOPs per
 token forward and twice that backward; causal self-attention adds ``4 * seq * q_dim`` FLOPs per
-token forward for the QK^T and AV products (no discount for the causal mask).
+token forward for the QK^T and AV products (no discount for the causal mask); under MLA
+``2 * seq * n * ((d_nope + d_rope) + d_v)``.
+
+Check: DeepSeek-V2-Lite (TorchTitan's deepseek_v3 "16B" flavour) gives 15,706,484,224 parameters
+(the published "15.7B") and 2.66 B active, 2.45 B without the embedding table (the published
+"2.4B" activated).
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class ModelSpec:
     moe_ffn_hidden_size: int = 0
     n_shared_experts: int = 0
     n_dense_layers: int = 0  # the first n blocks keep a dense FFN (DeepSeek-V3 style)
+    kv_lora_rank: int = 0  # > 0: multi-head latent attention (DeepSeek-V2/V3); 0: GQA
+    q_lora_rank: int = 0  # MLA only: 0 = one full-rank wq
+    qk_rope_head_dim: int = 0  # MLA only: the rotary part of each query/key head
+    v_head_dim: int = 0  # MLA only: value head width (head_dim is the non-rotary q/k part)
 
     @property
     def is_moe(self) -> bool:
@@ -59,6 +68,39 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim_eff
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head (the QK^T product)."""
+        return self.head_dim_eff + self.qk_rope_head_dim
+
+    @property
+    def v_head_dim_eff(self) -> int:
+        """Width of one value head (the AV product)."""
+        return self.v_head_dim if self.is_mla else self.head_dim_eff
+
+    @property
+    def attn_matrices(self) -> tuple[int, int]:
+        """Attention weight-matrix parameters of one block: (TP-sharded, replicated over TP)."""
+        h, n = self.hidden_size, self.n_heads
+        if not self.is_mla:
+            return 2 * h * self.q_dim + 2 * h * self.kv_dim, 0
+        q_out = n * self.qk_head_dim
+        wq = (self.q_lora_rank * q_out) if self.q_lora_rank else h * q_out
+        wq_a = h * self.q_lora_rank
+        wkv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+        wkv_b = self.kv_lora_rank * n * (self.head_dim_eff + self.v_head_dim)
+        wo = n * self.v_head_dim * h
+        return wq + wkv_b + wo, wq_a + wkv_a
+
+    @property
+    def attn_norm_params(self) -> int:
+        """RMSNorm weights inside the attention (MLA's latent norms), replicated over TP."""
+        return self.kv_lora_rank + self.q_lora_rank
 
     def is_moe_layer(self, layer: int) -> bool:
         return self.is_moe and layer >= self.n_dense_layers
@@ -89,6 +131,23 @@ class ModelSpec:
             raise WorkloadConfigError("set only with n_experts > 0", f"{field}.top_k")
         if not 0 <= self.n_dense_layers <= self.n_layers:
             raise WorkloadConfigError("must be in 0..n_layers", f"{field}.n_dense_layers")
+        mla_only = ("q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+        for name in ("kv_lora_rank", *mla_only):
+            if int(getattr(self, name)) < 0:
+                raise WorkloadConfigError("must not be negative", f"{field}.{name}")
+        if self.is_mla:
+            if self.v_head_dim <= 0:
+                raise WorkloadConfigError("must be positive with kv_lora_rank > 0",
+                                          f"{field}.v_head_dim")
+            if self.n_kv_heads != self.n_heads:
+                raise WorkloadConfigError(
+                    "multi-head latent attention gives every head its own K and V: set "
+                    f"n_kv_heads = n_heads = {self.n_heads}", f"{field}.n_kv_heads")
+        else:
+            for name in mla_only:
+                if getattr(self, name):
+                    raise WorkloadConfigError("set only with kv_lora_rank > 0 (MLA)",
+                                              f"{field}.{name}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,8 +184,8 @@ class LayerParams:
 def layer_params(model: ModelSpec, layer: int) -> LayerParams:
     """Parameter counts of block ``layer`` (0-based)."""
     h = model.hidden_size
-    attn = 2 * h * model.q_dim + 2 * h * model.kv_dim
-    norms = 2 * h
+    attn, attn_replicated = model.attn_matrices
+    norms = 2 * h + attn_replicated + model.attn_norm_params
     if model.is_moe_layer(layer):
         expert = 3 * h * model.moe_ffn_hidden_size
         shared = model.n_shared_experts * expert
@@ -172,6 +231,14 @@ PRESETS: dict[str, ModelSpec] = {
         # Mixtral of Experts (Jiang et al. 2024): 8 experts, top-2, every block MoE.
         ModelSpec("mixtral-8x7b", 32000, 4096, 32, 32, 8, 14336, n_experts=8, top_k=2,
                   moe_ffn_hidden_size=14336),
+        # DeepSeek-V2-Lite (DeepSeek-AI 2024, arXiv 2405.04434, appendix B) as TorchTitan's
+        # deepseek_v3 "16B" flavour states it (torchtitan/models/deepseek_v3/__init__.py):
+        # MLA without query compression, 64 routed experts (top-6) + 2 shared of width 1408,
+        # the first block dense (10944). The Opus artifact trains it
+        # (torchtitan/opus-test/deepseek-dp-2-pp-2-tp-4-pm/).
+        ModelSpec("deepseek-v3-16b", 102400, 2048, 27, 16, 16, 10944, head_dim=128,
+                  n_experts=64, top_k=6, moe_ffn_hidden_size=1408, n_shared_experts=2,
+                  n_dense_layers=1, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
     )
 }
 ALIASES = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3-405b": "llama3.1-405b"}

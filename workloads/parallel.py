@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 PP_SCHEDULES = ("1f1b", "interleaved")
 FSDP_UNITS = ("block", "stage")
+#: How the layers are split over the pipeline chunks (:func:`split_layers`).
+PP_LAYER_SPLITS = ("even", "torchtitan")
 #: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
 RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
 
@@ -27,7 +29,9 @@ class ParallelConfig:
     on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
     builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
     wrapping: one unit per transformer block plus one for the stage's leftover parameters
-    (TorchTitan), or one unit holding the whole stage.
+    (TorchTitan), or one unit holding the whole stage. ``pp_layer_split`` is how the layers
+    are split over the pipeline chunks (:func:`split_layers`): ``even``, or ``torchtitan`` (the
+    embedding and the output head count as a layer each).
     """
 
     tp: int = 1
@@ -37,6 +41,7 @@ class ParallelConfig:
     reshard_after_forward: bool | None = None
     fsdp_unit: str = "block"
     pp: int = 1
+    pp_layer_split: str = "even"
     pp_schedule: str = "1f1b"
     virtual_stages: int = 1
     cp: int = 1
@@ -62,3 +67,32 @@ class ParallelConfig:
     def chunks(self) -> int:
         """Model chunks in the pipeline (``pp * virtual_stages``)."""
         return self.pp * self.virtual_stages
+
+
+def split_layers(n_layers: int, chunks: int, rule: str = "even") -> list[range]:
+    """Layer ranges of each pipeline chunk.
+
+    ``even``: ``n_layers // chunks`` each, the remainder to the middle chunks, then the last,
+    then the first. ``torchtitan``: TorchTitan's ``generate_llm_fqn_per_model_part`` with
+    input and output weight 1: the embedding and the output head count as one layer each,
+    ``(n_layers + 2) // chunks`` such slots a chunk, the remainder to the first chunks.
+
+    Here rather than in :mod:`workloads.builder` (which uses it) because the workload's
+    validation (:mod:`workloads.config`) checks the split too, and the builder imports config.
+    """
+    if rule == "torchtitan" and chunks > 1:
+        per, extra = divmod(n_layers + 2, chunks)
+        counts = [per + (c < extra) for c in range(chunks)]
+        counts[0] -= 1
+        counts[-1] = n_layers - sum(counts[:-1])
+    else:
+        base, extra = divmod(n_layers, chunks)
+        counts = [base] * chunks
+        order = list(range(1, chunks - 1)) + ([chunks - 1, 0] if chunks > 1 else [0])
+        for c in order[:extra]:
+            counts[c] += 1
+    out, start = [], 0
+    for n in counts:
+        out.append(range(start, start + n))
+        start += n
+    return out

@@ -361,13 +361,24 @@ OPTIONAL_COLUMNS = {"thread": MAIN_THREAD}
 OPTIONAL_CONFIG_FIELDS = {"activation_checkpointing": "none", "loss_logging_allreduces": 0,
                           "calibrate_step_s": None, "compute_scale": 1.0,
                           "algorithms": (), "stragglers": ()}
+#: The same for the fields of ``model`` (multi-head latent attention) and ``parallel``.
+OPTIONAL_MODEL_FIELDS = {"kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0,
+                         "v_head_dim": 0}
+OPTIONAL_PARALLEL_FIELDS = {"pp_layer_split": "even"}
+
+
+def _drop_defaults(d: dict[str, Any], defaults: dict[str, Any]) -> None:
+    for key, default in defaults.items():
+        if d[key] == default:
+            del d[key]
 
 
 def config_to_dict(cfg: WorkloadConfig) -> dict[str, Any]:
     d = asdict(cfg)
-    for key, default in OPTIONAL_CONFIG_FIELDS.items():
-        if d[key] == default:
-            del d[key]
+    _drop_defaults(d, OPTIONAL_CONFIG_FIELDS)
+    if d["model"] is not None:
+        _drop_defaults(d["model"], OPTIONAL_MODEL_FIELDS)
+    _drop_defaults(d["parallel"], OPTIONAL_PARALLEL_FIELDS)
     return d
 
 
