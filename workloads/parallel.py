@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PP_SCHEDULES = ("1f1b", "interleaved")
-FSDP_UNITS = ("block", "stage")
+FSDP_UNITS = ("block", "block-root", "stage")
 #: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
 RESHARD_POLICIES: dict[str, bool | None] = {"default": None, "always": True, "never": False}
 
@@ -26,8 +26,11 @@ class ParallelConfig:
     ``None`` ("default") reshards when PP is off and keeps the gathered parameters when PP is
     on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
     builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
-    wrapping: one unit per transformer block plus one for the stage's leftover parameters
-    (TorchTitan), or one unit holding the whole stage.
+    wrapping: ``block``, one unit per transformer block plus one for the stage's leftover
+    parameters, each in module order (TorchTitan: the embedding, the blocks, ``[norm,
+    output]``); ``block-root``, the blocks plus the stage module itself as the root unit that
+    holds the leftovers (gathered first in a forward and reduced first, wherever they sit);
+    ``stage``, one unit holding the whole stage.
     """
 
     tp: int = 1
