@@ -25,13 +25,17 @@ Traffic and its sizes, per rank (``T = micro_batch_size * seq_len / cp`` tokens,
     ``set_reshard_after_backward(False)`` and without gradient sync; the stage reduces once,
     after its last backward): after every forward only. A backward gathers the units a forward
     resharded and leaves them gathered; after the stage's last action every unit's gradient is
-    reduce-scattered from the main thread (root first, then the blocks) and the units are
-    resharded. This is the measured rule, not "an all-gather before every micro-batch's
-    forward and backward": for TorchTitan's Llama3-8B run of the Opus artifact (PP2, 17 units
-    a stage, 1F1B) it gives, per stage and step, 51 all-gathers with 2 micro-batches (stage 0:
-    F0, F1, B0 gather; stage 1: F0, B0, B1) and 68 with 3, plus 17 reduce-scatters: with the
-    grad-norm all-reduce the 69 and 86 FSDP calls per step of the artifact's recorded
-    communication patterns. The literal rule would give 68 and 102 all-gathers.
+    reduce-scattered from the main thread in module order (FSDP2's state list, which the
+    stage's ``perform_reduce_grad`` walks: the embedding, the blocks, ``[norm, output]``; a
+    ``block-root`` stage module first) and the units are resharded. This is the measured
+    rule, not "an all-gather before every micro-batch's forward and backward": for
+    TorchTitan's Llama3-8B run of the Opus artifact (PP2, 17 units a stage, 1F1B) it gives,
+    per stage and step, 51 all-gathers with 2 micro-batches (stage 0: F0, F1, B0 gather;
+    stage 1: F0, B0, B1) and 68 with 3, plus 17 reduce-scatters: with the grad-norm
+    all-reduce the 69 and 86 FSDP calls per step of the artifact's recorded communication
+    patterns. The literal rule would give 68 and 102 all-gathers. TorchTitan 0.3.0's own
+    trainer with that structure issues the same FSDP2 and pipeline calls in the same order
+    (``tests/torchjob/test_titan.py``, ``workloads/FORMAT.md``).
 
   All-gathers issued inside a backward (FSDP's pre-backward hooks) are marked
   ``thread="autograd"``; every other op runs on the main thread.
@@ -237,6 +241,18 @@ class _ProgramBuilder:
                          sum(u.expert for u in units))]
         return units
 
+    def module_order(self, chunk: int) -> list[Unit]:
+        """A chunk's units in module order, the order its forward reaches them and the order
+        of FSDP2's state list (``named_modules()`` pre-order), which the pipeline stage's
+        step-end reduction walks: the embedding, the blocks, then ``[norm, output]``. A root
+        that holds only the head (the last of several chunks) comes after the blocks, unless
+        the root is the stage module itself (``block-root``), whose state comes first."""
+        units = self.units(chunk)
+        head_only = chunk == self.p.chunks - 1 and chunk > 0 and self.p.fsdp_unit == "block"
+        if head_only and len(units) > 1 and units[0].name.endswith("root"):
+            return units[1:] + units[:1]
+        return units
+
     # --- FLOPs -------------------------------------------------------------------------
     def attn_flops(self) -> float:
         m, t = self.cfg.model_spec, self.tokens
@@ -335,7 +351,7 @@ class _ProgramBuilder:
         entry: list[int] = []
         if c > 0:
             entry = [self.p2p("recv", f"act.c{c - 1}.m{mb}", (c - 1) % p.pp, list(self.cursor))]
-        units = self.units(c)
+        units = self.module_order(c)  # gathered in the order the forward reaches them
         names = [u.name for u in units]
         ag: dict[str, list[int]] = {}
         issued = 0
@@ -347,8 +363,8 @@ class _ProgramBuilder:
                                                 sorted(set(self.cursor + entry)))
                 issued += 1
             extra = list(ag.get(name, []))
-            if k == 0:
-                extra += entry + [i for n in names if n.endswith("root") for i in ag.get(n, [])]
+            if k == 0:  # the embedding (a root gathered first) runs before the first block
+                extra += entry + (ag.get(names[0], []) if names[0].endswith("root") else [])
             if layer < 0:
                 self.compute(f"{pre}.head", self.head_flops(), extra)
             else:
@@ -462,7 +478,7 @@ class _ProgramBuilder:
         reduce-scatters."""
         if self.reduce_at_step_end:
             for c in range(self.stage, self.p.chunks, self.p.pp):
-                units = self.units(c)
+                units = self.module_order(c)  # perform_reduce_grad walks FSDP2's states
                 for u in units:
                     self.reduce_grads(u, f"step.c{c}.{u.name}", list(self.sends))
                 self.reshard(units)

@@ -7,7 +7,9 @@ options (reshard after forward or not). Per rank:
 * its **phases** (:mod:`workloads.phases`, intra-server ones included and marked): axis family,
   kind, calls, message and wire bytes;
 * its **PP<->DP boundaries**: consecutive phase pairs whose families are ``pp`` and ``dp``, the
-  points where a photonic rail must switch between pipeline and data-parallel circuits;
+  points where a photonic rail must switch between pipeline and data-parallel circuits; within
+  the iteration, and cyclic (the iteration's last phase followed by its first, as a run of
+  iterations sees it: where a capture cuts a step changes the first figure, not the second);
 * its compute time, shown but never counted as a difference (a generated schedule's compute is
   modelled from FLOPs, a captured one's measured);
 * its **differences**: the two phase sequences are aligned on (family, kind, scale-up) with
@@ -81,9 +83,11 @@ def compute_s(schedule: Schedule, rank: int) -> float:
     return sum(op.duration_s for op in schedule.ops_of(rank) if not op.is_collective)
 
 
-def boundaries(rows: list[PhaseRow]) -> int:
-    """Consecutive phase pairs whose families are pp and dp (either order)."""
-    return sum({a.axis, b.axis} == {"pp", "dp"} for a, b in itertools.pairwise(rows))
+def boundaries(rows: list[PhaseRow], cyclic: bool = False) -> int:
+    """Consecutive phase pairs whose families are pp and dp (either order); ``cyclic`` also
+    counts the last phase followed by the first (the next iteration's)."""
+    pairs = itertools.pairwise(rows + rows[:1] if cyclic and len(rows) > 1 else rows)
+    return sum({a.axis, b.axis} == {"pp", "dp"} for a, b in pairs)
 
 
 def differences(a: list[PhaseRow], b: list[PhaseRow]) -> list[dict[str, Any]]:
@@ -123,6 +127,8 @@ def compare(a: Schedule, b: Schedule, ranks: list[int] | None = None) -> dict[st
         pa, pb = phase_rows(a, r), phase_rows(b, r)
         out[str(r)] = {"a": [p.to_json() for p in pa], "b": [p.to_json() for p in pb],
                        "boundaries": {"a": boundaries(pa), "b": boundaries(pb)},
+                       "boundaries_cyclic": {"a": boundaries(pa, cyclic=True),
+                                             "b": boundaries(pb, cyclic=True)},
                        "compute_s": {"a": compute_s(a, r), "b": compute_s(b, r)},
                        "differences": differences(pa, pb)}
     return {"world_size": a.world_size, "ranks": out,
@@ -140,9 +146,10 @@ def render(report: dict[str, Any], name_a: str, name_b: str) -> str:
     for ranks in same.values():
         v = report["ranks"][ranks[0]]
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(ranks)}"
-        bd, cs = v["boundaries"], v["compute_s"]
+        bd, cy, cs = v["boundaries"], v["boundaries_cyclic"], v["compute_s"]
         lines.append(f"\n{who}: {len(v['a'])} phases in A, {len(v['b'])} in B; PP<->DP "
-                     f"boundaries per iteration: A {bd['a']}, B {bd['b']}; compute "
+                     f"boundaries per iteration: A {bd['a']}, B {bd['b']} (cyclic: A {cy['a']}, "
+                     f"B {cy['b']}); compute "
                      f"A {cs['a'] * 1e3:.3f} ms, B {cs['b'] * 1e3:.3f} ms (rank {ranks[0]})")
         lines.append(f"  {'#':>3} {'A phase':24} {'calls':>5} {'MiB':>8}   {'B phase':24} "
                      f"{'calls':>5} {'MiB':>8}")

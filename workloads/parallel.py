@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PP_SCHEDULES = ("1f1b", "interleaved")
-FSDP_UNITS = ("block", "stage")
+FSDP_UNITS = ("block", "block-root", "stage")
 #: How the layers are split over the pipeline chunks (:func:`split_layers`).
 PP_LAYER_SPLITS = ("even", "torchtitan")
 #: TorchTitan's ``fsdp_reshard_after_forward`` names and the field value each stands for.
@@ -28,10 +28,13 @@ class ParallelConfig:
     ``None`` ("default") reshards when PP is off and keeps the gathered parameters when PP is
     on, ``True`` ("always") reshards after every forward, ``False`` ("never") keeps them (the
     builder's docstring says what each means for the all-gathers). ``fsdp_unit`` is the FSDP
-    wrapping: one unit per transformer block plus one for the stage's leftover parameters
-    (TorchTitan), or one unit holding the whole stage. ``pp_layer_split`` is how the layers
-    are split over the pipeline chunks (:func:`split_layers`): ``even``, or ``torchtitan`` (the
-    embedding and the output head count as a layer each).
+    wrapping: ``block``, one unit per transformer block plus one for the stage's leftover
+    parameters, each in module order (TorchTitan: the embedding, the blocks, ``[norm,
+    output]``); ``block-root``, the blocks plus the stage module itself as the root unit that
+    holds the leftovers (gathered first in a forward and reduced first, wherever they sit);
+    ``stage``, one unit holding the whole stage. ``pp_layer_split`` is how the layers are split
+    over the pipeline chunks (:func:`split_layers`): ``even``, or ``torchtitan`` (the embedding
+    and the output head count as a layer each).
     """
 
     tp: int = 1

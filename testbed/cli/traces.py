@@ -141,7 +141,8 @@ def compare_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="opus-testbed workload compare",
         description="Two schedules side by side per rank: phases (axis, kind, calls, bytes), "
-        "PP<->DP boundaries per iteration, and every difference (phases aligned on axis and "
+        "PP<->DP boundaries per iteration (within it, and cyclic: its last phase followed by "
+        "its first), and every difference (phases aligned on axis and "
         "kind). A and B are schedule JSON files (workload --out, import kineto, a capture) or "
         "experiment files (generated, or workload: {schedule: FILE}). Exit 0 either way; 2 on "
         "bad input.")

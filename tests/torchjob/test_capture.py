@@ -173,8 +173,9 @@ def test_generated_and_captured_differ_only_as_documented() -> None:
         assert phases["b"][-1] == ("dp", "reducescatter", 3)
         # the extra PP<->DP boundary is the gradient-norm pair
         assert v["boundaries"]["a"] == v["boundaries"]["b"] + 1
-    # the message sizes agree exactly
+    # call for call (the job's stage root is its own FSDP unit: gathered first in a forward,
+    # reduced first; `fsdp_unit: block-root`), apart from the gradient-norm all-reduces
     for rank in range(4):
-        sizes = {side: {(o.kind, o.size_bytes) for o in s.ops_of(rank) if o.is_collective
-                        and o.size_bytes > 4} for side, s in (("a", generated), ("b", captured))}
-        assert sizes["a"] == sizes["b"]
+        calls_of = {side: [(o.kind, o.size_bytes) for o in s.ops_of(rank) if o.is_collective]
+                    for side, s in (("a", generated), ("b", captured))}
+        assert calls_of["a"][:-2] == calls_of["b"]

@@ -19,6 +19,7 @@ from testbed.torchjob.config import (
 from testbed.torchjob.titan_assets import corpus_lines
 from testbed.torchjob.titan_main import titan_argv
 from workloads.errors import WorkloadConfigError
+from workloads.schedule import Schedule
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torchtitan" / "llama3-debug-4x1.yaml"
 
@@ -155,3 +156,51 @@ def test_generated_and_captured_titan_differ_only_as_documented() -> None:
                         if o.is_collective and o.size_bytes > 1024 and o.size_bytes != 2097152}
                  for side, s in (("a", generated), ("b", captured))}
         assert sizes["a"] == sizes["b"]
+
+
+def _records(name: str) -> dict[int, list[dict]]:
+    recs: dict[int, list[dict]] = defaultdict(list)
+    with gzip.open(Path(__file__).parent / "data" / name, "rt") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            recs[rec["rank"]].append(rec)
+    return recs
+
+
+def test_generated_b24_order_is_torchtitans_call_for_call() -> None:
+    """The artifact's structure (reshard "always", full AC, 1F1B, 3 micro-batches, plain loss)
+    in ``data/titan-b24-2x2.jsonl.gz``: step 3 of ``examples/torchtitan/llama3-debug-b24-4x1.yaml``
+    on loopback (TorchTitan 0.3.0, torch 2.13.0 CPU). Every FSDP2 and pipeline call agrees in
+    kind, group and size, in order; only TorchTitan's own all-reduces differ (FORMAT.md)."""
+    from testbed.torchjob.capture import schedule_from_records
+    from workloads.compare import compare, load_any
+
+    generated = load_any(EXAMPLE.parent / "llama3-debug-b24-generated.yaml")
+    captured = schedule_from_records(_records("titan-b24-2x2.jsonl.gz"), iteration=2,
+                                     gpus_per_server=1)
+
+    def calls(s: Schedule, rank: int) -> list[tuple[str, str, int]]:
+        return [(o.kind, o.axis, o.size_bytes) for o in s.ops_of(rank) if o.is_collective]
+
+    tensors = {0: 22, 1: 22, 2: 23, 3: 23}  # parameter tensors of the stage (grad-norm bytes)
+    for rank in range(4):
+        gen, cap = calls(generated, rank), calls(captured, rank)
+        # the previous step's 3 loss-logging all-reduces and the token count open the capture
+        assert cap[:4] == [("all_reduce", "fsdp", n) for n in (4, 4, 8, 8)]
+        assert gen[-3:] == [("all_reduce", "fsdp", n) for n in (4, 4, 8)]
+        norm = ("all_reduce", "fsdp", 4)
+        assert gen[-5] == norm and cap[-2] == ("all_reduce", "fsdp", 4 * tensors[rank])
+        assert gen[:-5] == cap[4:-2] and gen[-4] == cap[-1] == ("all_reduce", "pp", 4)
+    # in detail: the last stage gathers [norm, output] after its blocks in the first forward and
+    # reduces it last; stage 0's embedding is gathered first forward, last backward
+    root0, root1, block = 524288, 524544, 852480
+    ag = {r: [size for kind, _, size in calls(generated, r) if kind == "all_gather"]
+          for r in (0, 2)}
+    assert ag[0][:4] == [root0, block, block, block] and ag[0][8:12] == [block] * 3 + [root0]
+    assert ag[2][:8] == [block, block, block, root1, root1, block, block, block]
+    assert [s for k, _, s in calls(generated, 2) if k == "reduce_scatter"] == [3409920] * 3 + [
+        2098176]
+    assert len(ag[0]) == len(ag[2]) == 16  # F0, F1, B0, B1 on stage 0; F0, B0, B1, B2 on 1
+    rep = compare(generated, captured, [0, 2])["ranks"]
+    assert [(rep[r]["boundaries"], rep[r]["boundaries_cyclic"]) for r in ("0", "2")] == [
+        ({"a": 10, "b": 9}, {"a": 10, "b": 10}), ({"a": 9, "b": 9}, {"a": 10, "b": 10})]

@@ -53,3 +53,8 @@ def test_differences_align_phases_and_list_each_change() -> None:
             "message_bytes": 10} in diffs
     assert not any(d.get("phase") == "dp reducescatter" for d in diffs)
     assert boundaries(a) == 2 and boundaries(b) == 1
+    # cyclic: the last phase meets the next iteration's first (dp -> dp: no boundary)
+    assert boundaries(a, cyclic=True) == 2
+    c = [row("pp", "sendrecv"), row("dp", "allgather"), row("pp", "allreduce")]
+    assert boundaries(c) == 2 and boundaries(c, cyclic=True) == 2
+    assert boundaries(c[1:], cyclic=True) == 2 and boundaries(c[:1], cyclic=True) == 0

@@ -34,7 +34,7 @@ def schedules(draw: st.DrawFn) -> Schedule:
     par = ParallelConfig(tp=tp, sp=draw(st.booleans()), dp=dp, fsdp=fsdp, pp=pp, cp=cp, ep=ep,
                          pp_schedule="interleaved" if interleaved else "1f1b",
                          virtual_stages=2 if interleaved else 1,
-                         fsdp_unit=draw(st.sampled_from(["block", "stage"])),
+                         fsdp_unit=draw(st.sampled_from(["block", "block-root", "stage"])),
                          reshard_after_forward=draw(st.sampled_from([None, True, False])))
     cfg = WorkloadConfig(TINY_MOE if moe else TINY, Cluster(world // gps, gps), par,
                          seq_len=24, num_microbatches=mb)
