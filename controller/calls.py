@@ -339,6 +339,7 @@ class CallBook:
         self._turned_real: Callable[[Instance], None] = model.turned_real
         self._pump: Callable[[float, Output], None] = model.pump
         self._withdraws_predictions = model.withdraws_predictions
+        self._gate: RequestGate | None = model.gate
         self._completion_predicts = self.config.provisioning and model.predicts_on_completion
 
     # ------------------------------------------------------------------ jobs
@@ -418,8 +419,11 @@ class CallBook:
     # --------------------------------------------------------------- intents
 
     def intent(self, intent: Intent, now: float, ref: object = None) -> Output:
-        """A rank asks for the circuits of one call; ack now, later, or reject."""
+        """A rank asks for the circuits of one call; ack now, later, or reject (or, with the
+        model's :class:`RequestGate`, hold it until the rank's earlier request is answered)."""
         out = Output()
+        if self._gate is not None and self._gate.hold(intent, ref, now, out, True):
+            return out
         self.counters["intents"] += 1
         job_id, rank, group_id, seq = intent.job_id, intent.rank, intent.group_id, intent.seq
         job = self._jobs.get(job_id)
@@ -697,6 +701,8 @@ class CallBook:
         model counts late predictions, one of a call the rank asked for or finished already is
         counted and dropped."""
         out = Output()
+        if self._gate is not None and self._gate.hold(intent, None, now, out, False):
+            return out
         if not self.config.provisioning:
             out._events.append({"event": "prediction_ignored", "t_s": now,
                                "reason": "provisioning is off", **intent.to_json()})
@@ -721,6 +727,15 @@ class CallBook:
                 for i in g.instances.values()]
 
 
+class RequestGate(Protocol):
+    """Holds a rank's requests back while the model says its earlier one is unanswered."""
+
+    def hold(self, intent: Intent, ref: object, now: float, out: Output, real: bool) -> bool:
+        """Whether ``intent`` (``real``: an intent, else a prediction) waits (True: the gate
+        keeps it and hands it back to the book later); False: the book serves it now."""
+        ...
+
+
 class SwitchingModel(Protocol):
     """What the call book asks of a switching model (each model's docstring says how)."""
 
@@ -736,6 +751,10 @@ class SwitchingModel(Protocol):
     predicts_on_completion: bool
     #: a prediction of a call its rank already asked for or finished is counted and dropped
     counts_late_predictions: bool
+    @property
+    def gate(self) -> RequestGate | None:
+        """Holds a rank's requests back (rail-state's per-rank serialisation), or None."""
+        ...
 
     def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
         """Check that the model can serve ``job`` (else :class:`~controller.job.JobError`);

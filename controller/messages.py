@@ -24,12 +24,16 @@ class CoreConfig:
     controller semantics: ``port-exact`` (one-to-one port matchings) or ``rail-state`` (the
     public artifact's bitmask per rail, :mod:`controller.railstate`), and under rail-state
     what a request does with a bit already being switched to its value (``rail_state_inflight``:
-    ``join`` that switch, the default, or ``reflip`` as the artifact's controller does)."""
+    ``join`` that switch, the default, or ``reflip`` as the artifact's controller does) and
+    whether a rank's next request waits until its request that started a switch is answered
+    (``rail_state_serialize_per_rank``: off by default; on, as the artifact's controller reads
+    each rank's socket, :class:`controller.railstate_switching.RankSockets`)."""
 
     provisioning: bool = False
     degree_aware: bool = False
     semantics: str = PORT_EXACT
     rail_state_inflight: str = JOIN
+    rail_state_serialize_per_rank: bool = False
 
     def __post_init__(self) -> None:
         if self.semantics not in SEMANTICS:
@@ -41,13 +45,22 @@ class CoreConfig:
         if self.rail_state_inflight not in INFLIGHT:
             raise ValueError(f"rail_state_inflight must be one of {', '.join(INFLIGHT)}, got "
                              f"{self.rail_state_inflight!r}")
+        if not isinstance(self.rail_state_serialize_per_rank, bool):
+            raise ValueError("rail_state_serialize_per_rank must be true or false, got "
+                             f"{self.rail_state_serialize_per_rank!r}")
+        if self.rail_state_serialize_per_rank and self.semantics != RAIL_STATE:
+            raise ValueError("rail_state_serialize_per_rank is a rail-state option (semantics "
+                             f"is {self.semantics})")
 
     @classmethod
     def for_mode(cls, mode: str, semantics: str = PORT_EXACT,
-                 rail_state_inflight: str = JOIN) -> CoreConfig:
+                 rail_state_inflight: str = JOIN,
+                 rail_state_serialize_per_rank: bool = False) -> CoreConfig:
         """The configuration of an experiment mode (``on-demand``: neither option)."""
         return cls(provisioning=mode == "provisioning", degree_aware=mode == "degree-aware",
-                   semantics=semantics, rail_state_inflight=rail_state_inflight)
+                   semantics=semantics, rail_state_inflight=rail_state_inflight,
+                   rail_state_serialize_per_rank=rail_state_serialize_per_rank
+                   and semantics == RAIL_STATE)
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -98,6 +98,7 @@ class PortExactPlanner(FcfsQueue):
     withdraws_predictions = True
     predicts_on_completion = True
     counts_late_predictions = False
+    gate = None  # (SwitchingModel) no request waits for another at the controller
 
     def __init__(self, book: CallBook) -> None:
         super().__init__()

@@ -7,16 +7,20 @@ gathered call is served by the bit model, each request's bits switch as one deci
 shadow rails, and a call is acked when its own and its joined switches have lit. One job per
 controller (one bit state per rail). Predictions come from the plan (:meth:`CallBook.predict`),
 not from completions, and a real ask does not withdraw them.
+
+With ``CoreConfig.rail_state_serialize_per_rank`` the controller reads each rank's requests one
+at a time, as the artifact's does (:class:`RankSockets`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.calls import CallBook, CallState, Instance, JobEntry, Output
 from controller.job import JobError, JobSpec
-from controller.messages import Decision
+from controller.messages import Decision, Intent
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
 from controller.railstate import (
     RAIL_STATE,
@@ -48,6 +52,64 @@ class RailStateJob:
     next_request: int = 1
 
 
+class RankSockets:
+    """Per-rank serialisation of requests (``CoreConfig.rail_state_serialize_per_rank``).
+
+    The artifact's controller (``src/opus-controller/controller.cpp``) serves each rank's
+    socket on its own thread, one line at a time; the request whose arrival completes a
+    call's gathering is handled on that thread through the whole switch (the rail worker's
+    reply), and the acks go out before the thread reads the socket again. So that rank's next
+    requests are not read until the call it completed is answered. Here: the rank whose real or
+    speculative ask makes a call switch is *busy* until the call settles (acked or failed);
+    its requests meanwhile are held, in order, and handed back to the book then, as if they
+    arrived at that time. A call acked at once blocks nothing, as the artifact answers a
+    request that changes no bit without waiting.
+    """
+
+    def __init__(self, book: CallBook) -> None:
+        self._book = book
+        self._busy: dict[tuple[str, int], int] = {}  # (job, rank) -> request it waits on
+        self._held: dict[tuple[str, int], deque[tuple[bool, Intent, object]]] = {}
+        self.asker: tuple[str, int] | None = None  # whose request the book is serving
+
+    def hold(self, intent: Intent, ref: object, now: float, out: Output, real: bool) -> bool:
+        """(controller.calls.RequestGate) hold ``intent`` while its rank is busy."""
+        key = (intent.job_id, intent.rank)
+        if key in self._busy:
+            self._held.setdefault(key, deque()).append((real, intent, ref))
+            self._book.counters["rail_state_held_requests"] += 1
+            out._events.append({"event": "request_held", "t_s": now, "job": intent.job_id,
+                               "rank": intent.rank, "group": intent.group_id,
+                               "seq": intent.seq, "speculative": not real,
+                               "behind_request": self._busy[key]})
+            return True
+        self.asker = key
+        return False
+
+    def block(self, request_id: int) -> None:
+        """The request being served switches: its asker's socket waits for its answer."""
+        if self.asker is not None:
+            self._busy[self.asker] = request_id
+            self.asker = None
+
+    def answered(self, request_id: int, now: float, out: Output) -> None:
+        """A request was answered: read its asker's held requests until one blocks again."""
+        for key in [k for k, rid in self._busy.items() if rid == request_id]:
+            del self._busy[key]
+            held = self._held.get(key)
+            while held and key not in self._busy:
+                real, intent, ref = held.popleft()
+                book = self._book
+                out.extend(book.intent(intent, now, ref) if real else book.predict(intent, now))
+            if not held:
+                self._held.pop(key, None)
+
+    def clear(self) -> None:
+        self._busy.clear()
+        self._held.clear()
+        self.asker = None
+
+
 class RailStateSwitching:
     """The rail-state model of :class:`controller.calls.CallBook` (see the module docstring)."""
 
@@ -73,6 +135,11 @@ class RailStateSwitching:
         self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
                               "rail_state_joined_bits": 0, "rail_state_early_bits": 0,
                               "late_predictions": 0})
+        self.sockets = RankSockets(book) if self.config.rail_state_serialize_per_rank else None
+        #: (controller.switching.SwitchingModel) the sockets hold a busy rank's requests
+        self.gate = self.sockets
+        if self.sockets is not None:
+            self.counters["rail_state_held_requests"] = 0
 
     # ------------------------------------------------------------------ jobs
 
@@ -88,6 +155,8 @@ class RailStateSwitching:
     def job_removed(self, job: JobEntry) -> None:
         if self.job is not None and self.job.job_id == job.spec.job_id:
             self.job = None  # its switches in flight end as unknown decisions
+            if self.sockets is not None:
+                self.sockets.clear()
 
     def _new_job(self, job: JobSpec) -> RailStateJob:
         """The bit model of a job, or :class:`JobError` naming what the model cannot hold."""
@@ -150,6 +219,8 @@ class RailStateSwitching:
             return
         inst.state = CallState.SWITCHING
         rs.calls[rid] = inst
+        if self.sockets is not None:
+            self.sockets.block(rid)
         for started in served.start:
             self._start(rs, started, now, out)
 
@@ -193,9 +264,12 @@ class RailStateSwitching:
                                "remove": [c.to_json() for c in sorted(rc.remove)]})
         return did
 
-    def _settle(self, rs: RailStateJob, now: float, out: Output, error: str) -> None:
-        """Ack the calls whose own and joined switches have all lit; fail the others."""
-        for rid, ok in rs.model.settled():
+    def _settle(self, rs: RailStateJob, now: float, out: Output, error: str
+                ) -> list[tuple[int, bool]]:
+        """Ack the calls whose own and joined switches have all lit; fail the others; returns
+        the requests settled."""
+        settled = rs.model.settled()
+        for rid, ok in settled:
             inst = rs.calls.pop(rid)
             grp = inst.group
             if not ok:
@@ -213,6 +287,13 @@ class RailStateSwitching:
                 else:
                     out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
                                        "group": grp.group_id, "seq": inst.seq})
+        return settled
+
+    def _answered(self, settled: list[tuple[int, bool]], now: float, out: Output) -> None:
+        """(per-rank serialisation) read the held requests of the settled requests' askers."""
+        if self.sockets is not None:
+            for rid, _ok in settled:
+                self.sockets.answered(rid, now, out)
 
     # ------------------------------------------------------- driver feedback
 
@@ -225,9 +306,10 @@ class RailStateSwitching:
         rid, _reconfs = rs.inflight.pop(decision_id)
         end_events(decision_id, results, now, out)
         started = rs.model.finished(rid)
-        self._settle(rs, now, out, "")
+        settled = self._settle(rs, now, out, "")
         for rid_next in started:
             self._start(rs, rid_next, now, out)
+        self._answered(settled, now, out)
         return out
 
     def failed(self, decision_id: int, error: str, now: float, out: Output,
@@ -245,9 +327,10 @@ class RailStateSwitching:
         for rc in reconfs:
             undo(self.state, self.state.apply, decision_id, rc, now, out)
         started = rs.model.finished(rid, lit=False)
-        self._settle(rs, now, out, error)
+        settled = self._settle(rs, now, out, error)
         for rid_next in started:
             self._start(rs, rid_next, now, out)
+        self._answered(settled, now, out)
 
     def commit(self, rc: Reconfiguration) -> None:
         """Take a change of the switch into the crossconnect state (the only index here)."""

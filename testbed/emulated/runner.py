@@ -145,6 +145,10 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
+    if rail_state and cfg.rail_state_ack_timeout_s is not None and cfg.mode != "baseline":
+        raise RunRefused(f"{cfg.source}: ocs.rail_state_ack_timeout_s is modelled on the sim "
+                         "backend only (the emulated shim waits for its ack); use --backend "
+                         "sim or set it to null")
     spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                      if rail_state else 0,
@@ -207,9 +211,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
             events = EventLog(out / "controller-events.jsonl")
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
-                                    config=CoreConfig.for_mode(cfg.mode,
-                                                               cfg.effective_semantics,
-                                                               cfg.rail_state_inflight),
+                                    config=CoreConfig.for_mode(
+                                        cfg.mode, cfg.effective_semantics,
+                                        cfg.rail_state_inflight,
+                                        cfg.rail_state_serialize_per_rank),
                                     event_log=events, heartbeat_timeout_s=heartbeat_timeout_s)
             with svc:
                 svc.register_job(job)

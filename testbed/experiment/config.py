@@ -32,7 +32,11 @@ call asks (port-exact needs it), or only at the artifact's points, ``phase``
 (:mod:`testbed.plan.requestpoints`); ``auto`` is ``phase`` under rail-state, else ``every``.
 ``ocs.rail_state_inflight``: a rail-state request for a bit already being switched to its value
 ``join``s that switch (the default: a switch delivers a state once) or ``reflip``s it after it
-(the artifact's controller).
+(the artifact's controller). ``ocs.rail_state_ack_timeout_s``: ``null`` (the default: a rank
+waits for the light) or how long a rank waits for its ack before it goes on without it (the
+artifact's shim: 10; sim backend only). ``ocs.rail_state_serialize_per_rank``: ``false`` (the
+default) or ``true``: the controller reads a rank's next request only once the request of it
+that started a switch is answered (the artifact's controller).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
@@ -83,7 +87,8 @@ from workloads.timing import TimingModel
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points",
-            "rail_state_inflight", "host",
+            "rail_state_inflight", "rail_state_ack_timeout_s",
+            "rail_state_serialize_per_rank", "host",
             "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
             "size", "rails")
 REQUEST_POINTS = ("auto", "every", "phase")
@@ -111,6 +116,8 @@ class RunSettings:
     semantics: str = PORT_EXACT
     request_points: str = "auto"
     rail_state_inflight: str = JOIN
+    rail_state_ack_timeout_s: float | None = None  # None: wait for the light
+    rail_state_serialize_per_rank: bool = False
     ocs_options: dict[str, Any] = field(default_factory=dict)
     rail_gbps: float = 200.0
     link_mbps: float | None = None  # None: calibrate for this machine
@@ -204,7 +211,18 @@ class RunSettings:
         if self.request_points not in REQUEST_POINTS:
             raise ExperimentError(f"must be one of {', '.join(REQUEST_POINTS)}, got "
                                   f"{self.request_points!r}", "ocs.request_points", self.source)
-        if self.semantics == PORT_EXACT:
+        timeout = self.rail_state_ack_timeout_s
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, int | float) or timeout <= 0):
+            raise ExperimentError(f"must be a positive number of seconds or null (wait for the "
+                                  f"light), got {timeout!r}", "ocs.rail_state_ack_timeout_s",
+                                  self.source)
+        if not isinstance(self.rail_state_serialize_per_rank, bool):
+            raise ExperimentError(f"must be true or false, got "
+                                  f"{self.rail_state_serialize_per_rank!r}",
+                                  "ocs.rail_state_serialize_per_rank", self.source)
+        if self.semantics == PORT_EXACT:  # (the rail-state options are ignored there, as a
+            # sweep may run one file under both semantics)
             if self.request_points == "phase":
                 raise ExperimentError("phase request points need rail-state semantics: under "
                                       "port-exact every call must hold lit circuits, so every "
@@ -236,6 +254,8 @@ class RunSettings:
                 "semantics": self.effective_semantics,
                 "request_points": self.effective_request_points,
                 "rail_state_inflight": self.rail_state_inflight,
+                "rail_state_ack_timeout_s": self.rail_state_ack_timeout_s,
+                "rail_state_serialize_per_rank": self.rail_state_serialize_per_rank,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
                 "warmup": self.warmup, "seed": self.seed}
@@ -357,10 +377,21 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
     for key in ("semantics", "request_points", "rail_state_inflight"):
         if key in ocs:
             kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", str)
+    if "rail_state_ack_timeout_s" in ocs:
+        value = ocs["rail_state_ack_timeout_s"]
+        kwargs["rail_state_ack_timeout_s"] = (None if value is None else _typed(
+            doc, value, "ocs.rail_state_ack_timeout_s", float))
+        if value is not None and value <= 0:
+            raise doc.error("ocs.rail_state_ack_timeout_s", "must be a positive number of "
+                            f"seconds or null (wait for the light), got {value!r}")
+    if "rail_state_serialize_per_rank" in ocs:
+        kwargs["rail_state_serialize_per_rank"] = _typed(
+            doc, ocs["rail_state_serialize_per_rank"], "ocs.rail_state_serialize_per_rank", bool)
     kwargs["ocs_options"] = {k: v for k, v in ocs.items()
                              if k not in ("switching_delay", "ports_per_rank", "driver",
                                           "semantics", "request_points",
-                                          "rail_state_inflight")}
+                                          "rail_state_inflight", "rail_state_ack_timeout_s",
+                                          "rail_state_serialize_per_rank")}
     net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
     if "rail_gbps" in net:
         kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)

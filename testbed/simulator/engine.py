@@ -21,7 +21,10 @@ Rail-state semantics (:mod:`controller.railstate`): the data rails are packet-sw
 baseline's, and the driver gets the shadow OCS rails on which the bits switch; a call whose plan
 op is not ``gated`` runs without asking (no intent, ack or completion), and after a call with
 ``predict`` the rank names that call to the controller (provisioning from the plan; the profile
-predicts nothing).
+predicts nothing). With ``rail_state_ack_timeout_s`` a rank waits at most that long (from
+sending its intent) for the ack, then runs the call without it, as the artifact's shim does; the
+late ack is then dropped, and the call's completion goes to the controller once both the call
+ended and the late ack came (the controller's call is still switching until then).
 
 Symmetric ranks (``mirrors``, used by :mod:`testbed.simulator.bench`): a simulated rank may stand
 for other ranks of the same program. Its intents are repeated to the core for the ranks it stands
@@ -103,7 +106,9 @@ class PlanSimulation:
                  gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
                  mirrors: Mapping[int, Sequence[Mirror]] | None = None,
                  semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None,
-                 rail_state_inflight: str = JOIN) -> None:
+                 rail_state_inflight: str = JOIN,
+                 rail_state_ack_timeout_s: float | None = None,
+                 rail_state_serialize_per_rank: bool = False) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
@@ -125,7 +130,14 @@ class PlanSimulation:
         assert isinstance(self.driver.clock, VirtualClock)
         self.clock: VirtualClock = self.driver.clock
         self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT,
-                                          rail_state_inflight)
+                                          rail_state_inflight, rail_state_serialize_per_rank)
+        # the shim's ack timeout (rail-state only): (call, group, seq) timed out / acked in time
+        self._ack_timeout_s = rail_state_ack_timeout_s if self.rail_state else None
+        if self._ack_timeout_s is not None and mirrors:
+            raise ValueError("mirrored ranks cannot time out on an ack (rail_state_ack_timeout_s)")
+        self._timed_out: set[tuple[Call, str, int]] = set()
+        self._in_time: set[tuple[Call, str, int]] = set()
+        self._late_complete: dict[tuple[Call, str, int], Intent | None] = {}
         self.core = OpusCore(self.driver.describe(), self.config)
         self.gpus = gpus_per_server
         self.ranks = {r: RankState(r, list(ops), iterations) for r, ops in programs.items()}
@@ -142,6 +154,8 @@ class PlanSimulation:
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
+        if rail_state_ack_timeout_s is not None and self.rail_state:
+            self.counters.update(ack_timeouts=0, late_acks=0)
         self._flows = 0  # flows started (counters["flows"] at the end)
         self._routes: dict[tuple[int, int], tuple[int, Port, Port]] = {}  # (a, b) -> epoch, ports
         # the event queue: events run in order of time, then of scheduling (FIFO); one deque
@@ -258,6 +272,10 @@ class PlanSimulation:
             self.invariants.acked(out.acks, self.now)
         for ack in out.acks:
             if isinstance(ack.ref, Call):
+                if self._ack_timeout_s is not None:
+                    self._at(self.now + self._control_s(), self._ack_arrived, ack.ref,
+                             ack.group_id, ack.seq, ack.reconfigured)
+                    continue
                 self._at(self.now + self._control_s(), self._acked, ack.ref, ack.reconfigured)
                 continue
             rep, lane = self._mirror_lane[(ack.rank, ack.group_id)]
@@ -388,6 +406,36 @@ class PlanSimulation:
                                                  op.kind, op.size_bytes, op.axis), self.now))
         self._absorb(self.core.intent(Intent(jid, rank, call.group, call.seq, op.kind,
                                              op.size_bytes, op.axis), self.now, ref=call))
+        if self._ack_timeout_s is not None:  # the shim's clock started when it sent the intent
+            self._at(max(self.now, call.seg_intent + self._ack_timeout_s), self._ack_timeout,
+                     call, call.group, call.seq)
+
+    def _ack_arrived(self, call: Call, group: str, seq: int, reconfigured: bool) -> None:
+        """An ack reached a rank whose shim times out: go on, unless it went on already."""
+        key = (call, group, seq)
+        if key in self._timed_out:  # late: the shim no longer waits for it
+            self._timed_out.discard(key)
+            self.counters["late_acks"] += 1
+            self._emit(call.rank.rank, ev="late_ack", it=call.it, i=call.op.index, group=group,
+                       seq=seq, t=self.now)
+            if key in self._late_complete:
+                nxt = self._late_complete.pop(key)
+                self._at(self.now + self._control_s(), self._complete, call, group, seq, nxt)
+            return
+        self._in_time.add(key)
+        self._acked(call, reconfigured)
+
+    def _ack_timeout(self, call: Call, group: str, seq: int) -> None:
+        """The shim's wait for the ack of ``call``'s segment ran out: the call goes on."""
+        key = (call, group, seq)
+        if key in self._in_time:
+            self._in_time.discard(key)
+            return
+        self._timed_out.add(key)
+        self.counters["ack_timeouts"] += 1
+        self._emit(call.rank.rank, ev="ack_timeout", it=call.it, i=call.op.index, group=group,
+                   seq=seq, t=self.now)
+        self._acked(call, False)
 
     def _acked(self, call: Call, reconfigured: bool) -> None:
         if call.seg == 0:
@@ -648,7 +696,12 @@ class PlanSimulation:
             intent = Intent(self.job.job_id, st.rank, nxt.group_id, st.seq.get(nxt.group_id, 0),
                             nxt.kind, nxt.size_bytes, nxt.axis)
         if op.gated:
-            self._at(now + self._control_s(), self._complete, call, call.group, call.seq, intent)
+            if self._timed_out and (call, call.group, call.seq) in self._timed_out:
+                # (its ack is still to come: the controller's call completes after it)
+                self._late_complete[(call, call.group, call.seq)] = intent
+            else:
+                self._at(now + self._control_s(), self._complete, call, call.group, call.seq,
+                         intent)
         if call.seg + 1 < len(call.segments):
             self._segment_start(call)
             return

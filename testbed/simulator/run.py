@@ -45,7 +45,9 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
                           switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
                           network=net, gpus_per_server=cluster.gpus_per_server,
                           seed=seed or cfg.seed, semantics=cfg.effective_semantics,
-                          rail_state_inflight=cfg.rail_state_inflight)
+                          rail_state_inflight=cfg.rail_state_inflight,
+                          rail_state_ack_timeout_s=cfg.rail_state_ack_timeout_s,
+                          rail_state_serialize_per_rank=cfg.rail_state_serialize_per_rank)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None

@@ -17,6 +17,12 @@ Rungs (:data:`RUNGS`), each against the experiment as written:
   port-exact requires);
 * ``every-call-asks``: the semantics kept, but every call asks the controller
   (``ocs.request_points: every``) instead of the artifact's request points;
+* ``reflip``: ``ocs.rail_state_inflight: reflip`` (a rail-state request flips a bit already
+  being switched to its value again, as the artifact's controller does);
+* ``ack-timeout-10s``: ``ocs.rail_state_ack_timeout_s: 10`` (a rank goes on without its ack
+  after 10 s, as the artifact's shim does);
+* ``serialize-per-rank``: ``ocs.rail_state_serialize_per_rank: true`` (a rank's requests are
+  read one at a time, as the artifact's controller reads each rank's socket);
 * ``no-activation-checkpointing``: ``workload.activation_checkpointing: none``;
 * ``reshard-default``: ``parallelism.reshard_after_forward: default`` (under PP: keep the
   gathered parameters, one all-gather per unit and step);
@@ -91,6 +97,12 @@ RUNGS: tuple[Rung, ...] = (
          lambda c: c.replace(semantics=PORT_EXACT, request_points="auto")),
     Rung("every-call-asks", "ocs.request_points: every (same semantics)",
          lambda c: c.replace(request_points="every")),
+    Rung("reflip", "ocs.rail_state_inflight: reflip (the artifact's controller)",
+         lambda c: c.replace(rail_state_inflight="reflip")),
+    Rung("ack-timeout-10s", "ocs.rail_state_ack_timeout_s: 10 (the artifact's shim)",
+         lambda c: c.replace(rail_state_ack_timeout_s=10.0)),
+    Rung("serialize-per-rank", "ocs.rail_state_serialize_per_rank: true (the artifact's "
+         "controller)", lambda c: c.replace(rail_state_serialize_per_rank=True)),
     Rung("no-activation-checkpointing", "workload.activation_checkpointing: none",
          lambda c: _workload(c, activation_checkpointing="none")),
     Rung("reshard-default", "parallelism.reshard_after_forward: default (kept under PP)",

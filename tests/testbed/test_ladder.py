@@ -23,6 +23,9 @@ TINY = ROOT / "examples" / "tiny.yaml"
 def _settings(cfg: ExperimentConfig) -> dict[str, object]:
     w = cfg.workload
     return {"semantics": cfg.semantics, "request_points": cfg.request_points,
+            "rail_state_inflight": cfg.rail_state_inflight,
+            "rail_state_ack_timeout_s": cfg.rail_state_ack_timeout_s,
+            "rail_state_serialize_per_rank": cfg.rail_state_serialize_per_rank,
             "activation_checkpointing": w.activation_checkpointing,
             "reshard_after_forward": w.parallel.reshard_after_forward,
             "micro_batch_size": w.micro_batch_size, "num_microbatches": w.num_microbatches,
@@ -40,11 +43,14 @@ def test_each_rung_changes_one_setting_of_the_artifact_example() -> None:
         "as-written": {}, lad.NO_CONTROLLER: {},
         "port-exact": {"semantics": "port-exact"},
         "every-call-asks": {"request_points": "every"},
+        "reflip": {"rail_state_inflight": "reflip"},
+        "ack-timeout-10s": {"rail_state_ack_timeout_s": 10.0},
+        "serialize-per-rank": {"rail_state_serialize_per_rank": True},
         "no-activation-checkpointing": {"activation_checkpointing": "none"},
         "reshard-default": {"reshard_after_forward": None},
         "micro-batches-8x1": {"micro_batch_size": 1, "num_microbatches": 8},
         "uncalibrated": {"calibrate_step_s": None}}
-    assert lad.RUNGS[6].apply(cfg).workload.compute_scale == 1.0  # FLOPs as they are
+    assert lad.RUNGS[9].apply(cfg).workload.compute_scale == 1.0  # FLOPs as they are
 
 
 def test_a_calibrated_variant_gets_its_own_compute_scale() -> None:
