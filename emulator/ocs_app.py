@@ -15,19 +15,17 @@ operations into OpenFlow messages, sends them and keeps the time:
 * the switching time runs from the moment the removal is sent: the data plane goes dark as
   soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
   the same transit to vswitchd;
-* the datapath flow cache is purged (``revalidator/purge`` over unixctl) once the additions
-  and the light barrier are sent, and the light is confirmed when both the purge and the
-  barrier have answered. Without the purge the datapath keeps the "drop" flow it cached for a
-  dark port (a stray packet, or the old circuit's flow revalidated to a drop) until OVS's
-  revalidators get round to it, which lit new circuits ~3.5 ms late on this machine. Purging
-  costs untouched circuits one upcall per flow (dpif-netdev handles a miss inline, no loss).
-  The purge is sent without waiting for the barrier's reply, so the two round trips overlap
-  (each cost 0.2-0.8 ms at p50 here; ``docs/performance.md``, "Light confirmation"). It still
-  follows the additions: vswitchd's main loop reads OpenFlow (``bridge_run``) before unixctl in
-  each pass, and the additions were written first. Only a pass that read the OpenFlow socket
-  just before the additions landed and the unixctl socket just after the purge landed could
-  purge first; a stray packet would then have to reach that port in the microseconds before
-  the additions to light it late, and then only by the revalidators' ~3.5 ms;
+* the datapath flow cache is purged (``revalidator/purge`` over unixctl): without it the
+  datapath keeps the "drop" flow it cached for a dark port (a stray packet, or the old
+  circuit's flow revalidated to a drop) until OVS's revalidators get round to it, which lit new
+  circuits ~3.5 ms late on this machine (a miss costs an untouched circuit one upcall, handled
+  inline, no loss). Over the rail's own connection (below) the purge runs inside the delay,
+  after the removal, and the light purges again only if a touched port received a packet
+  since: the ports' counters are read with the removal and again with the additions (in each
+  loop pass vswitchd forwards, then reads OpenFlow, then unixctl, so a packet read before the
+  first counters was read before that purge). Over os-ken's connection the purge is sent with
+  the light barrier in flight, and vswitchd reads the additions first (they were written
+  first, and each pass reads OpenFlow before unixctl);
 * flow messages are serialised through ``datapath.ofproto_parser`` once per datapath and
   operation, then reused (os-ken's serialiser costs ~0.1 ms per message);
 * switching goes over each rail's own OpenFlow connection to its bridge's management socket
@@ -288,8 +286,8 @@ class OcsFabric:
             self._dark[rail] |= touched
         try:
             t_dark = self.clock()
-            # The purge runs while the light barrier is on its way (see the module docstring).
-            purged: bool | None = None  # over os-ken's connection: always
+            purged: bool | None = None  # over os-ken's connection: always, with the barrier
+            # in flight (see the module docstring)
             if channel is None:
                 pending = self._run(datapath, job.operations, t_dark)
                 self._unixctl.flush()
