@@ -321,7 +321,9 @@ def _add_basics(sub: Any) -> None:
 
     p = sub.add_parser("clean", help="remove leftovers of crashed runs (this project's only)",
                        description="Remove processes (by recorded pid), OVS bridges and "
-                       "interfaces (by the ot<xxx> name prefix) of runs whose owner is gone.")
+                       "interfaces (by the ot<xxx> name prefix) of runs whose owner is gone, "
+                       "and restore ovs-vswitchd's scheduling policy once no live run holds "
+                       "it.")
     p.add_argument("--all", action="store_true",
                    help="also remove runs whose owner process is still alive")
     p.add_argument("--json", action="store_true", help="machine-readable output")
