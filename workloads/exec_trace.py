@@ -49,6 +49,7 @@ from workloads.trace_common import (
     Group,
     Imported,
     TraceImportError,
+    by_rank,
     default_axes,
     kind_of,
     read_json,
@@ -266,20 +267,10 @@ def load_ets(paths: Sequence[str | Path]) -> dict[int, Trace]:
     """Every trace by rank; ranks 0..N-1 once each, N the world size the traces give."""
     if not paths:
         raise ExecTraceError("no trace files given")
-    traces: dict[int, Trace] = {}
-    for p in paths:
-        t = load_et(p)
-        if t.rank in traces:
-            raise ExecTraceError(f"{t.path}: rank {t.rank} again (also {traces[t.rank].path})")
-        traces[t.rank] = t
-    first = next(iter(traces.values()))
-    for t in traces.values():
-        if t.world_size != first.world_size:
-            raise ExecTraceError(f"{t.path}: world size {t.world_size}, but {first.path} says "
-                                 f"{first.world_size}")
-    missing = sorted(set(range(first.world_size)) - set(traces))
+    traces, missing = by_rank((load_et(p) for p in paths), ExecTraceError, "world size")
     if missing:
-        raise ExecTraceError(f"{len(traces)} traces of a {first.world_size}-rank job: ranks "
+        world = next(iter(traces.values())).world_size
+        raise ExecTraceError(f"{len(traces)} traces of a {world}-rank job: ranks "
                              f"{missing} are missing; give one trace per rank")
     return traces
 

@@ -72,6 +72,7 @@ from workloads.trace_common import (
     Group,
     Imported,
     TraceImportError,
+    by_rank,
     check_out_dir,
     default_axes,
     experiment_yaml,
@@ -291,18 +292,8 @@ def load_traces(paths: Sequence[str | Path]) -> dict[int, Trace]:
     """Every trace by rank; the world must agree and ranks 0..N-1 be there once each."""
     if not paths:
         raise KinetoError("no trace files given")
-    traces: dict[int, Trace] = {}
-    for p in paths:
-        t = load_trace(p)
-        if t.rank in traces:
-            raise KinetoError(f"{t.path}: rank {t.rank} again (also {traces[t.rank].path})")
-        traces[t.rank] = t
+    traces, missing = by_rank((load_trace(p) for p in paths), KinetoError, "world_size")
     first = next(iter(traces.values()))
-    for t in traces.values():
-        if t.world_size != first.world_size:
-            raise KinetoError(f"{t.path}: world_size {t.world_size}, but {first.path} says "
-                              f"{first.world_size}")
-    missing = sorted(set(range(first.world_size)) - set(traces))
     if missing:
         given = "a single rank" if len(traces) == 1 else f"{len(traces)} ranks"
         raise KinetoError(f"{given} of a {first.world_size}-rank job: the traces of ranks "

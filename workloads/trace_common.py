@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from workloads.captured import CaptureError
 from workloads.schedule import Schedule
@@ -201,3 +202,37 @@ def write_import(imported: Imported, out_dir: str | Path, name: str) -> list[Pat
             out.rmdir()
         raise TraceImportError(f"{out}: cannot write the import: {exc}") from exc
     return files
+
+
+class RankTrace(Protocol):
+    """What :func:`by_rank` reads of one rank's trace (Kineto's or an execution trace's)."""
+
+    @property
+    def path(self) -> object: ...  # named in messages
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+
+TraceT = TypeVar("TraceT", bound=RankTrace)
+
+
+def by_rank(traces: Iterable[TraceT], error: type[Exception], world_key: str
+            ) -> tuple[dict[int, TraceT], list[int]]:
+    """The traces by rank and the ranks of the world without one; ``error`` (its message naming
+    the file) for a rank given twice or a world size (``world_key`` in the message) that
+    disagrees with the first trace's. Needs at least one trace."""
+    out: dict[int, TraceT] = {}
+    for t in traces:
+        if t.rank in out:
+            raise error(f"{t.path}: rank {t.rank} again (also {out[t.rank].path})")
+        out[t.rank] = t
+    first = next(iter(out.values()))
+    for t in out.values():
+        if t.world_size != first.world_size:
+            raise error(f"{t.path}: {world_key} {t.world_size}, but {first.path} says "
+                        f"{first.world_size}")
+    return out, sorted(set(range(first.world_size)) - set(out))
