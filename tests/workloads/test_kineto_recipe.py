@@ -51,7 +51,7 @@ def _require_torch() -> None:
 
 def test_the_recipe_is_short() -> None:
     script, lines = _recipe()
-    assert len(script.strip().splitlines()) <= 15
+    assert len(script.strip().splitlines()) <= 16  # 15 before os._exit (README says why)
     assert [ln.split()[0] for ln in lines] == ["torchrun", "opus-testbed", "opus-testbed"]
 
 
