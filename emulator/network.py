@@ -136,6 +136,7 @@ class EmulatedRails:
     datapath: str
     router: HostRouter
     vswitchd_priority: str  # what the run did to ovs-vswitchd's scheduling, in words
+    ocs_pid: int | None = None  # the OCS app's process
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def host(self, rank: int) -> Any:
@@ -278,7 +279,8 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)
         _wait_rails_connected(spec, driver, ocs_proc, run_dir, ready_timeout_s)
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
-                               router, vswitchd_priority.raise_priority(prefix))
+                               router, vswitchd_priority.raise_priority(prefix),
+                               ocs_pid=ocs_proc.pid)
         yield handle
     finally:
         if handle is not None:

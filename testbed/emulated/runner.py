@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -184,6 +185,17 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                         heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
 
 
+def run_components(follower: RankFollower | None, net: EmulatedRails | None
+                   ) -> dict[str, list[int]]:
+    """The run's parts by process, for the CPU breakdown: the rank processes, this process
+    (the runner and the Opus controller's threads), each ovs-vswitchd, the OCS app."""
+    parts = {"ranks": follower.pids if follower is not None else [],
+             "controller": [os.getpid()], "ovs-vswitchd": vswitchd_pids()}
+    if net is not None and net.ocs_pid is not None:
+        parts["ocs-app"] = [net.ocs_pid]
+    return parts
+
+
 def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                  manifest: dict[str, Any], start: StartRanks, say: Say,
                  heartbeat_timeout_s: float = 5.0) -> dict[str, Any]:
@@ -196,8 +208,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     cfg = prep.config
     t_start = time.monotonic()
     follower: RankFollower | None = None
+    net: EmulatedRails | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
-                         + vswitchd_pids())
+                         + vswitchd_pids(),
+                         components=lambda: run_components(follower, net))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))

@@ -129,6 +129,7 @@ class CpuSample:
     emulator_pct: float
     steal_pct: float = 0.0  # time the hypervisor ran other guests (Linux VMs; else 0)
     pressure_total_us: int | None = None  # PSI "some" stall total (None: no PSI)
+    component_pct: dict[str, float] = field(default_factory=dict)  # name -> its processes' %
 
 
 def cpu_pressure_total_us(path: Path = PSI_CPU) -> int | None:
@@ -150,10 +151,13 @@ class CpuSampler:
 
     ``pids`` names the emulator's processes (read at every sample, so processes may come and
     go); a pid's first sample only starts its count, so it is in the sums from the second on.
+    ``components`` (optional) names the run's parts (ranks, controller, each ovs-vswitchd, OCS
+    app) by their processes, so the summary can say which part took the CPU.
     """
 
     pids: Callable[[], Sequence[int]]
     interval_s: float = 0.5
+    components: Callable[[], Mapping[str, Sequence[int]]] | None = None
     samples: list[CpuSample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -170,25 +174,35 @@ class CpuSampler:
         if self._thread is not None:
             self._thread.join(5.0)
 
+    def _percent(self, pid: int, read: dict[int, float]) -> float:
+        """``pid``'s CPU % since its previous read (0 at its first), read once per sample."""
+        if pid in read:
+            return read[pid]
+        proc = self._procs.get(pid)
+        pct = 0.0
+        try:
+            if proc is None:
+                self._procs[pid] = psutil.Process(pid)
+                self._procs[pid].cpu_percent(None)
+            else:
+                pct = proc.cpu_percent(None)
+        except psutil.Error:
+            self._procs.pop(pid, None)
+        read[pid] = pct
+        return pct
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            total = 0.0
-            for pid in self.pids():
-                proc = self._procs.get(pid)
-                try:
-                    if proc is None:
-                        proc = self._procs[pid] = psutil.Process(pid)
-                        proc.cpu_percent(None)
-                        continue
-                    total += proc.cpu_percent(None)
-                except psutil.Error:
-                    self._procs.pop(pid, None)
+            read: dict[int, float] = {}
+            total = sum(self._percent(pid, read) for pid in self.pids())
+            parts = {name: sum(self._percent(pid, read) for pid in pids)
+                     for name, pids in (self.components() if self.components else {}).items()}
             # one read of the machine's counters: busy as psutil.cpu_percent counts it
             times = psutil.cpu_times_percent(None)
             busy = 100.0 - times.idle - getattr(times, "iowait", 0.0)
             steal = float(getattr(times, "steal", 0.0))
             self.samples.append(CpuSample(time.time(), busy, total, steal,
-                                          cpu_pressure_total_us()))
+                                          cpu_pressure_total_us(), parts))
 
     def summary(self) -> dict[str, Any]:
         if not self.samples:
@@ -200,7 +214,17 @@ class CpuSampler:
                 "machine_cpu_max_pct": max(machine),
                 "machine_steal_mean_pct": sum(steal) / len(steal),
                 "machine_cpu_pressure_pct": self._pressure_pct(),
-                "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count()}
+                "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count(),
+                **self._components_summary()}
+
+    def _components_summary(self) -> dict[str, Any]:
+        """Mean cores per component over every sample (absent from a sample: 0)."""
+        names = sorted({name for s in self.samples for name in s.component_pct})
+        if not names:
+            return {}
+        return {"component_cores_mean": {
+            name: round(sum(s.component_pct.get(name, 0.0) for s in self.samples)
+                        / len(self.samples) / 100.0, 3) for name in names}}
 
     def _pressure_pct(self) -> float | None:
         """Share (%) of the sampled time during which some thread waited for a core."""

@@ -213,6 +213,9 @@ def summary_text(summary: dict[str, Any]) -> str:
     if summary["backend"] == "emu":
         lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
                                                         summary.get("dark_overrun_bound")))
+        parts = (summary.get("cpu") or {}).get("component_cores_mean")
+        if parts:
+            lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts))
     if summary.get("calibrate_step_s") is not None:
         lines.insert(2, f"calibration         {_calibration_text(summary)}")
     if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run
@@ -220,6 +223,12 @@ def summary_text(summary: dict[str, Any]) -> str:
                      f"{summary['loss_max_abs_diff']} over {summary['losses_compared']} "
                      "(rank, step) losses")
     return "\n".join(lines)
+
+
+def cpu_parts_text(cores: dict[str, float]) -> str:
+    """The run's mean CPU per part, largest first: ``ranks 0.52, ovs-vswitchd 0.31, ...``."""
+    return ", ".join(f"{name} {value:.2f}"
+                     for name, value in sorted(cores.items(), key=lambda kv: -kv[1]))
 
 
 #: A measured baseline further than this from the calibration target is pointed out.

@@ -219,3 +219,32 @@ def test_reasons_say_whether_load_can_explain_them() -> None:
     assert [(r.blame, r.timing) for r in unshaped.reasons] == [("run", False)]
     assert [c["timing"] for c in slow.to_summary()["fidelity_causes"]] == [
         r.timing for r in slow.reasons]
+
+
+def test_components_are_reported_as_mean_cores_each() -> None:
+    """A component's processes are summed per sample; a component missing from a sample
+    counts 0 there, so the mean is over the whole run."""
+    sampler = CpuSampler(pids=list)
+    sampler.samples += [CpuSample(0.0, 50.0, 0.0, component_pct={"ranks": 80.0, "ocs-app": 4.0}),
+                        CpuSample(1.0, 50.0, 0.0, component_pct={"ranks": 120.0})]
+    assert sampler.summary()["component_cores_mean"] == {"ocs-app": 0.02, "ranks": 1.0}
+
+
+def test_a_pid_in_two_components_is_read_once_per_sample() -> None:
+    """psutil's per-process percent is since its previous read: a second read in the same
+    sample would see ~0, so a pid shared by two parts must give both the same reading."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        sampler = CpuSampler(pids=lambda: [burner.pid], interval_s=0.2,
+                             components=lambda: {"a": [burner.pid], "b": [burner.pid]})
+        sampler.start()
+        try:
+            _wait_for(lambda: len(sampler.samples) >= 4)
+        finally:
+            sampler.stop()
+    finally:
+        burner.kill()
+        burner.wait()
+    late = sampler.samples[2:]
+    assert all(s.component_pct["a"] == s.component_pct["b"] == s.emulator_pct for s in late)
+    assert max(s.emulator_pct for s in late) > 10.0

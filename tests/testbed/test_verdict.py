@@ -120,6 +120,14 @@ def test_a_clean_run_is_ok_and_reports_its_switches_by_where_they_fell(
     assert "fidelity            ok" in text
 
 
+def test_the_cpu_line_names_each_part_largest_first(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _finish(tmp_path, monkeypatch)
+    s["cpu"] = {**s["cpu"], "component_cores_mean": {"ocs-app": 0.02, "ranks": 0.5,
+                                                     "ovs-vswitchd": 0.31}}
+    assert "cpu (cores)         ranks 0.50, ovs-vswitchd 0.31, ocs-app 0.02" in summary_text(s)
+
+
 def test_a_start_up_overrun_does_not_degrade(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     s = _finish(tmp_path, monkeypatch, dark_ms=[600.0, 400.0, 100.5, 100.5], cpu=QUIET)
