@@ -9,16 +9,12 @@ virtual clock by :class:`_Clocked`.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Callable
-from typing import Any
-
 import pytest
+from clocked_core import ClockedCore
 
-from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.core import Ack, CoreConfig, Intent, OpusCore
 from controller.job import CommGroup, JobError, JobSpec, rail_job_ports
-from controller.ocs import ApplyResult, RailDescription, Reconfiguration
+from controller.ocs import RailDescription, Reconfiguration
 from controller.railstate import (
     NO_OP,
     REFLIP,
@@ -47,36 +43,20 @@ def _rails(data_mode: str = "electrical") -> list[RailDescription]:
                      for s in shadow_rails(1, 2)]
 
 
-class _Clocked:
+class _Clocked(ClockedCore):
     """A core on a virtual clock: decisions light after the delay, acks are recorded."""
 
     def __init__(self, provisioning: bool = False, inflight: str = "join") -> None:
         mode = "provisioning" if provisioning else "on-demand"
-        self.core = OpusCore(_rails(), CoreConfig.for_mode(mode, semantics="rail-state",
-                                                           rail_state_inflight=inflight))
-        self.now = 0.0
-        self.heap: list[tuple[float, int, Callable[[], Output]]] = []
-        self.tick = itertools.count()
+        super().__init__(OpusCore(_rails(), CoreConfig.for_mode(
+            mode, semantics="rail-state", rail_state_inflight=inflight)), DELAY_S)
         self.acks: dict[tuple[str, int], list[tuple[float, bool]]] = {}
-        self.events: list[dict[str, Any]] = []
         self.seq: dict[tuple[int, str], int] = {}
         out = self.core.register_job(_job(), 0.0)
         assert not out.rejects and not out.decisions
 
-    def _results(self, decision: Any) -> list[ApplyResult]:
-        return [ApplyResult(rc.rail, rc.add, rc.remove, self.now, self.now, self.now)
-                for rc in decision.reconfs]
-
-    def _take(self, out: Output) -> None:
-        assert not out.rejects, out.rejects
-        self.events += out.events
-        for ack in out.acks:
-            self.acks.setdefault((ack.group_id, ack.seq), []).append((self.now,
-                                                                      ack.reconfigured))
-        for dec in out.decisions:
-            def done(dec: Any = dec) -> Output:
-                return self.core.reconfig_done(dec.decision_id, self._results(dec), self.now)
-            heapq.heappush(self.heap, (self.now + DELAY_S, next(self.tick), done))
+    def record_ack(self, ack: Ack) -> None:
+        self.acks.setdefault((ack.group_id, ack.seq), []).append((self.now, ack.reconfigured))
 
     def ask(self, t_s: float, group: str) -> int:
         """Every member of ``group`` asks for its next call at ``t_s``; returns the seq."""
@@ -84,16 +64,8 @@ class _Clocked:
         seq = self.seq.get((0, group), 0)
         for rank in MEMBERS[group]:
             self.seq[(rank, group)] = seq + 1
-            self._take(self.core.intent(Intent("j", rank, group, seq), self.now, ref=rank))
+            self.take(self.core.intent(Intent("j", rank, group, seq), self.now, ref=rank))
         return seq
-
-    def run_until(self, t_s: float = float("inf")) -> None:
-        while self.heap and self.heap[0][0] <= t_s:
-            t, _, fn = heapq.heappop(self.heap)
-            self.now = t
-            self._take(fn())
-        if t_s != float("inf"):
-            self.now = t_s
 
     def ack_time(self, group: str, seq: int) -> float:
         times = {t for t, _ in self.acks[(group, seq)]}
@@ -195,18 +167,18 @@ def test_railstate_provisioned_call_is_acked_at_once() -> None:
     nothing (reconfigured False) and only the last-asking member's prediction counts."""
     c = _Clocked(provisioning=True)
     for rank in (0, 2):
-        c._take(c.core.predict(Intent("j", rank, "X", 0), 0.0))
+        c.take(c.core.predict(Intent("j", rank, "X", 0), 0.0))
     assert [e["group"] for e in c.events if e["event"] == "decision"][-1] == "X"
     c.run_until(0.15)
     for rank in (0, 2):
-        c._take(c.core.intent(Intent("j", rank, "X", 0), c.now, ref=rank))
+        c.take(c.core.intent(Intent("j", rank, "X", 0), c.now, ref=rank))
     assert c.acks[("X", 0)] == [(0.15, False), (0.15, False)]
 
 
 def test_railstate_late_prediction_is_dropped() -> None:
     c = _Clocked(provisioning=True)
     c.ask(0.0, "A")
-    c._take(c.core.predict(Intent("j", 0, "A", 0), 0.0))
+    c.take(c.core.predict(Intent("j", 0, "A", 0), 0.0))
     assert c.core.counters["late_predictions"] == 1
 
 

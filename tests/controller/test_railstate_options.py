@@ -8,17 +8,15 @@ and 2, 3 in stage 1; A = fsdp {0, 1}, B = fsdp {2, 3}, X = p2p 0-2; 100 ms per b
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clocked_core import ClockedCore
 
-from controller.core import CoreConfig, Intent, OpusCore, Output
+from controller.core import Ack, CoreConfig, Intent, OpusCore
 from controller.job import CommGroup, JobSpec, rail_job_ports
-from controller.ocs import ApplyResult, RailDescription
+from controller.ocs import RailDescription
 from controller.railstate import shadow_rails
 from testbed.experiment.config import load_experiment, parse_experiment
 from testbed.experiment.prepare import prepare
@@ -32,47 +30,27 @@ GROUPS = (CommGroup("A", "fsdp", (0, 1)), CommGroup("B", "fsdp", (2, 3)),
 MEMBERS = {g.group_id: g.ranks for g in GROUPS}
 
 
-class _Clocked:
+class _Clocked(ClockedCore):
     """A rail-state core on a virtual clock: lights after the delay, acks recorded."""
 
     def __init__(self, serialize: bool) -> None:
         rails = [RailDescription(0, (1, 2, 3, 4), 0.0, "electrical")] + [
             RailDescription(s, (1, 2, 3), DELAY_S * 1e3, "ocs") for s in shadow_rails(1, 2)]
-        self.core = OpusCore(rails, CoreConfig(semantics="rail-state",
-                                               rail_state_serialize_per_rank=serialize))
+        super().__init__(OpusCore(rails, CoreConfig(semantics="rail-state",
+                                               rail_state_serialize_per_rank=serialize)),
+                         DELAY_S)
         job = JobSpec("j", rail_job_ports(range(4), 1, 1), {g.group_id: g for g in GROUPS},
                       {0: 0, 1: 0, 2: 1, 3: 1})
         self.core.register_job(job, 0.0)
-        self.now = 0.0
-        self.heap: list[tuple[float, int, Callable[[], Output]]] = []
-        self.tick = itertools.count()
         self.acks: dict[tuple[str, int, int], float] = {}  # (group, seq, rank) -> t
-        self.events: list[dict[str, Any]] = []
 
-    def _take(self, out: Output) -> None:
-        assert not out.rejects, out.rejects
-        self.events += out.events
-        for ack in out.acks:
-            self.acks[(ack.group_id, ack.seq, ack.rank)] = self.now
-        for dec in out.decisions:
-            def done(dec: Any = dec) -> Output:
-                res = [ApplyResult(rc.rail, rc.add, rc.remove, self.now, self.now, self.now)
-                       for rc in dec.reconfs]
-                return self.core.reconfig_done(dec.decision_id, res, self.now)
-            heapq.heappush(self.heap, (self.now + DELAY_S, next(self.tick), done))
+    def record_ack(self, ack: Ack) -> None:
+        self.acks[(ack.group_id, ack.seq, ack.rank)] = self.now
 
     def ask(self, t_s: float, group: str, seq: int, ranks: tuple[int, ...] = ()) -> None:
         self.run_until(t_s)
         for rank in ranks or MEMBERS[group]:
-            self._take(self.core.intent(Intent("j", rank, group, seq), self.now, ref=rank))
-
-    def run_until(self, t_s: float = float("inf")) -> None:
-        while self.heap and self.heap[0][0] <= t_s:
-            t, _, fn = heapq.heappop(self.heap)
-            self.now = t
-            self._take(fn())
-        if t_s != float("inf"):
-            self.now = t_s
+            self.take(self.core.intent(Intent("j", rank, group, seq), self.now, ref=rank))
 
 
 def test_serialised_rank_waits_for_its_switching_request() -> None:

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from torch_checks import job_groups, train_shipped_job
 
 from testbed.check import ci_requested
 from testbed.experiment.config import load_experiment
 from testbed.studies.run import run_one
-from testbed.torchjob.config import load_torch_experiment
-from testbed.torchjob.runner import run_torch
 
 if importlib.util.find_spec("torch") is None and not ci_requested():
     pytest.skip("torch is not installed (bash scripts/setup.sh installs it)",
@@ -37,19 +36,10 @@ def _calls(run_dir: Path, rank: int) -> list[dict]:
 
 def test_the_shipped_job_trains_on_demand_with_bit_identical_losses(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: Callable[..., None]) -> None:
-    exp = load_torch_experiment(EXAMPLE)
-    assert (exp.mode, exp.world_size, exp.total_iterations) == ("on-demand", 4, 3)
     out = tmp_path / "run"
-    summary = run_torch(exp, out, say=lambda _m: None)
-    no_leftovers.append(json.loads((out / "manifest.json").read_text())["prefix"])
-    assert summary["reconfigurations"] > 0
-    assert summary["all_iterations_completed"] and summary["iterations_completed"] == 3
-    assert summary["loss_max_abs_diff"] == 0.0
-    assert summary["losses_compared"] == 2 * 3  # the last stage's two ranks, every step
-    assert summary["calls"] == summary["calls_delivered"] > 0
-    assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
-    fidelity_gate(summary, out, delay_ms=summary["switching_delay_ms"])
-    groups = {g["id"] for g in json.loads((out / "manifest.json").read_text())["job"]["groups"]}
+    summary = train_shipped_job(EXAMPLE, out, no_leftovers, fidelity_gate,
+                                losses_per_step=2)  # the last stage's two ranks
+    groups = job_groups(out)
     assert groups == {"fsdp0-1", "fsdp2-3", "p2p0-2", "p2p1-3"}
     for rank in range(4):
         plan = json.loads((out / "ranks" / f"rank{rank}.plan.json").read_text())
