@@ -150,6 +150,9 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         raise RunRefused(f"{cfg.source}: ocs.rail_state_ack_timeout_s is modelled on the sim "
                          "backend only (the emulated shim waits for its ack); use --backend "
                          "sim or set it to null")
+    if rail_state and cfg.rail_state_phase_barrier and cfg.mode != "baseline":
+        raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier is modelled on the sim "
+                         "backend only; use --backend sim or set it to false")
     spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                      if rail_state else 0,

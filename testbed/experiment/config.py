@@ -37,6 +37,9 @@ waits for the light) or how long a rank waits for its ack before it goes on with
 artifact's shim: 10; sim backend only). ``ocs.rail_state_serialize_per_rank``: ``false`` (the
 default) or ``true``: the controller reads a rank's next request only once the request of it
 that started a switch is answered (the artifact's controller).
+``ocs.rail_state_phase_barrier``: ``false`` (the default) or ``true``: on demand, no call of a
+rank starts before the rank's previous phase's last call has ended (the artifact's shim's
+``topo_ready``; :mod:`testbed.simulator.phasebarrier`; sim backend only).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
@@ -88,7 +91,7 @@ from workloads.timing import TimingModel
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points",
             "rail_state_inflight", "rail_state_ack_timeout_s",
-            "rail_state_serialize_per_rank", "host",
+            "rail_state_serialize_per_rank", "rail_state_phase_barrier", "host",
             "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
             "size", "rails")
 REQUEST_POINTS = ("auto", "every", "phase")
@@ -118,6 +121,7 @@ class RunSettings:
     rail_state_inflight: str = JOIN
     rail_state_ack_timeout_s: float | None = None  # None: wait for the light
     rail_state_serialize_per_rank: bool = False
+    rail_state_phase_barrier: bool = False
     ocs_options: dict[str, Any] = field(default_factory=dict)
     rail_gbps: float = 200.0
     link_mbps: float | None = None  # None: calibrate for this machine
@@ -221,6 +225,10 @@ class RunSettings:
             raise ExperimentError(f"must be true or false, got "
                                   f"{self.rail_state_serialize_per_rank!r}",
                                   "ocs.rail_state_serialize_per_rank", self.source)
+        if not isinstance(self.rail_state_phase_barrier, bool):
+            raise ExperimentError(f"must be true or false, got "
+                                  f"{self.rail_state_phase_barrier!r}",
+                                  "ocs.rail_state_phase_barrier", self.source)
         if self.semantics == PORT_EXACT:  # (the rail-state options are ignored there, as a
             # sweep may run one file under both semantics)
             if self.request_points == "phase":
@@ -256,6 +264,7 @@ class RunSettings:
                 "rail_state_inflight": self.rail_state_inflight,
                 "rail_state_ack_timeout_s": self.rail_state_ack_timeout_s,
                 "rail_state_serialize_per_rank": self.rail_state_serialize_per_rank,
+                "rail_state_phase_barrier": self.rail_state_phase_barrier,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
                 "warmup": self.warmup, "seed": self.seed}
@@ -384,14 +393,15 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         if value is not None and value <= 0:
             raise doc.error("ocs.rail_state_ack_timeout_s", "must be a positive number of "
                             f"seconds or null (wait for the light), got {value!r}")
-    if "rail_state_serialize_per_rank" in ocs:
-        kwargs["rail_state_serialize_per_rank"] = _typed(
-            doc, ocs["rail_state_serialize_per_rank"], "ocs.rail_state_serialize_per_rank", bool)
+    for key in ("rail_state_serialize_per_rank", "rail_state_phase_barrier"):
+        if key in ocs:
+            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", bool)
     kwargs["ocs_options"] = {k: v for k, v in ocs.items()
                              if k not in ("switching_delay", "ports_per_rank", "driver",
                                           "semantics", "request_points",
                                           "rail_state_inflight", "rail_state_ack_timeout_s",
-                                          "rail_state_serialize_per_rank")}
+                                          "rail_state_serialize_per_rank",
+                                          "rail_state_phase_barrier")}
     net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
     if "rail_gbps" in net:
         kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)

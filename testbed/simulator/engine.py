@@ -66,6 +66,7 @@ from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
+from testbed.simulator.phasebarrier import PhaseBarrier
 from testbed.simulator.state import Call, Conn, Flow, Lane, Mirror, Port, RankState
 
 Record = dict[str, Any]
@@ -108,7 +109,8 @@ class PlanSimulation:
                  semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None,
                  rail_state_inflight: str = JOIN,
                  rail_state_ack_timeout_s: float | None = None,
-                 rail_state_serialize_per_rank: bool = False) -> None:
+                 rail_state_serialize_per_rank: bool = False,
+                 rail_state_phase_barrier: bool = False) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
@@ -139,6 +141,9 @@ class PlanSimulation:
         self._in_time: set[tuple[Call, str, int]] = set()
         self._late_complete: dict[tuple[Call, str, int], Intent | None] = {}
         self.core = OpusCore(self.driver.describe(), self.config)
+        # the artifact shim's topo_ready (on demand only): :mod:`testbed.simulator.phasebarrier`
+        self._barrier = (PhaseBarrier(programs) if rail_state_phase_barrier and self.rail_state
+                         and not self.config.provisioning else None)
         self.gpus = gpus_per_server
         self.ranks = {r: RankState(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
@@ -372,6 +377,8 @@ class PlanSimulation:
     # -------------------------------------------------------------------- calls
 
     def _call_start(self, lane: Lane, op: PlanOp) -> None:
+        if self._barrier is not None and self._barrier.hold(lane.rank.rank, (lane, op)):
+            return
         call = Call(lane.rank, lane, op, lane.it, self.now)
         self._open[call] = None
         self._segment_start(call)
@@ -440,6 +447,8 @@ class PlanSimulation:
     def _acked(self, call: Call, reconfigured: bool) -> None:
         if call.seg == 0:
             call.t_ack = self.now
+            if self._barrier is not None:
+                self._barrier.acked(call.rank.rank, call.op.index, call)
         call.wait_s += self.now - call.seg_intent
         call.reconfigured = call.reconfigured or reconfigured
         self._step(call)
@@ -721,6 +730,9 @@ class PlanSimulation:
                    expected=op.expected_bytes, size_bytes=op.size_bytes,
                    wire_bytes=op.wire_bytes, **extra)
         self._op_done(call.lane, op)
+        if self._barrier is not None:
+            for held in self._barrier.ended(st.rank, call):
+                self._call_start(*held)
 
     def _complete(self, call: Call, group: str, seq: int, nxt: Intent | None) -> None:
         rank = call.rank.rank

@@ -47,7 +47,8 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
                           seed=seed or cfg.seed, semantics=cfg.effective_semantics,
                           rail_state_inflight=cfg.rail_state_inflight,
                           rail_state_ack_timeout_s=cfg.rail_state_ack_timeout_s,
-                          rail_state_serialize_per_rank=cfg.rail_state_serialize_per_rank)
+                          rail_state_serialize_per_rank=cfg.rail_state_serialize_per_rank,
+                          rail_state_phase_barrier=cfg.rail_state_phase_barrier)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
