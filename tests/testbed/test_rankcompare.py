@@ -30,7 +30,8 @@ def test_rank_timing_is_relative_to_time_zero() -> None:
 
 def test_a_rank_without_records_has_no_figures() -> None:
     assert rank_timing([], 0.0) == {"started_s": None, "first_call_s": None,
-                                    "last_end_s": None, "iteration_s": []}
+                                    "last_end_s": None, "iteration_s": [],
+                                    "compute_overshoot_ms": None}
 
 
 def test_spread_and_rank_by_rank_difference() -> None:
@@ -74,3 +75,15 @@ def test_compare_dirs(tmp_path: Path) -> None:
     assert [r["rank"] for r in got["ranks"]] == [0, 1]
     with pytest.raises(FileNotFoundError, match="no ranks"):
         compare_dirs(tmp_path / "a", tmp_path / "missing")
+
+
+def test_compute_overshoot_after_the_first_iteration() -> None:
+    recs = [{"ev": "compute", "it": 0, "i": 0, "t_start": 0.0, "t_end": 9.0},  # start-up
+            {"ev": "compute", "it": 1, "i": 0, "t_start": 10.0, "t_end": 10.102},
+            {"ev": "compute", "it": 2, "i": 0, "t_start": 20.0, "t_end": 20.1005},
+            {"ev": "compute", "it": 2, "i": 5, "t_start": 30.0, "t_end": 31.0}]  # not planned
+    got = rank_timing(recs, 0.0, {0: 0.1})["compute_overshoot_ms"]
+    assert got["n"] == 2 and got["max"] == pytest.approx(2.0) and got["p50"] == pytest.approx(2.0)
+    assert rank_timing(recs, 0.0)["compute_overshoot_ms"] is None
+    timing = run_timing({0: recs, 1: recs}, 0.0, {0: {0: 0.1}})
+    assert timing["compute_overshoot_ms"]["n"] == 2  # rank 1's plan is unknown
