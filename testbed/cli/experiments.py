@@ -62,6 +62,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
                    "migration_delay_s), as a job moved to a new rack would")
+    p.add_argument("--ranks-per-process", choices=("rank", "server", "auto"),
+                   help="override run.ranks_per_process: one replayer process per rank, one "
+                   "per server (its ranks as threads, each in its own network namespace; "
+                   "refused with failover), or server unless the run has failover (auto)")
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -94,7 +98,7 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["switching_delay"] = args.delay
     if getattr(args, "semantics", None):
         changes["semantics"] = args.semantics
-    for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
+    for name in ("iterations", "warmup", "link_mbps", "ports_per_rank", "ranks_per_process"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):

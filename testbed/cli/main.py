@@ -126,6 +126,14 @@ def _bench_tcp(args: argparse.Namespace) -> dict[str, Any]:
                          late_s=args.late_ms / 1e3)
 
 
+def _bench_ranks(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.results.rankcompare import compare_dirs
+
+    return compare_dirs(Path(args.a), Path(args.b))
+
+
 def _bench_workload(_args: argparse.Namespace) -> dict[str, Any]:
     from workloads.bench import run_workload_bench
 
@@ -396,6 +404,15 @@ def _add_run_benches(bench: Any) -> None:
                    help="emu (root; the sim's prediction is reported beside it) or sim only")
     b.add_argument("--keep", metavar="DIR", help="keep the runs' results under DIR")
     b.set_defaults(bench_fn=_bench_failover)
+    b = bench.add_parser("ranks", help="two emulated runs' timing rank by rank (e.g. one "
+                         "process per rank against one per server)",
+                         description="Per rank of two finished emulated runs A and B: start "
+                         "(loaded), first call, last iteration end (s after the rank processes' "
+                         "launch) and every iteration's time, with B - A and the spread across "
+                         "ranks of each run. Reads results only.")
+    b.add_argument("a", help="results directory of run A")
+    b.add_argument("b", help="results directory of run B")
+    b.set_defaults(bench_fn=_bench_ranks)
     b = bench.add_parser("sim", help="simulation backend on Llama3.1-405B at 1024 and 16384 GPUs")
     b.add_argument("--gpus", default="1024,16384", help="cluster sizes, comma-separated")
     b.add_argument("--mode", default="provisioning",

@@ -4,8 +4,9 @@ Order of work, from a :class:`~testbed.experiment.prepare.Prepared` run: build t
 rails (os-ken OCS app on one OVS bridge per rail, or electrical rails for the baseline), start
 the Opus controller on the frontend network with the emulated OCS driver, register the job,
 launch one replayer (:mod:`testbed.emulated.replayer`) per rank inside its Mininet host (and a
-standby one per spare), follow them (:mod:`testbed.emulated.supervisor`: progress, injected
-faults, failover), and on success hand the records and the OCS app's dark periods
+standby one per spare; or, with ``run.ranks_per_process: server``, one process per server for
+its ranks), follow them (:mod:`testbed.emulated.supervisor`: progress, injected faults,
+failover), and on success hand the records and the OCS app's dark periods
 (:mod:`testbed.metrics.darktime`) to :func:`testbed.results.summary.finish_run`.
 Under rail-state semantics the data rails are packet-switched (as the baseline's) and the
 network also has the shadow OCS rails on which the bits switch (:mod:`controller.railstate`).
@@ -168,10 +169,13 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     manifest = store.start_manifest(
         out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
-        modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares))
+        modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares),
+        rank_processes=cfg.rank_processes)
     spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
+    per_server = (f", one process per server ({cluster.gpus_per_server} ranks each)"
+                  if cfg.rank_processes == "server" else "")
     say(f"run {cfg.name}: mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
-        f"{spec.num_ranks} ranks on {spec.num_rails} rails{spare_text}, "
+        f"{spec.num_ranks} ranks on {spec.num_rails} rails{spare_text}{per_server}, "
         f"K={spec.ports_per_rank}, {cfg.effective_semantics}, links {prep.link_mbps:g} Mbit/s "
         f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "

@@ -18,6 +18,10 @@ faults that are due. What happens when a rank fails depends on the run's policy:
   completed iteration on healthy hosts, after ``failover.migration_delay_s``: the cost of moving
   a job to a new rack.
 
+With ``run.ranks_per_process: server`` (no failover: :mod:`testbed.experiment.rankprocs`) one
+process hosts each server's ranks (:mod:`testbed.emulated.serverhost`), started in its first
+rank's host; every host of the server holds that process, its log is ``server<S>.log``.
+
 Detection: a rank's process exiting (a crash, an injected kill, the NIC watchdog's exit on lost
 carrier) is seen within :data:`LOOP_S`; a rank that stops without exiting (``hang``) is seen when
 its heartbeats stop for ``failover.heartbeat_timeout_s`` (the controller's ``rank_lost``) and its
@@ -46,9 +50,11 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.service import ControllerClient
 from emulator import naming
-from testbed.errors import RankFailed, RunError, Say
+from testbed.emulated.netns import netns_path
+from testbed.errors import RankFailed, RunError, RunRefused, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared
+from testbed.experiment.rankprocs import SERVER, server_groups
 from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import ReplayPlan
 
@@ -109,6 +115,12 @@ class Supervisor:
         # spares (or planned failures: failover.repair_s may refill an empty pool)
         self.policy = ("restart" if cfg.no_spares else "spares"
                        if self.spec.spares or failures else None)
+        self.per_server = cfg.rank_processes == SERVER
+        if self.per_server and self.policy is not None:  # the config refuses this first
+            raise RunRefused(f"{cfg.source}: run.ranks_per_process: server cannot run with "
+                             f"failover ({self.policy}); use rank or auto")
+        # where a rank's process writes its output (server<S>.log when it hosts a server)
+        self.rank_logs = {r: out / "ranks" / f"rank{r}.log" for r in range(self.spec.num_ranks)}
         self.epoch = 0
         self.hosts = {h: _Host(rank=h if h < self.spec.num_ranks else None)
                       for h in range(self.spec.num_hosts)}
@@ -134,7 +146,7 @@ class Supervisor:
 
     @property
     def pids(self) -> list[int]:
-        return [h.proc.pid for h in self.hosts.values() if h.proc is not None]
+        return sorted({h.proc.pid for h in self.hosts.values() if h.proc is not None})
 
     def _rank_plan_path(self, rank: int) -> Path:
         return self.out / "ranks" / f"rank{rank}.plan.json"
@@ -183,6 +195,21 @@ class Supervisor:
             path.write_text(json.dumps(data))
         self._start(host, path, f"rank{rank}.log")
 
+    def _start_server(self, server: int, ranks: tuple[int, ...]) -> None:
+        """One process for ``server``'s ranks (each in its host's namespace), started in the
+        first one's host and held by all of them."""
+        path = self.out / "ranks" / f"server{server}.json"
+        path.write_text(json.dumps({"ranks": [
+            {"rank": r, "plan": str(self._rank_plan_path(r).resolve()),
+             "netns": netns_path(int(self.net.node(r).pid))} for r in ranks]}))
+        log = self.out / "ranks" / f"server{server}.log"
+        self.logs.append(fh := log.open("a"))
+        proc = self.net.popen_on(ranks[0], [sys.executable, "-m", "testbed.emulated.serverhost",
+                                            str(path.resolve())], stdout=fh, stderr=fh)
+        for r in ranks:
+            self.hosts[r].proc = proc
+            self.rank_logs[r] = log
+
     def _start_standby(self, host: int) -> None:
         spare = host - self.spec.num_ranks
         name = f"spare{spare}" if spare >= 0 else f"host{host}-standby"  # a repaired host
@@ -195,14 +222,24 @@ class Supervisor:
     def launch(self) -> None:
         """Write the plans and the first control, start every rank and every standby spare."""
         (self.out / "ranks").mkdir(exist_ok=True)
+        t_start = time.time()
         self._write_control("run", start_it=0)
         self._write_rank_plans()
-        for rank in self.plan.programs:
-            self._start_rank(rank, rank)
+        if self.per_server:
+            for ranks in server_groups(self.plan.programs, self.spec.server_of):
+                self._start_server(self.spec.server_of(ranks[0]), ranks)
+        else:
+            for rank in self.plan.programs:
+                self._start_rank(rank, rank)
         if self.policy == "spares":
             for host in range(self.spec.num_ranks, self.spec.num_hosts):
                 self._start_standby(host)
         self.t_launch = time.time()
+        # when the processes were started (a rank's ``started`` record says when it had
+        # loaded): bench ranks compares how long that took
+        (self.out / "ranks" / "launch.json").write_text(json.dumps(
+            {"t_start": t_start, "t_end": self.t_launch, "processes": len(self.pids),
+             "ranks_per_process": SERVER if self.per_server else "rank"}))
 
     def close(self) -> None:
         for fh in self.logs:
@@ -392,10 +429,14 @@ class Supervisor:
                 self._event("spare_lost", t, host=host, status=code)
                 continue
             rank = state.rank
-            log = (self.out / "ranks" / f"rank{rank}.log").read_text()[-800:]
+            log = self.rank_logs[rank]
+            who = (f"the process of rank {rank}" if not self.per_server else "the process of "
+                   f"server {self.spec.server_of(rank)} (ranks "
+                   f"{', '.join(str(r) for r, p in self.rank_logs.items() if p == log)})")
             return Failure(rank, host, t, "exit",
-                           f"rank {rank} exited with status {code} after "
-                           f"{self.last_op.get(rank, 'no call')}; log tail: {log.strip()}")
+                           f"{who} exited with status {code} after rank {rank}'s "
+                           f"{self.last_op.get(rank, 'no call')}; log {log}, its tail: "
+                           f"{log.read_text()[-800:].strip()}")
         return None
 
     def _recover(self, failure: Failure) -> None:

@@ -18,6 +18,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
+      ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -48,6 +49,10 @@ every emulated rail (the lab driver's code path). The sim backend is chosen with
 not with a driver.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
+``run.ranks_per_process`` (:mod:`testbed.experiment.rankprocs`): one replayer process per rank
+(``rank``, the default), one per server hosting its ranks as threads, each in its own host's
+network namespace (``server``; refused with failover), or ``server`` unless the run has
+failover (``auto``). PyTorch jobs always run one process per rank.
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -62,9 +67,11 @@ from controller.drivers.registry import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
+from testbed.experiment import rankprocs
 from testbed.experiment.faults import (
     FAILOVER_KEYS,
     FAULT_KEYS,
+    RANK_FAULTS,
     ClusterShape,
     FailoverSettings,
     Fault,
@@ -98,7 +105,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
-RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
+RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -130,6 +137,7 @@ class RunSettings:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
+    ranks_per_process: str = rankprocs.DEFAULT
 
     @property
     def switching_delay_ms(self) -> float:
@@ -201,6 +209,10 @@ class RunSettings:
         if self.driver not in DRIVERS:
             raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
                                   "ocs.driver", self.source)
+        if self.ranks_per_process not in rankprocs.RANKS_PER_PROCESS:
+            raise ExperimentError(f"must be one of {', '.join(rankprocs.RANKS_PER_PROCESS)}, "
+                                  f"got {self.ranks_per_process!r}", "run.ranks_per_process",
+                                  self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -267,7 +279,8 @@ class RunSettings:
                 "rail_state_phase_barrier": self.rail_state_phase_barrier,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed}
+                "warmup": self.warmup, "seed": self.seed,
+                "ranks_per_process": self.ranks_per_process}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,8 +312,29 @@ class ExperimentConfig(RunSettings):
                             self.spares_per_server if spares else 0,
                             self.spare_servers if spares else 0)
 
+    @property
+    def failover_trigger(self) -> str | None:
+        """What gives the run failover, in words (None: nothing; a failed rank ends the run),
+        as the supervisor decides its policy."""
+        if self.no_spares:
+            return "--no-spares restarts every rank"
+        if self.spares_per_server or self.spare_servers:
+            return "the cluster has spare GPUs"
+        kinds = sorted({f.kind for f in self.faults
+                        if f.kind in RANK_FAULTS or f.kind == "port_failed"})
+        return f"faults: {', '.join(kinds)}" if kinds else None
+
+    @property
+    def rank_processes(self) -> str:
+        """``rank`` or ``server``: ``run.ranks_per_process`` resolved for this run."""
+        return rankprocs.resolve(self.ranks_per_process, self.failover_trigger)
+
     def _validate_faults(self) -> None:
         """Faults against the cluster as overridden (iterations, K, --no-spares)."""
+        try:
+            rankprocs.resolve(self.ranks_per_process, self.failover_trigger)
+        except rankprocs.GroupingRefused as exc:
+            raise ExperimentError(str(exc), "run.ranks_per_process", self.source) from exc
         shape = self.shape
         if self.effective_semantics != PORT_EXACT and (shape.spares or self.faults):
             raise ExperimentError("spares and faults need port-exact semantics (a spare takes "
@@ -415,6 +449,12 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
+    if "ranks_per_process" in run:
+        value = _typed(doc, run["ranks_per_process"], "run.ranks_per_process", str)
+        if value not in rankprocs.RANKS_PER_PROCESS:
+            raise doc.error("run.ranks_per_process", f"must be one of "
+                            f"{', '.join(rankprocs.RANKS_PER_PROCESS)}, got {value!r}")
+        kwargs["ranks_per_process"] = value
     return kwargs
 
 

@@ -81,6 +81,9 @@ def prepare_torch(exp: TorchExperiment, *, check_capacity: bool = True) -> Torch
     if importlib.util.find_spec("torch") is None:
         raise RunRefused(f"{exp.source}: the workload is a PyTorch script, but torch is not "
                          f"installed for {sys.executable}; install it: {INSTALL_HINT}")
+    if exp.ranks_per_process == "server":
+        raise RunRefused(f"{exp.source}: run.ranks_per_process: server hosts replayed ranks; "
+                         "a PyTorch job runs one process per rank: use rank or auto")
     if check_capacity and (problem := capacity_problem(exp.world_size)) is not None:
         raise RunRefused(f"{exp.source}: cannot emulate this cluster here: {problem.message}")
     return TorchPrepared(exp, exp.link_mbps or calibrated_link_mbps(exp.world_size))
