@@ -62,6 +62,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
                    "migration_delay_s), as a job moved to a new rack would")
+    p.add_argument("--rank-cpu-quota", type=_quota, metavar="Q|auto|off",
+                   help="override run.rank_cpu_quota: the rank processes' CPU quota as a "
+                   "fraction of the machine (0 < Q <= 1), auto (all but what the fabric needs), "
+                   "or off (emulated runs; needs a cgroup cpu controller)")
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -83,6 +87,25 @@ def _delay(text: str) -> float | str:
     return value
 
 
+#: ``--rank-cpu-quota off``: no quota, whatever the experiment file says.
+QUOTA_OFF = "off"
+
+
+def _quota(text: str) -> float | str:
+    """``--rank-cpu-quota``: a fraction, ``auto`` or ``off``, checked here (exit 2)."""
+    from emulator.cpuquota import validate_setting
+
+    if text in (QUOTA_OFF, "auto"):
+        return text
+    try:
+        value = validate_setting(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a fraction of the machine's CPU in (0, 1], "
+                                         f"auto or off, got {text!r}") from exc
+    assert value is not None
+    return value
+
+
 Settings = TypeVar("Settings", bound=RunSettings)
 
 
@@ -97,6 +120,9 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
+    quota = getattr(args, "rank_cpu_quota", None)
+    if quota is not None:
+        changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg
