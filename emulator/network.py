@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
 from controller.railstate import SHADOW_PORTS
-from emulator import naming, runstate, vswitchd_priority
+from emulator import cpuquota, naming, runstate, vswitchd_priority
 from emulator.hostnet import (
     HostRouter,
     bridge_shaping_commands,
@@ -137,6 +137,9 @@ class EmulatedRails:
     router: HostRouter
     vswitchd_priority: str  # what the run did to ovs-vswitchd's scheduling, in words
     ocs_pid: int | None = None  # the OCS app's process
+    #: the cgroup with the ranks' CPU quota (None: no quota); every process started through
+    #: :meth:`popen_on` goes into it
+    rank_cgroup: cpuquota.RankCgroup | None = None
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def host(self, rank: int) -> Any:
@@ -182,16 +185,18 @@ class EmulatedRails:
 
     def popen_on(self, host: int, args: Sequence[str], **kwargs: Any
                  ) -> subprocess.Popen[Any]:
-        """Start a process inside host ``host``'s namespace (rank or spare); stopped at
-        teardown."""
+        """Start a process inside host ``host``'s namespace (rank or spare), in the ranks'
+        cgroup when the run has a CPU quota; stopped at teardown."""
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         env = dict(os.environ)
         env.update(kwargs.pop("env", {}) or {})
         env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
-        proc = self.node(host).popen(list(args), env=env, **kwargs)
+        command = list(args) if self.rank_cgroup is None else self.rank_cgroup.command(list(args))
+        proc = self.node(host).popen(command, env=env, **kwargs)
         self._procs.append(proc)
         # The host's mnexec execs the command itself, so /proc/<pid>/cmdline is exactly args.
+        # In the ranks' cgroup, a shell writes its pid there first, then execs args.
         self.record.add_process(proc.pid, " ".join(args))
         return proc
 
@@ -241,8 +246,13 @@ def _add_shadow_ports(spec: RailSpec, prefix: str) -> None:
 
 @contextlib.contextmanager
 def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
-                   ready_timeout_s: float = 30.0) -> Iterator[EmulatedRails]:
-    """Build, yield and always tear down the emulated network for ``spec``."""
+                   ready_timeout_s: float = 30.0,
+                   rank_cpu_quota: float | str | None = None) -> Iterator[EmulatedRails]:
+    """Build, yield and always tear down the emulated network for ``spec``; with
+    ``rank_cpu_quota`` (a fraction of the machine, or ``auto``) the processes started through
+    :meth:`EmulatedRails.popen_on` share a cgroup with that CPU quota
+    (:mod:`emulator.cpuquota`; raises :class:`~emulator.cpuquota.CgroupUnavailable` when none
+    can be made)."""
     _require_prerequisites()
     records = runstate.load_records()
     prefix = naming.new_prefix(r.prefix for r in records)
@@ -265,7 +275,12 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     net: Any = None
     handle: EmulatedRails | None = None
     driver: EmulatedOcsDriver | None = None
+    cgroup: cpuquota.RankCgroup | None = None
     try:
+        if rank_cpu_quota is not None:
+            cgroup = cpuquota.RankCgroup.create(prefix, rank_cpu_quota)
+            record.cgroups.append(str(cgroup.path))
+            record.save()
         ocs_log = (run_dir / "ocs-service.log").open("w")
         ocs_proc = _start_ocs_service(config_path, ocs_log, record)
         net = _start_mininet(spec, prefix, slot, datapath, record)
@@ -280,7 +295,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         _wait_rails_connected(spec, driver, ocs_proc, run_dir, ready_timeout_s)
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
                                router, vswitchd_priority.raise_priority(prefix),
-                               ocs_pid=ocs_proc.pid)
+                               ocs_pid=ocs_proc.pid, rank_cgroup=cgroup)
         yield handle
     finally:
         if handle is not None:
@@ -417,16 +432,21 @@ def _wait_rails_connected(spec: RailSpec, driver: EmulatedOcsDriver,
 
 
 def _remove_owned(record: runstate.RunRecord, prefix: str) -> None:
-    """Stop the run's recorded processes, remove its bridges and links (by name prefix), then
-    its record."""
+    """Stop the run's recorded processes, remove its bridges and links (by name prefix) and its
+    recorded cgroups, then its record (kept while a cgroup will not go, for ``clean``)."""
     for proc in record.processes:
         runstate.stop_process(proc.pid, proc.marker)
+    runstate.remove_cgroups(record)
+    left = [c for c in record.cgroups if Path(c).is_dir()]
+    if left:
+        LOG.warning("cgroups %s still hold processes; `opus-testbed clean` removes them", left)
     for bridge in runstate.owned_bridges():
         if naming.prefix_of(bridge) == prefix:
             runstate.remove_bridge(bridge)
     for link in runstate.owned_links():
         if naming.prefix_of(link) == prefix:
             runstate.remove_link(link)
-    record.remove()
+    if not left:
+        record.remove()
 
 

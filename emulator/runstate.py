@@ -4,9 +4,10 @@ A live run keeps ``/run/opus-testbed/<prefix>.json`` (``OPUS_STATE_DIR`` overrid
 pid, the pids of every process it started (with a marker that must appear in the process's
 command line, guarding against pid reuse), and its bridges. :func:`clean` removes the leftovers
 of runs whose owner is gone: processes by recorded pid, bridges and root-namespace interfaces by
-our name pattern (:data:`emulator.naming.OWNED_NAME_RE`), and the directories recorded with
-:func:`owned_dir` (``<state dir>/dirs/``; e.g. a torch run's scale-up sockets) by their recorded
-path. Nothing else is touched.
+our name pattern (:data:`emulator.naming.OWNED_NAME_RE`), its recorded cgroups (the ranks' CPU
+quota, :mod:`emulator.cpuquota`) by recorded path if named as ours, and the directories recorded
+with :func:`owned_dir` (``<state dir>/dirs/``; e.g. a torch run's scale-up sockets) by their
+recorded path. Nothing else is touched.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from emulator import naming
+from emulator import cpuquota, naming
 
 
 def state_dir() -> Path:
@@ -43,6 +44,7 @@ class RunRecord:
     created_s: float = field(default_factory=time.time)
     processes: list[RecordedProcess] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)  # paths (emulator.cpuquota)
 
     @property
     def path(self) -> Path:
@@ -212,7 +214,7 @@ def clean_dirs(include_live: bool = False) -> list[str]:
 def clean(include_live: bool = False) -> dict[str, list[str]]:
     """Remove leftovers of dead runs (or of every run with ``include_live``)."""
     removed: dict[str, list[str]] = {"processes": [], "bridges": [], "links": [], "records": [],
-                                     "dirs": clean_dirs(include_live)}
+                                     "cgroups": [], "dirs": clean_dirs(include_live)}
     live = set() if include_live else live_prefixes()
     for record in load_records():
         if record.prefix in live:
@@ -220,6 +222,7 @@ def clean(include_live: bool = False) -> dict[str, list[str]]:
         for proc in record.processes:
             if stop_process(proc.pid, proc.marker):
                 removed["processes"].append(f"{proc.pid} ({proc.marker})")
+        removed["cgroups"] += remove_cgroups(record)
         record.remove()
         removed["records"].append(record.prefix)
     for bridge in owned_bridges():
@@ -231,6 +234,21 @@ def clean(include_live: bool = False) -> dict[str, list[str]]:
             remove_link(link)
             removed["links"].append(link)
     return removed
+
+
+def remove_cgroups(record: RunRecord) -> list[str]:
+    """Remove the cgroups ``record`` names, each only if it is named as this run's and sits
+    under a mounted hierarchy's root (:func:`emulator.cpuquota.owned_cgroup`); returns the
+    paths removed (one whose processes will not die is left for a later ``clean``)."""
+    gone = []
+    for text in record.cgroups:
+        path = Path(text)
+        if not path.is_dir() or not cpuquota.owned_cgroup(path, record.prefix):
+            continue
+        with contextlib.suppress(OSError):
+            cpuquota.remove_cgroup(path)
+            gone.append(text)
+    return gone
 
 
 def leftovers(prefix: str) -> dict[str, list[str]]:
@@ -246,4 +264,17 @@ def leftovers(prefix: str) -> dict[str, list[str]]:
         "links": [link for link in owned_links() if naming.prefix_of(link) == prefix],
         "processes": procs,
         "records": [str(p) for p in state_dir().glob(f"{prefix}.json")],
+        "cgroups": [str(p) for p in _mounted_cgroups(prefix)],
     }
+
+
+def _mounted_cgroups(prefix: str) -> list[Path]:
+    """Run ``prefix``'s cgroup where it would be, if it exists."""
+    try:
+        found = cpuquota.find_cpu_controller(cpuquota.MOUNTS.read_text())
+    except OSError:
+        return []
+    if isinstance(found, str):
+        return []
+    path = found.root / cpuquota.cgroup_name(prefix)
+    return [path] if path.is_dir() else []

@@ -27,10 +27,18 @@ def ci_requested(env: Mapping[str, str] | None = None) -> bool:
 
 @dataclass(frozen=True)
 class Check:
+    """One prerequisite; an ``optional`` one that fails only disables a feature (its detail
+    says which) and does not fail ``opus-testbed check``."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    optional: bool = False
+
+    @property
+    def passes(self) -> bool:
+        return self.ok or self.optional
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -113,6 +121,22 @@ def check_tools() -> Check:
     return Check("tools", True, "ip, tc, ping, iperf3 present")
 
 
+def check_cpu_quota() -> Check:
+    """Whether ``run.rank_cpu_quota`` can be honoured: a writable cgroup cpu controller
+    (:mod:`emulator.cpuquota`). Optional: only runs that ask for a quota need it."""
+    from emulator.cpuquota import CgroupUnavailable, cpu_controller
+
+    try:
+        found = cpu_controller()
+    except CgroupUnavailable as exc:
+        return Check("cpu quota", False, f"unavailable: {exc}; runs with run.rank_cpu_quota "
+                     "are refused (other runs are unaffected)",
+                     "mount cgroup v2 with the cpu controller (Debian 12's default) or cgroup "
+                     "v1's cpu hierarchy, and run as root", optional=True)
+    return Check("cpu quota", True, f"available: {found.describe()} (run.rank_cpu_quota)",
+                 optional=True)
+
+
 def run_checks() -> list[Check]:
     checks: list[Callable[[], Check]] = [
         check_root,
@@ -124,5 +148,6 @@ def run_checks() -> list[Check]:
         lambda: check_import("scapy.all", "scapy", f"pip install scapy, or {SETUP_HINT}"),
         lambda: Check("python", sys.version_info >= (3, 11), sys.version.split()[0],
                       "Python 3.11 or newer is needed"),
+        check_cpu_quota,
     ]
     return [c() for c in checks]

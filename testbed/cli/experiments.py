@@ -66,6 +66,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="override run.ranks_per_process: one replayer process per rank, one "
                    "per server (its ranks as threads, each in its own network namespace; "
                    "refused with failover), or server unless the run has failover (auto)")
+    p.add_argument("--rank-cpu-quota", type=_quota, metavar="Q|auto|off",
+                   help="override run.rank_cpu_quota: the rank processes' CPU quota as a "
+                   "fraction of the machine (0 < Q <= 1), auto (all but what the fabric needs), "
+                   "or off (emulated runs; needs a cgroup cpu controller)")
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -87,6 +91,25 @@ def _delay(text: str) -> float | str:
     return value
 
 
+#: ``--rank-cpu-quota off``: no quota, whatever the experiment file says.
+QUOTA_OFF = "off"
+
+
+def _quota(text: str) -> float | str:
+    """``--rank-cpu-quota``: a fraction, ``auto`` or ``off``, checked here (exit 2)."""
+    from emulator.cpuquota import validate_setting
+
+    if text in (QUOTA_OFF, "auto"):
+        return text
+    try:
+        value = validate_setting(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a fraction of the machine's CPU in (0, 1], "
+                                         f"auto or off, got {text!r}") from exc
+    assert value is not None
+    return value
+
+
 Settings = TypeVar("Settings", bound=RunSettings)
 
 
@@ -101,6 +124,9 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank", "ranks_per_process"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
+    quota = getattr(args, "rank_cpu_quota", None)
+    if quota is not None:
+        changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg

@@ -49,14 +49,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     checks = run_checks()
     if args.json:
-        print(json.dumps({"ok": all(c.ok for c in checks),
+        print(json.dumps({"ok": all(c.passes for c in checks),
                           "checks": [c.to_json() for c in checks]}, indent=1))
     else:
         for c in checks:
-            print(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+            print(f"[{'ok' if c.ok else 'FAIL' if not c.optional else 'off'}] {c.name}: "
+                  f"{c.detail}")
             if not c.ok and c.fix:
                 print(f"       fix: {c.fix}")
-    return 0 if all(c.ok for c in checks) else 1
+    return 0 if all(c.passes for c in checks) else 1
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
 from controller.railstate import RAIL_STATE
+from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
@@ -144,6 +145,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     """Run ``prep`` on the emulated rails; returns the summary (also in ``out/summary.json``)."""
     cfg, plan = prep.config, prep.plan
     require_empty_dir(out)
+    require_quota(cfg)
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
@@ -213,20 +215,32 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     from emulator.network import emulated_rails
 
     cfg = prep.config
+    require_quota(cfg)
     t_start = time.monotonic()
     follower: RankFollower | None = None
     net: EmulatedRails | None = None
+    throttling: Throttling | None = None
+    cgroup: RankCgroup | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
                          + vswitchd_pids(),
                          components=lambda: run_components(follower, net))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
-            net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
+            try:
+                net = stack.enter_context(emulated_rails(
+                    spec, run_dir=out / "emulator", rank_cpu_quota=cfg.rank_cpu_quota))
+            except CgroupUnavailable as exc:
+                raise RunRefused(f"{cfg.source}: run.rank_cpu_quota is "
+                                 f"{cfg.rank_cpu_quota}, but {exc}") from exc
+            cgroup = net.rank_cgroup
             manifest.update(datapath=net.datapath, prefix=net.prefix,
-                            vswitchd_priority=net.vswitchd_priority)
+                            vswitchd_priority=net.vswitchd_priority,
+                            rank_cgroup=None if cgroup is None else str(cgroup.path))
             store.write_json(out / "manifest.json", manifest)
+            quota = ("" if cgroup is None else f", ranks' CPU quota {cgroup.fraction:.2f} of "
+                     f"the machine in {cgroup.path}")
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
-                f"{net.datapath} datapath, {net.vswitchd_priority})")
+                f"{net.datapath} datapath, {net.vswitchd_priority}{quota})")
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
@@ -245,6 +259,7 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                     sampler.start()
                     follower.follow()
                     sampler.stop()
+                    throttling = cgroup.throttling() if cgroup is not None else None
                 finally:
                     follower.close()
     finally:
@@ -254,9 +269,22 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
     events_read = store.read_jsonl(out / "controller-events.jsonl")
     seen = Observed(records, events_read, sampler.summary(), wall_s,
-                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec)))
+                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec)),
+                    cgroup.summary(throttling) if cgroup is not None else None)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
+
+
+def require_quota(cfg: RunSettings) -> None:
+    """Refuse a run that asks for a rank CPU quota on a machine without a usable cgroup cpu
+    controller, before anything starts."""
+    if cfg.rank_cpu_quota is None:
+        return
+    try:
+        cpu_controller()
+    except CgroupUnavailable as exc:
+        raise RunRefused(f"{cfg.source}: run.rank_cpu_quota is {cfg.rank_cpu_quota}, but {exc}; "
+                         "set it to null (or pass --rank-cpu-quota off)") from exc
 
 
 class _RankProcesses:

@@ -19,6 +19,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
       ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
+      rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -47,6 +48,11 @@ Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the e
 directly; ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on
 every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
 not with a driver.
+``run.rank_cpu_quota`` (emulated runs): the rank processes share one cgroup with a CPU quota of
+that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RESERVE_CORES`),
+so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);
+``null`` (the default) sets none. A run that asks for one where no cgroup cpu controller is
+usable is refused.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
 ``run.ranks_per_process`` (:mod:`testbed.experiment.rankprocs`): one replayer process per rank
@@ -66,6 +72,7 @@ from typing import Any, Self
 from controller.drivers.registry import DRIVERS
 from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
 from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
+from emulator.cpuquota import validate_setting as validate_quota
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from testbed.experiment import rankprocs
 from testbed.experiment.faults import (
@@ -105,7 +112,8 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
-RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process")
+RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
+            "rank_cpu_quota")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -138,6 +146,7 @@ class RunSettings:
     ack_timeout_s: float = 120.0
     seed: int = 0
     ranks_per_process: str = rankprocs.DEFAULT
+    rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
 
     @property
     def switching_delay_ms(self) -> float:
@@ -206,6 +215,10 @@ class RunSettings:
         for key, ok, why in checks:
             if not ok:
                 raise ExperimentError(why, key, self.source)
+        try:
+            validate_quota(self.rank_cpu_quota)
+        except ValueError as exc:
+            raise ExperimentError(str(exc), "run.rank_cpu_quota", self.source) from exc
         if self.driver not in DRIVERS:
             raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
                                   "ocs.driver", self.source)
@@ -280,7 +293,8 @@ class RunSettings:
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
                 "warmup": self.warmup, "seed": self.seed,
-                "ranks_per_process": self.ranks_per_process}
+                "ranks_per_process": self.ranks_per_process,
+                "rank_cpu_quota": self.rank_cpu_quota}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -455,6 +469,11 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("run.ranks_per_process", f"must be one of "
                             f"{', '.join(rankprocs.RANKS_PER_PROCESS)}, got {value!r}")
         kwargs["ranks_per_process"] = value
+    if "rank_cpu_quota" in run:
+        try:
+            kwargs["rank_cpu_quota"] = validate_quota(run["rank_cpu_quota"])
+        except ValueError as exc:
+            raise doc.error("run.rank_cpu_quota", str(exc)) from exc
     return kwargs
 
 

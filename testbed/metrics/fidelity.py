@@ -14,6 +14,11 @@ why and whom it blames (:class:`Verdict`):
   periods on such a machine are its doing too), or dark periods overran while threads waited
   for a core (CPU pressure, :data:`CPU_PRESSURE_PCT`): the emulation could not keep up, rerun
   on a quieter machine or with slower links;
+* ``quota`` -- the ranks' own CPU quota (``run.rank_cpu_quota``, :mod:`emulator.cpuquota`) held
+  them back materially (:data:`QUOTA_THROTTLED_SHARE` of its periods) and the iterations took
+  longer than modelled beyond :data:`MODEL_AGREEMENT` (this blame goes before the machine's),
+  or their collectives were slow on an otherwise idle machine: the workload itself ran slower
+  than modelled; raise the quota or turn it off (the fabric is not to blame, nor the machine);
 * ``run`` -- calls lost bytes, collectives were slow or dark periods overran on a quiet machine
   (no saturation, steal or CPU pressure), the links were not shaped, light came early, the app's
   delay is not the configured one, or the OCS app and the controller disagree on the switches:
@@ -252,11 +257,22 @@ def vswitchd_pids() -> list[int]:
 
 MACHINE = "machine"
 RUN = "run"
+QUOTA = "quota"
+#: Share of the CFS periods in which the ranks' CPU quota ran out (``nr_throttled /
+#: nr_periods`` of its cgroup) from which it held them back materially. A first setting, not
+#: yet measured against runs: a quota that bites in one period of twenty already stretches the
+#: ranks' bursts (start-up, ring steps), each throttled period up to the rest of its 100 ms.
+QUOTA_THROTTLED_SHARE = 0.05
+#: How far an emulated iteration may exceed what it was expected to take (the modelled
+#: electrical step plus the switching it waited for) before the quota is named for it: the bound
+#: to which emulated and simulated iterations agree (``bench crossval``, 10 %).
+MODEL_AGREEMENT = 0.10
 
 
 @dataclass(frozen=True)
 class Reason:
-    """One reason a run is degraded, and whom it blames: :data:`MACHINE` or :data:`RUN`.
+    """One reason a run is degraded, and whom it blames: :data:`MACHINE`, :data:`QUOTA` or
+    :data:`RUN`.
 
     ``timing``: the reason is a measured time (late light, slow collectives), which a loaded
     machine can stretch; every other reason (lost bytes, a wrong or short delay, early light,
@@ -279,9 +295,11 @@ class Verdict:
 
     @property
     def blame(self) -> str:
-        """``run`` if any reason blames the run, else ``machine`` if degraded, else ``none``."""
-        if any(r.blame == RUN for r in self.reasons):
-            return RUN
+        """``run`` if any reason blames the run, else ``quota`` if any blames the ranks' CPU
+        quota, else ``machine`` if degraded, else ``none``."""
+        for blame in (RUN, QUOTA):
+            if any(r.blame == blame for r in self.reasons):
+                return blame
         return MACHINE if self.reasons else "none"
 
     def to_summary(self) -> dict[str, Any]:
@@ -319,6 +337,41 @@ class RunEvidence:
     throughput_ratio_p10: float | None = None
     dark: DarkCheck | None = None
     overrun: OverrunBound | None = None
+    #: the ranks' CPU quota and its throttling (the summary's ``rank_cpu_quota``; None: none)
+    quota: Mapping[str, Any] | None = None
+    iteration_s: float | None = None  # measured, mean
+    expected_iteration_s: float | None = None  # modelled step + exposed switching (None: no model)
+
+
+def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
+    """The share of periods in which the ranks' quota ran out, when it is at least
+    :data:`QUOTA_THROTTLED_SHARE` (else None: no quota, or it did not bite materially)."""
+    share = (quota or {}).get("throttled_share")
+    return share if share is not None and share >= QUOTA_THROTTLED_SHARE else None
+
+
+def _quota_words(quota: Mapping[str, Any], share: float) -> str:
+    return (f"the ranks' CPU quota (run.rank_cpu_quota {quota.get('setting')}: "
+            f"{quota.get('fraction', 0):.2f} of the machine, {quota.get('cores', 0):g} cores) "
+            f"held them back in {100 * share:.0f} % of its periods")
+
+
+def quota_reason(quota: Mapping[str, Any] | None, iteration_s: float | None,
+                 expected_s: float | None) -> Reason | None:
+    """The reason for iterations the ranks' own quota made longer than modelled: the quota
+    throttled them materially and the measured iteration exceeds the expected one (modelled
+    step plus the switching it waited for) by more than :data:`MODEL_AGREEMENT`."""
+    share = quota_throttled(quota)
+    if share is None or quota is None or iteration_s is None or not expected_s:
+        return None
+    excess = iteration_s / expected_s - 1.0
+    if excess <= MODEL_AGREEMENT:
+        return None
+    return Reason(QUOTA, f"{_quota_words(quota, share)} ({quota.get('throttled_s', 0):.1f} s "
+                  f"held back) and an iteration took {iteration_s:.3f} s against the "
+                  f"{expected_s:.3f} s modelled with its switching ({100 * excess:+.0f} %, "
+                  f"tolerance {100 * MODEL_AGREEMENT:.0f} %): the workload itself ran slower "
+                  "than modelled; raise run.rank_cpu_quota or set it to null", timing=True)
 
 
 def judge(ev: RunEvidence) -> Verdict:
@@ -336,8 +389,14 @@ def judge(ev: RunEvidence) -> Verdict:
         reasons.append(Reason(MACHINE, f"the hypervisor gave {steal:.0f} % of the CPU time to "
                               "other guests (steal): this VM's host is busy; run again when it "
                               "is quiet", timing=True))
+    slowed = quota_reason(ev.quota, ev.iteration_s, ev.expected_iteration_s)
+    if slowed is not None:
+        reasons.append(slowed)
+    share = quota_throttled(ev.quota)
     reasons += _throughput_reasons(ev.throughput_ratio_median, ev.throughput_ratio_p10,
-                                   busy=saturated or stolen)
+                                   busy=saturated or stolen,
+                                   quota=_quota_words(ev.quota, share)
+                                   if ev.quota is not None and share is not None else None)
     if ev.calls_delivered < ev.calls:
         reasons.append(Reason(RUN, f"{ev.calls - ev.calls_delivered} of {ev.calls} calls did "
                               "not deliver every byte"))
@@ -381,10 +440,11 @@ def add_reason(summary: dict[str, Any], reason: Reason) -> None:
     summary.update(verdict.to_summary())
 
 
-def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool
-                        ) -> list[Reason]:
+def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool,
+                        quota: str | None = None) -> list[Reason]:
     """Collectives faster than the link (shaping failed: always the run's) or slower than it,
-    in the median or in the low tail (the machine's when its CPU was busy)."""
+    in the median or in the low tail (the machine's when its CPU was busy, else the ranks'
+    quota's when it held them back materially, ``quota`` saying how, else the run's)."""
     if median is None:
         return []
     if median > THROUGHPUT_RATIO_MAX:
@@ -403,5 +463,8 @@ def _throughput_reasons(median: float | None, p10: float | None, *, busy: bool
     text = "; ".join(slow)
     if busy:
         return [Reason(MACHINE, f"{text}: lower network.link_mbps", timing=True)]
+    if quota is not None:
+        return [Reason(QUOTA, f"{text}: {quota}; raise run.rank_cpu_quota or set it to null",
+                       timing=True)]
     return [Reason(RUN, f"{text} although the machine's CPU was neither saturated nor stolen",
                    timing=True)]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.cpuquota import quota_text
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import (
@@ -54,30 +55,35 @@ class RunFacts(Protocol):
 class Observed:
     """What a backend observed of a finished run, handed to :func:`finish_run` as one value:
     the ranks' records, the controller's events, the CPU samples
-    (:meth:`~testbed.metrics.fidelity.CpuSampler.summary`), the wall-clock time and the
+    (:meth:`~testbed.metrics.fidelity.CpuSampler.summary`), the wall-clock time, the
     emulated OCS's dark periods (None on the sim backend, whose switches last the delay
-    exactly, and without an OCS)."""
+    exactly, and without an OCS) and the ranks' CPU quota with its throttling
+    (:func:`emulator.cpuquota.quota_summary`; None: no quota)."""
 
     records: list[dict[str, Any]]
     events: list[dict[str, Any]]
     cpu: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     dark: DarkCheck | None = None
+    quota: dict[str, Any] | None = None
 
 
-def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]]
-                 ) -> RunEvidence:
+def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
+                 modeled_iteration_s: float | None = None) -> RunEvidence:
     """What the run's verdict rests on (:func:`~testbed.metrics.fidelity.judge`), from what
     was observed and the metrics. Only switches inside the measured iterations (``windows``)
     bear on the figures; the late light among them counts where some collective waited on
-    light."""
+    light. An iteration is expected to take the modelled step plus the switching it waited
+    for (none without a model)."""
     s = m.summary
     bound = (overrun_bound(seen.dark.switches, windows, ((a, b) for a, b, _g, _s
                                                         in exposed_intervals(seen.events)))
              if seen.dark is not None else None)
+    expected = (None if modeled_iteration_s is None
+                else modeled_iteration_s + (s.get("exposed_reconfig_s") or 0.0))
     return RunEvidence(seen.cpu, s["calls"], s["calls_delivered"],
                        s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
-                       bound)
+                       bound, seen.quota, s.get("iteration_time_s"), expected)
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
@@ -98,7 +104,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     s = m.summary
     windows = [(float(r["t_start_s"]), float(r["t_end_s"])) for r in m.iterations
                if r["measured"]]
-    evidence = run_evidence(seen, m, windows)
+    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s)
     bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
     verdict = judge(evidence) if backend == "emu" else SIMULATED
@@ -112,7 +118,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "scale": prep.scale, "world_size": manifest["world_size"],
                "warmup": cfg.warmup, "iterations": cfg.iterations,
                "all_iterations_completed": s["iterations_completed"] == expected_iterations,
-               **s, **verdict.to_summary(), "cpu": cpu,
+               **s, **verdict.to_summary(), "cpu": cpu, "rank_cpu_quota": seen.quota,
                "modeled_iteration_s": prep.modeled_iteration_s,
                "calibrate_step_s": workload.calibrate_step_s if workload else None,
                "compute_scale": workload.compute_scale if workload else None,
@@ -216,6 +222,8 @@ def summary_text(summary: dict[str, Any]) -> str:
         parts = (summary.get("cpu") or {}).get("component_cores_mean")
         if parts:
             lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts))
+    if summary.get("rank_cpu_quota") is not None:
+        lines.insert(-1, "rank CPU quota      " + quota_text(summary["rank_cpu_quota"]))
     if summary.get("calibrate_step_s") is not None:
         lines.insert(2, f"calibration         {_calibration_text(summary)}")
     if "loss_max_abs_diff" in summary:  # a torch job: its losses against the loopback run

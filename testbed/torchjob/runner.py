@@ -47,7 +47,14 @@ import yaml
 from controller.job import JobError, JobSpec
 from emulator.network import free_tcp_port
 from emulator.runstate import owned_dir
-from testbed.emulated.runner import _follow, processes, rail_spec, run_on_rails, spec_ports
+from testbed.emulated.runner import (
+    _follow,
+    processes,
+    rail_spec,
+    require_quota,
+    run_on_rails,
+    spec_ports,
+)
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.results import store
@@ -92,6 +99,7 @@ def prepare_torch(exp: TorchExperiment, *, check_capacity: bool = True) -> Torch
 def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[str, Any]:
     """Run ``exp`` (see the module docstring); returns the rails run's summary."""
     require_empty_dir(out)
+    require_quota(exp)
     prep = prepare_torch(exp)
     cluster = exp.cluster
     spec = rail_spec(exp, cluster.servers, cluster.gpus_per_server, prep.link_mbps)

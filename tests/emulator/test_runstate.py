@@ -202,3 +202,36 @@ def test_clean_removes_recorded_dirs_of_dead_owners_only(state_dir: Path, tmp_pa
     assert removed["dirs"] == [str(marked)]
     assert not marked.exists() and unmarked.is_dir() and stranger.is_dir()
     assert not list(runstate.dirs_dir().glob("*.json"))
+
+
+def test_a_record_keeps_its_cgroups_and_an_older_record_loads_without(state_dir: Path) -> None:
+    rec = RunRecord("ot1a3", owner_pid=4242, cgroups=["/sys/fs/cgroup/opus-testbed-ot1a3"])
+    rec.save()
+    assert RunRecord.load(rec.path).cgroups == rec.cgroups
+    rec.path.write_text('{"prefix": "ot1a3", "owner_pid": 1, "processes": [], "bridges": []}')
+    assert RunRecord.load(rec.path).cgroups == []
+
+
+def test_clean_removes_only_a_recorded_cgroup_named_as_the_runs(
+        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fake cgroup root: the dead run's own cgroup goes; a directory its record names but
+    that is not its cgroup (another name, or not at a hierarchy's root) stays."""
+    from emulator import cpuquota
+
+    root = tmp_path / "cpu"
+    ours, other, deep = (root / "opus-testbed-ot1a4", root / "user.slice",
+                         root / "x" / "opus-testbed-ot1a4")
+    for path in (ours, other, deep):
+        path.mkdir(parents=True)
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup {root} cgroup rw,cpu 0 0\n")
+    monkeypatch.setattr(cpuquota, "MOUNTS", mounts)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    RunRecord("ot1a4", owner_pid=dead.pid, cgroups=[str(ours), str(other), str(deep)]).save()
+    # only the cgroup part of `clean`: no bridge or link of other runs may be touched here
+    monkeypatch.setattr(runstate, "owned_bridges", lambda: [])
+    monkeypatch.setattr(runstate, "owned_links", lambda: [])
+    removed = runstate.clean()
+    assert removed["cgroups"] == [str(ours)] and removed["records"] == ["ot1a4"]
+    assert not ours.exists() and other.is_dir() and deep.is_dir()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from testbed.check import run_checks
 from testbed.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,6 +163,47 @@ def test_run_refuses_a_cluster_too_big_for_this_machine(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "512 ranks exceed" in res.stderr and "--backend sim" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_run_refuses_a_bad_rank_cpu_quota_on_the_command_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad:
+        main(["run", "examples/tiny.yaml", "--rank-cpu-quota", "1.5"])
+    assert bad.value.code == 2
+    assert "--rank-cpu-quota: must be a fraction of the machine's CPU in (0, 1], auto or off, " \
+           "got '1.5'" in capsys.readouterr().err
+
+
+def test_rank_cpu_quota_override() -> None:
+    from testbed.cli.experiments import apply_overrides
+    from testbed.experiment.config import load_experiment
+
+    cfg = load_experiment(ROOT / "examples" / "tiny.yaml").replace(rank_cpu_quota="auto")
+    for flag, expected in (("0.5", 0.5), ("auto", "auto"), ("off", None)):
+        args = build_parser().parse_args(["run", "x.yaml", "--rank-cpu-quota", flag])
+        assert apply_overrides(cfg, args).rank_cpu_quota == expected, flag
+    assert apply_overrides(cfg, build_parser().parse_args(["run", "x.yaml"])
+                           ).rank_cpu_quota == "auto"
+
+
+def test_run_refuses_a_quota_without_a_cgroup_cpu_controller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from emulator import cpuquota
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    monkeypatch.setattr(cpuquota, "MOUNTS", mounts)
+    out = tmp_path / "out"
+    code = main(["run", str(ROOT / "examples" / "tiny.yaml"), "--out", str(out),
+                 "--rank-cpu-quota", "0.7"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "run.rank_cpu_quota is 0.7, but no cgroup hierarchy with the cpu controller is " \
+           "mounted; set it to null (or pass --rank-cpu-quota off)" in err
+    assert not out.exists()
+    assert main(["check"]) == (0 if all(c.passes for c in run_checks()) else 1)
+    assert "[off] cpu quota: unavailable: no cgroup hierarchy" in capsys.readouterr().out
 
 
 def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> None:

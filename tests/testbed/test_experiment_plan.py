@@ -48,12 +48,27 @@ def test_defaults_and_degree_aware_ports() -> None:
     ("ocs: {request_points: phase}\n", "ocs.request_points", 6),  # port-exact: every call asks
     ("mode: degree-aware\nocs: {semantics: rail-state}\n", "mode", 6),
     ("ocs: {semantics: rail-state, driver: polatis-tl1}\n", "ocs.driver", 6),
+    ("run: {rank_cpu_quota: 1.5}\n", "run.rank_cpu_quota", 6),
+    ("run: {rank_cpu_quota: 0}\n", "run.rank_cpu_quota", 6),
+    ("run:\n  warmup: 1\n  rank_cpu_quota: most\n", "run.rank_cpu_quota", 8),
+    ("run: {rank_cpu_quota: true}\n", "run.rank_cpu_quota", 6),
 ])
 def test_bad_input_names_key_and_position(extra: str, key: str, line: int) -> None:
     with pytest.raises(WorkloadConfigError) as info:
         parse_experiment(BASE + extra, "exp.yaml")
     assert info.value.field == key
     assert info.value.position.startswith(f"exp.yaml:{line}:")
+
+
+def test_rank_cpu_quota_is_off_by_default_and_validated_on_replace() -> None:
+    assert parse_experiment(BASE).rank_cpu_quota is None
+    cfg = parse_experiment(BASE + "run: {rank_cpu_quota: auto}\n")
+    assert cfg.rank_cpu_quota == "auto" and cfg.to_json()["rank_cpu_quota"] == "auto"
+    assert parse_experiment(BASE + "run: {rank_cpu_quota: 1}\n").rank_cpu_quota == 1.0
+    assert cfg.replace(rank_cpu_quota=0.7).rank_cpu_quota == 0.7
+    with pytest.raises(ExperimentError, match=r"half its CPU time\), got 2$") as info:
+        cfg.replace(rank_cpu_quota=2)
+    assert info.value.field == "run.rank_cpu_quota"
 
 
 def test_interleaved_pipelines_are_refused_under_rail_state() -> None:

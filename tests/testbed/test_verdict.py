@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from emulator.cpuquota import Throttling, quota_summary
 from testbed.experiment.config import RunSettings
 from testbed.metrics.darktime import DarkCheck, check_dark_periods
-from testbed.metrics.fidelity import UNRATED_THROUGHPUT
+from testbed.metrics.fidelity import UNRATED_THROUGHPUT, RunEvidence, judge
 from testbed.results import store
 from testbed.results.baseline import with_baseline
 from testbed.results.summary import Observed, finish_run, summary_text
@@ -89,7 +90,9 @@ def _controller_log(dark_ms: list[float], wait_s: float = 0.0) -> list[dict[str,
 def _finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
             dark_ms: list[float] | None = None, recorded_ms: float = DELAY_MS,
             ratio: float | None = 0.9, cpu: dict[str, Any] = QUIET,
-            dark: DarkCheck | None = None, wait_s: float = 0.0) -> dict[str, Any]:
+            dark: DarkCheck | None = None, wait_s: float = 0.0,
+            quota: dict[str, Any] | None = None, modeled_s: float | None = None
+            ) -> dict[str, Any]:
     monkeypatch.setattr(store, "render_run", lambda _out: [])  # no plots needed
     dark_ms = dark_ms or [DELAY_MS + 0.5] * len(T_DARK)
     events = _controller_log(dark_ms, wait_s)
@@ -99,7 +102,8 @@ def _finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
                       iterations=2)
     out = tmp_path / "run"
     out.mkdir(parents=True)
-    return finish_run(out, Facts(cfg), Observed(_records(ratio), events, cpu, 1.0, dark),
+    return finish_run(out, Facts(cfg, modeled_iteration_s=modeled_s),
+                      Observed(_records(ratio), events, cpu, 1.0, dark, quota),
                       {"world_size": 2}, num_rails=1, ranks_rail0=[0, 1])
 
 
@@ -218,3 +222,73 @@ def test_with_a_baseline_the_bound_is_judged_against_the_overhead_itself(
         none["fidelity_reasons"][-1])
     sim = {"fidelity": "simulated", "iteration_time_s": 10.0, "dark_overrun_bound": None}
     assert with_baseline(dict(sim), {"iteration_time_s": 9.99})["fidelity"] == "simulated"
+
+
+def _quota(throttled: int, periods: int = 1000) -> dict[str, Any]:
+    """The summary's ``rank_cpu_quota`` of a 0.7 quota on 2 cores, throttled in ``throttled`` of
+    ``periods`` periods."""
+    return quota_summary(0.7, 0.7, 2, "opus-testbed-otabc", 1,
+                         Throttling(periods, throttled, throttled * 0.02))
+
+
+@pytest.mark.parametrize("cpu", [QUIET, CONTENDED | {"machine_cpu_mean_pct": 97.0}],
+                         ids=["quiet", "saturated"])
+def test_a_quota_that_slowed_the_workload_is_named_not_the_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu: dict[str, Any]) -> None:
+    """10 s iterations against 8 s modelled (+~0.1 s of switching waited for), with the ranks
+    throttled in 30 % of the quota's periods: the quota's doing, and the slow collectives
+    too unless the machine was saturated besides (then those are the machine's)."""
+    s = _finish(tmp_path, monkeypatch, quota=_quota(300), modeled_s=8.0, ratio=0.4, cpu=cpu)
+    assert (s["fidelity"], s["fidelity_blame"]) == ("degraded", "quota")
+    quota_causes = [c for c in s["fidelity_causes"] if c["blame"] == "quota"]
+    assert len(quota_causes) == (2 if cpu is QUIET else 1), s["fidelity_causes"]
+    text = quota_causes[0]["reason"]
+    assert "run.rank_cpu_quota 0.7: 0.70 of the machine, 1.4 cores" in text
+    assert "held them back in 30 % of its periods" in text
+    assert "+2" in text and "tolerance 10 %" in text
+    slow = [c for c in s["fidelity_causes"] if "collectives reached only 40 %" in c["reason"]]
+    assert [c["blame"] for c in slow] == ["quota" if cpu is QUIET else "machine"]
+    assert s["rank_cpu_quota"]["throttled_share"] == pytest.approx(0.3)
+    printed = summary_text(s)
+    assert "rank CPU quota      0.70 of the machine (1.4 cores; 0.7) for the ranks, cgroup v1; " \
+           "throttled in 300/1000 periods (30 %), 6.00 s held back" in printed
+    assert "fidelity            degraded (blamed on the quota): " in printed
+
+
+@pytest.mark.parametrize(("throttled", "modeled_s"), [
+    (10, 8.0),   # 1 % of the periods: the quota did not bite
+    (300, 9.5),  # within 10 % of the modelled step and its switching
+    (300, None),  # no model to compare with (a torch job)
+])
+def test_a_quota_is_not_blamed_unless_it_bit_and_the_iterations_ran_long(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, throttled: int,
+        modeled_s: float | None) -> None:
+    s = _finish(tmp_path, monkeypatch, quota=_quota(throttled), modeled_s=modeled_s)
+    assert (s["fidelity"], s["fidelity_blame"]) == ("ok", "none"), s["fidelity_reasons"]
+    assert s["rank_cpu_quota"]["nr_throttled"] == throttled
+
+
+def test_without_a_quota_slow_collectives_stay_the_runs(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _finish(tmp_path, monkeypatch, modeled_s=8.0, ratio=0.4)
+    assert (s["fidelity"], s["fidelity_blame"], s["rank_cpu_quota"]) == ("degraded", "run", None)
+    assert "rank CPU quota" not in summary_text(s)
+
+
+def test_a_lost_byte_under_a_quota_still_blames_the_run() -> None:
+    verdict = judge(RunEvidence(QUIET, calls=4, calls_delivered=3, quota=_quota(500),
+                                iteration_s=10.0, expected_iteration_s=8.0))
+    assert [r.blame for r in verdict.reasons] == ["quota", "run"]
+    assert verdict.blame == "run"
+
+
+def test_slow_collectives_under_a_biting_quota_on_a_quiet_machine_are_the_quotas() -> None:
+    """Iterations as modelled, but collectives at half the link rate while the quota bit."""
+    verdict = judge(RunEvidence(QUIET, calls=4, calls_delivered=4, throughput_ratio_median=0.5,
+                                quota=_quota(300), iteration_s=8.0, expected_iteration_s=8.0))
+    assert verdict.blame == "quota" and len(verdict.reasons) == 1
+    assert verdict.reasons[0].text.startswith("collectives reached only 50 % of the configured "
+                                              "link rate (median): the ranks' CPU quota")
+    unbitten = judge(RunEvidence(QUIET, calls=4, calls_delivered=4,
+                                 throughput_ratio_median=0.5, quota=_quota(10)))
+    assert unbitten.blame == "run"
