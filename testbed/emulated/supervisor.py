@@ -46,6 +46,7 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.service import ControllerClient
 from emulator import naming
+from testbed.emulated.gate import RunnerGate
 from testbed.errors import RankFailed, RunError, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared
@@ -127,6 +128,7 @@ class Supervisor:
         self.offsets: dict[Path, int] = {}
         self.fired: set[int] = set()
         self.stalls: dict[int, tuple[float, str]] = {}
+        self.gate: RunnerGate | None = None
         self.t_launch = 0.0
         self.t_last_failure = -1.0
 
@@ -162,6 +164,8 @@ class Supervisor:
                 "io_timeout_s": max(30.0, 10 * self.prep.modeled_iteration_s),
                 "out": str((self.out / "ranks" / f"rank{rank}.jsonl").resolve()),
                 "ops": [op.to_json() for op in ops]}
+            if self.gate is not None:
+                rank_plan["gate"] = self.gate.paths.to_json()
             block = self._failover_block(rank, rank)
             if block is not None:
                 rank_plan["failover"] = block
@@ -196,6 +200,10 @@ class Supervisor:
         """Write the plans and the first control, start every rank and every standby spare."""
         (self.out / "ranks").mkdir(exist_ok=True)
         self._write_control("run", start_it=0)
+        if self.cfg.start_gate:  # before any rank starts: the ranks open its pipes
+            self.gate = RunnerGate(self.out / "gate", self.plan.programs,
+                                   on_release=lambda t: self._event(
+                                       "gate_released", t, ranks=len(self.plan.programs)))
         self._write_rank_plans()
         for rank in self.plan.programs:
             self._start_rank(rank, rank)
@@ -205,6 +213,8 @@ class Supervisor:
         self.t_launch = time.time()
 
     def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
         for fh in self.logs:
             fh.close()
 

@@ -18,6 +18,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
+      start_gate: false         # true: no rank starts before every rank has loaded
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -95,7 +96,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
-RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed")
+RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "start_gate")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -126,6 +127,7 @@ class RunSettings:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
+    start_gate: bool = False  # emulated ranks wait for each other before their first op
 
     @property
     def switching_delay_ms(self) -> float:
@@ -197,6 +199,9 @@ class RunSettings:
         if self.driver not in DRIVERS:
             raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
                                   "ocs.driver", self.source)
+        if not isinstance(self.start_gate, bool):
+            raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
+                                  "run.start_gate", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -258,7 +263,7 @@ class RunSettings:
                 "rail_state_serialize_per_rank": self.rail_state_serialize_per_rank,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
                 "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed}
+                "warmup": self.warmup, "seed": self.seed, "start_gate": self.start_gate}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,6 +410,8 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
         kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
+    if "start_gate" in run:
+        kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
     return kwargs
 
 
