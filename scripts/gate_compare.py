@@ -1,12 +1,24 @@
 """Compare the structure of emulated runs with and without ``run.start_gate``.
 
-    python scripts/gate_compare.py RUN_DIR [RUN_DIR ...]
+    .venv/bin/python scripts/gate_compare.py RUN_DIR [RUN_DIR ...]
 
-Per run (from ``summary.json``, ``controller-events.jsonl`` and ``ranks/*.jsonl``): the
-iteration times, the switches per iteration and their order (rail, circuits added and removed),
-the circuits lit at the end, how far apart the ranks start and end each iteration, and where
-a measured iteration's time goes on the critical rank (waiting for acks against moving bytes).
-Structure, not timing: the machine's load moves the times, not the decisions.
+Per run, from ``summary.json``, ``controller-events.jsonl`` and ``ranks/*.jsonl``:
+
+* decisions: switches per iteration, and whether the switches of each iteration (as a set) and
+  the circuits lit at the end are those of the first run given;
+* the jobs: the comm groups' connected components (in ``examples/demo.yaml`` one per rail: its
+  TP collectives are scale-up, not replayed, so the four rails are four independent jobs), each
+  one's iteration times (its last rank's end to its last rank's end) and its offset at the
+  first measured iteration; ``excess``: the summary's iteration time (the last rank of all)
+  minus the mean of the components' own;
+* collisions between components in the measured iterations: during a transfer (a call from
+  its ack to its end), how many other components transfer (mean); how much longer transfers
+  are per other component transferring (least-squares slope of time / ideal); the share of
+  calls whose last member's intent came within 5 ms of another component's intent, and that
+  member's ack round trip (ms, median and mean) with and without such a neighbour.
+
+Structure, not timing: the load of a shared machine moves the times, not the decisions, and
+the collision figures compare calls within one run.
 """
 
 from __future__ import annotations
@@ -15,116 +27,28 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from statistics import mean, median
 from typing import Any
+
+NEAR_S = 0.005
+MIN_IDEAL_S = 0.02
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def analyse(run: Path) -> dict[str, Any]:
-    summary = json.loads((run / "summary.json").read_text())
-    events = _jsonl(run / "controller-events.jsonl")
-    records = [r for p in sorted((run / "ranks").glob("rank*.jsonl")) for r in _jsonl(p)]
-    its = [r for r in records if r.get("ev") == "iteration"]
-    ends: dict[int, float] = defaultdict(float)
-    for r in its:
-        ends[r["it"]] = max(ends[r["it"]], r["t_end"])
-    bounds = sorted(ends.items())
-
-    def it_of(t: float) -> int:
-        for it, end in bounds:
-            if t <= end:
-                return it
-        return len(bounds)
-
-    switches = [e for e in events if e["event"] == "reconfig_start"]
-    per_it: dict[int, list[str]] = defaultdict(list)
-    lit: dict[int, set[tuple[int, int]]] = defaultdict(set)
-    for e in switches:
-        per_it[it_of(e["t_s"])].append(
-            f"r{e['rail']}+{[tuple(c) for c in e['add']]}-{[tuple(c) for c in e['remove']]}")
-        for c in e["remove"]:
-            lit[e["rail"]].discard(tuple(c))
-        for c in e["add"]:
-            lit[e["rail"]].add(tuple(c))
-    spread = {}
-    for it, _ in bounds:
-        rows = [r for r in its if r["it"] == it]
-        spread[it] = (max(r["t_start"] for r in rows) - min(r["t_start"] for r in rows),
-                      max(r["t_end"] for r in rows) - min(r["t_end"] for r in rows))
-    calls = [r for r in records if r.get("ev") == "call"]
-    wait: dict[int, float] = defaultdict(float)  # per iteration: sum over calls of ack waits
-    for c in calls:
-        wait[c["it"]] += c["t_ack"] - c["t_intent"]
-    started = [r["t"] for r in records if r.get("ev") == "started"]
-    first_intent: dict[int, float] = {}
-    for c in calls:
-        first_intent[c["rank"]] = min(first_intent.get(c["rank"], c["t_intent"]), c["t_intent"])
-    plans = {int(p.name[4:-10]): json.loads(p.read_text())
-             for p in (run / "ranks").glob("rank*.plan.json")}
-    rails = _rails(events)
-    measured = {it for it, _ in bounds if it >= summary["warmup"]}
-    # each rail's start of the first measured iteration, against the earliest rail's
-    first_m = min(measured)
-    rail_start = {rail: min(r["t_start"] for r in its if r["it"] == first_m
-                            and r["rank"] in ranks) for rail, ranks in rails.items()}
-    t0 = min(rail_start.values())
-    # transfers: a call's span after its ack, per rail (measured iterations)
-    stretch, spans = [], defaultdict(list)
-    for c in calls:
-        if c["it"] not in measured:
-            continue
-        spans[_rail_of(rails, c["rank"])].append((c["t_ack"], c["t_end"]))
-        ideal = c["wire_bytes"] and c["sent"] / (summary["link_mbps"] * 1e6 / 8)
-        if ideal and ideal > 0.02:
-            stretch.append((c["t_end"] - c["t_ack"]) / ideal)
-    over = []
-    for r in records:
-        if r.get("ev") == "compute" and r["it"] in measured:
-            planned = next(o["duration_s"] for o in plans[r["rank"]]["ops"] if o["i"] == r["i"])
-            over.append(r["t_end"] - r["t_start"] - planned)
-    stretch.sort()
-    over.sort()
-    return {"run": run.name,
-            "rail_offsets_s": {k: round(v - t0, 3) for k, v in sorted(rail_start.items())},
-            "transfer_stretch_p50_p90": (_q(stretch, .5), _q(stretch, .9)),
-            "compute_overshoot_ms_p50_p90": (1e3 * _q(over, .5), 1e3 * _q(over, .9)),
-            "cross_rail_busy_overlap": _overlap(spans),
-            "iteration_times_s": summary["iteration_times_s"],
-            "it0_s": bounds[0][1] - min(r["t_start"] for r in its if r["it"] == 0),
-            "exposed_s": summary["exposed_reconfig_s"],
-            "switches_per_it": {it: len(v) for it, v in sorted(per_it.items())},
-            "switch_order": dict(per_it),
-            "lit": {rail: sorted(c) for rail, c in sorted(lit.items())},
-            "start_end_spread_s": spread,
-            "started_spread_s": max(started) - min(started),
-            "first_intent_spread_s": max(first_intent.values()) - min(first_intent.values()),
-            "ack_wait_sum_s": dict(sorted(wait.items())),
-            "gate": summary.get("start_gate"),
-            "dark_error_ms": summary.get("dark_error_ms"), "cpu": summary.get("cpu")}
-
-
-def _rails(events: list[dict[str, Any]]) -> dict[int, set[int]]:
-    """Connected components of the comm groups: here, one per rail (no scale-up ops)."""
+def components(events: list[dict[str, Any]]) -> dict[int, frozenset[int]]:
+    """Connected components of the comm groups named by the intents, by their lowest rank."""
+    comps: list[set[int]] = []
     groups: dict[str, set[int]] = defaultdict(set)
     for e in events:
         if e["event"] == "intent":
-            groups[e["group"]].add(e["rank"])
-    comps: list[set[int]] = []
+            groups[e["group"]].add(int(e["rank"]))
     for members in groups.values():
         joined = [c for c in comps if c & members]
-        merged = set(members).union(*joined)
-        comps = [c for c in comps if not c & members] + [merged]
-    return {min(c) : c for c in comps}
-
-
-def _rail_of(rails: dict[int, set[int]], rank: int) -> int:
-    return next(k for k, v in rails.items() if rank in v)
-
-
-def _q(xs: list[float], q: float) -> float:
-    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3) if xs else float("nan")
+        comps = [c for c in comps if not c & members] + [set(members).union(*joined)]
+    return {min(c): frozenset(c) for c in comps}
 
 
 def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -137,43 +61,105 @@ def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _overlap(spans: dict[int, list[tuple[float, float]]]) -> float:
-    """Of the time some rail moves bytes, the share during which two or more rails do."""
-    edges = []
-    for iv in spans.values():
-        for a, b in _union(iv):
-            edges += [(a, 1), (b, -1)]
-    edges.sort()
-    busy = multi = 0.0
-    depth, last = 0, None
-    for t, d in edges:
-        if last is not None and depth >= 1:
-            busy += t - last
-            if depth >= 2:
-                multi += t - last
-        depth += d
-        last = t
-    return round(multi / busy, 3) if busy else float("nan")
+def _slope(points: list[tuple[float, float]]) -> float:
+    mx, my = mean(p[0] for p in points), mean(p[1] for p in points)
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+def _stat(xs: list[float]) -> str:
+    return f"{median(xs):.2f}/{mean(xs):.2f} (n={len(xs)})" if xs else "-"
+
+
+def analyse(run: Path) -> dict[str, Any]:
+    summary = json.loads((run / "summary.json").read_text())
+    events = _jsonl(run / "controller-events.jsonl")
+    records = [r for p in sorted((run / "ranks").glob("rank*.jsonl")) for r in _jsonl(p)]
+    comps = components(events)
+    comp_of = {rank: c for c, ranks in comps.items() for rank in ranks}
+    its = [r for r in records if r.get("ev") == "iteration"]
+    n_its = max(r["it"] for r in its) + 1
+    end = [max(r["t_end"] for r in its if r["it"] == it) for it in range(n_its)]
+    measured = range(summary["warmup"], n_its)
+    comp_end = {c: [max(r["t_end"] for r in its if r["it"] == it and r["rank"] in ranks)
+                    for it in range(n_its)] for c, ranks in comps.items()}
+    comp_times = {c: [e[it] - e[it - 1] for it in measured] for c, e in comp_end.items()}
+    first = {c: min(r["t_start"] for r in its if r["it"] == measured[0] and r["rank"] in ranks)
+             for c, ranks in comps.items()}
+    switches: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    lit: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for e in events:
+        if e["event"] != "reconfig_start":
+            continue
+        it = next((i for i, t in enumerate(end) if e["t_s"] <= t), n_its)
+        switches[it].append((e["rail"], tuple(map(tuple, e["add"])),
+                             tuple(map(tuple, e["remove"]))))
+        lit[e["rail"]] -= {tuple(c) for c in e["remove"]}
+        lit[e["rail"]] |= {tuple(c) for c in e["add"]}
+    calls = [r for r in records if r.get("ev") == "call" and r["it"] in measured]
+    busy: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for c in calls:
+        busy[comp_of[c["rank"]]].append((c["t_ack"], c["t_end"]))
+    busy_u = {k: _union(v) for k, v in busy.items()}
+    rate_bps = summary["link_mbps"] * 1e6 / 8
+    transfers = []
+    for c in calls:
+        ideal, (a, b) = c["sent"] / rate_bps, (c["t_ack"], c["t_end"])
+        if ideal >= MIN_IDEAL_S:
+            others = sum(max(0.0, min(b, y) - max(a, x)) for k, iv in busy_u.items()
+                         if k != comp_of[c["rank"]] for x, y in iv) / (b - a)
+            transfers.append((others, (b - a) / ideal))
+    last: dict[tuple[int, str], dict[str, Any]] = {}
+    for c in calls:
+        key = (c["it"], c["cid"])
+        if key not in last or c["t_intent"] > last[key]["t_intent"]:
+            last[key] = c
+    intents = sorted((c["t_intent"], comp_of[c["rank"]]) for c in calls)
+    rtt: dict[bool, list[float]] = {False: [], True: []}
+    for c in last.values():
+        near = any(k != comp_of[c["rank"]] and abs(t - c["t_intent"]) < NEAR_S
+                   for t, k in intents)
+        rtt[near].append(1e3 * (c["t_ack"] - c["t_intent"]))
+    t0 = min(first.values())
+    return {"run": run.name, "iteration_times_s": summary["iteration_times_s"],
+            "mean_s": summary["iteration_time_s"], "gate": summary.get("start_gate"),
+            "components": len(comps), "component_times_s": comp_times,
+            "excess_s": summary["iteration_time_s"] - mean(
+                mean(v) for v in comp_times.values()),
+            "offsets_s": {c: first[c] - t0 for c in sorted(first)},
+            "switches": {it: sorted(v) for it, v in sorted(switches.items())},
+            "lit": {r: sorted(c) for r, c in sorted(lit.items())},
+            "transfer_others": mean(p[0] for p in transfers),
+            "transfer_slope": _slope(transfers), "rtt_ms": rtt,
+            "ack_collided": len(rtt[True]) / len(last)}
+
+
+def report(a: dict[str, Any], base: dict[str, Any]) -> str:
+    times = ", ".join(f"{t:.3f}" for t in a["iteration_times_s"])
+    comp = "; ".join(f"{c}: " + ", ".join(f"{t:.3f}" for t in v)
+                     for c, v in a["component_times_s"].items())
+    gate = a["gate"]
+    return "\n".join([
+        f"{a['run']}: iterations {times} (mean {a['mean_s']:.4f}); gate "
+        + (f"skew {1e3 * gate['release_skew_s']:.1f} ms, early {gate['ranks_started_early']}"
+           if gate else "off"),
+        f"  switches per iteration {[len(v) for v in a['switches'].values()]} "
+        f"(iterations {list(a['switches'])}); same switches per iteration as {base['run']}: "
+        f"{a['switches'] == base['switches']}, same circuits lit at the end: "
+        f"{a['lit'] == base['lit']}",
+        f"  {a['components']} independent jobs, own iteration times {comp}; excess of the "
+        f"summary's time {1e3 * a['excess_s']:+.1f} ms; offsets at the first measured "
+        "iteration " + ", ".join(f"{1e3 * v:.0f}" for v in a["offsets_s"].values()) + " ms",
+        f"  transfers: other jobs transferring {a['transfer_others']:.2f} on average, "
+        f"{100 * a['transfer_slope']:+.1f} % time per other job; last joiner's ack ms "
+        f"median/mean alone {_stat(a['rtt_ms'][False])}, beside another job's intent "
+        f"{_stat(a['rtt_ms'][True])}: {100 * a['ack_collided']:.0f} % of calls"])
 
 
 def main(argv: list[str]) -> None:
     rows = [analyse(Path(a)) for a in argv]
     for a in rows:
-        print(f"{a['run']}: its {[round(t, 3) for t in a['iteration_times_s']]} "
-              f"it0 {a['it0_s']:.3f} exposed {a['exposed_s']} "
-              f"switches/it {a['switches_per_it']} started spread {a['started_spread_s']:.3f} "
-              f"first intent spread {a['first_intent_spread_s']:.3f}")
-        print("   start/end spread per it", {k: (round(v[0], 3), round(v[1], 3))
-                                             for k, v in a["start_end_spread_s"].items()})
-        print(f"   rail offsets {a['rail_offsets_s']} transfer stretch p50/p90 "
-              f"{a['transfer_stretch_p50_p90']} compute overshoot ms p50/p90 "
-              f"{tuple(round(x, 2) for x in a['compute_overshoot_ms_p50_p90'])} "
-              f"cross-rail transfer overlap {a['cross_rail_busy_overlap']}")
-        print("   ack wait sum per it", {k: round(v, 3) for k, v in a["ack_wait_sum_s"].items()})
-    base = rows[0]
-    for a in rows[1:]:
-        print(f"{a['run']} vs {base['run']}: same final circuits {a['lit'] == base['lit']}, "
-              f"same switch order {a['switch_order'] == base['switch_order']}")
+        print(report(a, rows[0]))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
-      start_gate: false         # true: no rank starts before every rank has loaded
+      start_gate: true          # false: each rank starts as soon as it has loaded
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -127,7 +127,7 @@ class RunSettings:
     warmup: int = 1
     ack_timeout_s: float = 120.0
     seed: int = 0
-    start_gate: bool = False  # emulated ranks wait for each other before their first op
+    start_gate: bool = True  # emulated ranks wait for each other before their first op
 
     @property
     def switching_delay_ms(self) -> float:

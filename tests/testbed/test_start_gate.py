@@ -115,6 +115,6 @@ run: {start_gate: GATE}
 def test_start_gate_setting() -> None:
     assert parse_experiment(DOC.replace("GATE", "true")).start_gate is True
     assert parse_experiment(DOC.replace("GATE", "false")).to_json()["start_gate"] is False
-    assert parse_experiment(DOC.replace("run: {start_gate: GATE}", "")).start_gate is False
+    assert parse_experiment(DOC.replace("run: {start_gate: GATE}", "")).start_gate is True
     with pytest.raises(WorkloadConfigError, match=r"run\.start_gate"):
         parse_experiment(DOC.replace("GATE", "3"))
