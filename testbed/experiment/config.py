@@ -18,7 +18,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
-      start_gate: true          # false: each rank starts as soon as it has loaded
+      start_gate: true          # replayed ranks start together (false: each once loaded)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
