@@ -75,6 +75,8 @@ class RunnerGate:
         self.t_release_s: float | None = None
         self.released = threading.Event()
         self._on_release = on_release
+        self._lock = threading.Lock()  # the counting thread and the runner may both release
+        self._closed = False
         for path in (self.paths.loaded, self.paths.go):
             os.mkfifo(path, 0o600)
         self._loaded_fd = os.open(self.paths.loaded, os.O_RDWR | os.O_NONBLOCK)
@@ -101,22 +103,28 @@ class RunnerGate:
 
     def release(self) -> None:
         """Let every rank go (idempotent): close the only write end of ``go``."""
-        if self._go_fd is None:
-            return
-        self.t_release_s = time.time()
-        os.close(self._go_fd)
-        self._go_fd = None
-        self.released.set()
+        with self._lock:
+            if self._go_fd is None:
+                return
+            self.t_release_s = time.time()
+            os.close(self._go_fd)
+            self._go_fd = None
+            self.released.set()
         if self._on_release is not None:
             self._on_release(self.t_release_s)
 
     def close(self) -> None:
-        """Stop counting and close the pipes (ranks still waiting then see the release)."""
+        """Stop counting and close the pipes (ranks still waiting then see the release);
+        idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         os.write(self._stop_w, b"x")
         self._thread.join(5.0)
-        if self._go_fd is not None:
-            os.close(self._go_fd)
-            self._go_fd = None
+        with self._lock:
+            if self._go_fd is not None:
+                os.close(self._go_fd)
+                self._go_fd = None
         for fd in (self._loaded_fd, self._stop_r, self._stop_w):
             with contextlib.suppress(OSError):
                 os.close(fd)

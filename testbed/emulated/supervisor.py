@@ -417,6 +417,8 @@ class Supervisor:
         if self.recoveries >= self.max_recoveries:
             raise RankFailed(failure.rank, f"{failure.detail} (after {self.recoveries} "
                              "recoveries, no more are allowed)")
+        if self.gate is not None:  # ranks still at the gate go on, into the aborted epoch 0
+            self.gate.release()
         self.recoveries += 1
         self.t_last_failure = time.time()
         self.stalls.clear()

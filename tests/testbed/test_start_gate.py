@@ -68,6 +68,27 @@ def test_a_gate_never_released_times_out(tmp_path: Path) -> None:
         gate.close()
 
 
+def test_the_runner_may_release_early(tmp_path: Path) -> None:
+    """A failure before every rank loaded: the runner lets the waiting ranks go (into an
+    epoch the failover then aborts)."""
+    gate = RunnerGate(tmp_path / "gate", range(2))
+    out: dict[int, tuple[float, float]] = {}
+    try:
+        waiter = threading.Thread(target=_rank, args=(gate.paths, 0, out))
+        waiter.start()
+        deadline = time.monotonic() + TIMEOUT_S
+        while gate.loaded != {0} and time.monotonic() < deadline:
+            time.sleep(0.005)
+        gate.release()
+        gate.release()  # idempotent
+        waiter.join(TIMEOUT_S)
+    finally:
+        gate.close()
+        gate.close()
+    assert list(out) == [0] and gate.t_release_s is not None
+    assert out[0][1] >= gate.t_release_s
+
+
 def _records(loaded: list[float], go: float, first: list[float]) -> list[dict[str, object]]:
     recs: list[dict[str, object]] = []
     for rank, (t_l, t_f) in enumerate(zip(loaded, first, strict=True)):
