@@ -113,6 +113,10 @@ class Shim:
 
     # ----------------------------------------------------------- public
 
+    def connect(self) -> None:
+        """Greet the controller now rather than at the first call (a start gate's set-up)."""
+        self._socket()
+
     def mark_iteration(self) -> None:
         """A training iteration starts (the first one is profiled)."""
         with self._profile_lock:

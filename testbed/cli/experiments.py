@@ -58,6 +58,9 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--link-mbps", type=float,
                    help="emulated per-port rate in Mbit/s (default: calibrated for this machine)")
     p.add_argument("--ports-per-rank", type=int, help="OCS ports per GPU (K)")
+    p.add_argument("--start-gate", choices=("on", "off"),
+                   help="override run.start_gate: on, every emulated rank waits until all have "
+                   "loaded before its first op (as NCCL's set-up is a collective)")
     p.add_argument("--no-spares", action="store_true",
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
@@ -127,6 +130,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     quota = getattr(args, "rank_cpu_quota", None)
     if quota is not None:
         changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
+    if getattr(args, "start_gate", None) is not None:
+        changes["start_gate"] = args.start_gate == "on"
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg

@@ -25,7 +25,9 @@ before the next, whose circuits may be others. A verify plan's calls carry real 
 record says whether every block the rank owns ended right (``verified``).
 A call (segment) the controller refuses because its switch failed (``reconfig_failed``) is asked
 for again, up to :data:`CALL_RETRIES` times per call. Records go to the ``out`` file as JSON
-lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``; on any failure the
+lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``, and ``gate`` when the plan
+has one (``run.start_gate``: every lane's shim greets the controller, then the rank waits for
+every rank at :mod:`testbed.emulated.gate` before its first op); on any failure the
 process records the rank, iteration and op and exits with status 1.
 
 **Failover** (``failover`` in the plan: the run has spares or restarts ranks). The iterations run
@@ -59,10 +61,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from controller.profile import CallProfile
 from controller.shim import IntentRejected, Shim
+from testbed.emulated.gate import GatePaths, RankGate
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
@@ -471,6 +475,21 @@ class Replayer:
 
     # -------------------------------------------------------------------- run
 
+    def _gated(self, ep: Epoch) -> bool:
+        """Whether ``ep`` waits at the start gate: only the job's first start (a restarted
+        or spare rank joins ranks that are already running)."""
+        return bool(self.plan.get("gate")) and ep.number == 0 and ep.start == 0
+
+    def _pass_gate(self, ep: Epoch, lanes: list[str]) -> None:
+        """Set up as NCCL would before its first collective (every comm lane's shim greets
+        the controller), signal loaded and wait for every rank (:mod:`testbed.emulated.gate`)."""
+        gate = RankGate(GatePaths(**{k: Path(v) for k, v in self.plan["gate"].items()}))
+        gate.open()
+        for name in lanes:
+            self._shim(ep, name).connect()
+        t_loaded, t_go = gate.pass_gate(self.rank)
+        self.emit(ev="gate", t_loaded=t_loaded, t_go=t_go)
+
     def _run_epoch(self, ep: Epoch) -> str:
         """Run ``ep``: ``done``, ``aborted`` (the runner moved on) or ``failed``."""
         lanes: dict[str, list[PlanOp]] = {}
@@ -478,6 +497,8 @@ class Replayer:
             lanes.setdefault(op.lane, []).append(op)
         if ep.start == 0 and ep.number > 0:
             self.profile = CallProfile()  # the profiled iteration runs again
+        if self._gated(ep):
+            self._pass_gate(ep, [name for name in lanes if name != COMPUTE_LANE])
         threads = [threading.Thread(target=self._lane, args=(ep, name, ops), daemon=True,
                                     name=f"lane-{name}") for name, ops in lanes.items()]
         for t in threads:

@@ -50,6 +50,7 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.service import ControllerClient
 from emulator import naming
+from testbed.emulated.gate import RunnerGate
 from testbed.emulated.netns import netns_path
 from testbed.errors import RankFailed, RunError, RunRefused, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
@@ -139,6 +140,7 @@ class Supervisor:
         self.offsets: dict[Path, int] = {}
         self.fired: set[int] = set()
         self.stalls: dict[int, tuple[float, str]] = {}
+        self.gate: RunnerGate | None = None
         self.t_launch = 0.0
         self.t_last_failure = -1.0
 
@@ -174,6 +176,8 @@ class Supervisor:
                 "io_timeout_s": max(30.0, 10 * self.prep.modeled_iteration_s),
                 "out": str((self.out / "ranks" / f"rank{rank}.jsonl").resolve()),
                 "ops": [op.to_json() for op in ops]}
+            if self.gate is not None:
+                rank_plan["gate"] = self.gate.paths.to_json()
             block = self._failover_block(rank, rank)
             if block is not None:
                 rank_plan["failover"] = block
@@ -224,6 +228,10 @@ class Supervisor:
         (self.out / "ranks").mkdir(exist_ok=True)
         t_start = time.time()
         self._write_control("run", start_it=0)
+        if self.cfg.start_gate:  # before any rank starts: the ranks open its pipes
+            self.gate = RunnerGate(self.out / "gate", self.plan.programs,
+                                   on_release=lambda t: self._event(
+                                       "gate_released", t, ranks=len(self.plan.programs)))
         self._write_rank_plans()
         if self.per_server:
             for ranks in server_groups(self.plan.programs, self.spec.server_of):
@@ -242,6 +250,8 @@ class Supervisor:
              "ranks_per_process": SERVER if self.per_server else "rank"}))
 
     def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
         for fh in self.logs:
             fh.close()
 
@@ -448,6 +458,8 @@ class Supervisor:
         if self.recoveries >= self.max_recoveries:
             raise RankFailed(failure.rank, f"{failure.detail} (after {self.recoveries} "
                              "recoveries, no more are allowed)")
+        if self.gate is not None:  # ranks still at the gate go on, into the aborted epoch 0
+            self.gate.release()
         self.recoveries += 1
         self.t_last_failure = time.time()
         self.stalls.clear()

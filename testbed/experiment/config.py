@@ -20,6 +20,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       warmup: 1
       ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
+      start_gate: true          # replayed ranks start together (false: each once loaded)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -113,7 +114,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
-            "rank_cpu_quota")
+            "rank_cpu_quota", "start_gate")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -147,6 +148,7 @@ class RunSettings:
     seed: int = 0
     ranks_per_process: str = rankprocs.DEFAULT
     rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
+    start_gate: bool = True  # emulated ranks wait for each other before their first op
 
     @property
     def switching_delay_ms(self) -> float:
@@ -226,6 +228,9 @@ class RunSettings:
             raise ExperimentError(f"must be one of {', '.join(rankprocs.RANKS_PER_PROCESS)}, "
                                   f"got {self.ranks_per_process!r}", "run.ranks_per_process",
                                   self.source)
+        if not isinstance(self.start_gate, bool):
+            raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
+                                  "run.start_gate", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -294,7 +299,7 @@ class RunSettings:
                 "latency_us": self.latency_us, "iterations": self.iterations,
                 "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
-                "rank_cpu_quota": self.rank_cpu_quota}
+                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,6 +479,8 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             kwargs["rank_cpu_quota"] = validate_quota(run["rank_cpu_quota"])
         except ValueError as exc:
             raise doc.error("run.rank_cpu_quota", str(exc)) from exc
+    if "start_gate" in run:
+        kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
     return kwargs
 
 

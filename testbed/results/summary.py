@@ -31,6 +31,7 @@ from testbed.metrics.darktime import (
 )
 from testbed.metrics.failover import failover_summary, failover_table
 from testbed.metrics.fidelity import SIMULATED, RunEvidence, add_reason, judge, overrun_reason
+from testbed.metrics.startgate import gate_summary
 from testbed.results import store
 
 
@@ -128,6 +129,9 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    gate = gate_summary(records)
+    if gate is not None:
+        summary["start_gate"] = gate
     counts = rail_state_counts(events)
     if counts is not None:
         summary["rail_state"] = counts

@@ -99,3 +99,31 @@ def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
     ocs = [json.loads(line) for line in (out / "emulator" / "ocs-events.jsonl").open()]
     assert {e["rail"] for e in ocs if e.get("event") == "light"} == {1, 2}
     fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
+
+
+def test_start_gate_holds_every_rank_until_all_loaded(tmp_path: Path, no_leftovers: list[str],
+                                                      fidelity_gate: FidelityGate) -> None:
+    """``run.start_gate``: from the records, no rank's first op starts before the last rank
+    signalled loaded, the runner released once, and every byte arrives."""
+    cfg = load_experiment(TINY).replace(mode="on-demand", start_gate=True, iterations=1)
+    out = tmp_path / "gate"
+    summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
+    no_leftovers.append(_prefix(out))
+    records = [json.loads(line) for path in sorted((out / "ranks").glob("rank*.jsonl"))
+               for line in path.open()]
+    gates = {r["rank"]: r for r in records if r["ev"] == "gate"}
+    assert sorted(gates) == [0, 1, 2, 3]
+    last_loaded = max(g["t_loaded"] for g in gates.values())
+    firsts = [min(r["t_intent"] if r["ev"] == "call" else r["t_start"]
+                  for r in records if r["rank"] == rank and r["ev"] in ("call", "compute"))
+              for rank in gates]
+    assert min(firsts) >= last_loaded
+    assert all(g["t_go"] >= last_loaded for g in gates.values())
+    events = [json.loads(line) for line in (out / "controller-events.jsonl").open()]
+    released = [e["t_s"] for e in events if e["event"] == "gate_released"]
+    first_intent = min(e["t_s"] for e in events if e["event"] == "intent")
+    assert len(released) == 1 and last_loaded <= released[0] <= first_intent
+    assert summary["start_gate"]["ranks"] == 4
+    assert summary["start_gate"]["ranks_started_early"] == []
+    assert summary["all_iterations_completed"]
+    fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
