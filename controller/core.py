@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from controller.calls import CallBook, LazyEvent, Output
+from controller.calls import CallBook, CallState, LazyEvent, Output
 from controller.messages import Ack, CoreConfig, Decision, Event, Intent, Reject
 from controller.ocs import ApplyResult, Circuit, RailDescription, Reconfiguration
 from controller.portexact import PortExactPlanner
@@ -106,6 +106,18 @@ class OpusCore(CallBook):
         return out
 
     # ---------------------------------------------------------------- views
+
+    def call_ready(self, job_id: str, group_id: str, seq: int, rank: int) -> bool:
+        """Whether call ``seq`` of the group may run for ``rank`` without waiting for the
+        switch: it is active (lit, or acked at once), or the rank finished it, or the core
+        holds nothing for it (an ignored prediction). For a shell that waits, as the
+        artifact's shim's provisioning request does, until a predicted call is answered."""
+        job = self._jobs.get(job_id)
+        grp = job.groups.get(group_id) if job is not None else None
+        if grp is None or seq <= grp.done_seq.get(rank, -1):
+            return True
+        inst = grp.instances.get(seq)
+        return inst is None or inst.state is CallState.ACTIVE
 
     def active_circuits(self) -> frozenset[Circuit]:
         """Circuits that running calls use now (never touched by a decision)."""

@@ -40,9 +40,11 @@ waits for the light) or how long a rank waits for its ack before it goes on with
 artifact's shim: 10; sim backend only). ``ocs.rail_state_serialize_per_rank``: ``false`` (the
 default) or ``true``: the controller reads a rank's next request only once the request of it
 that started a switch is answered (the artifact's controller).
-``ocs.rail_state_phase_barrier``: ``false`` (the default) or ``true``: on demand, no call of a
-rank starts before the rank's previous phase's last call has ended (the artifact's shim's
-``topo_ready``; :mod:`testbed.simulator.phasebarrier`; sim backend only).
+``ocs.rail_state_phase_barrier``: ``false`` (the default) or ``true``: no call of a rank starts
+before the rank's previous phase's last call has ended, and with provisioning before the next
+phase's switch it predicted is done either (the artifact's shim's ``topo_ready``, ``MODE=baseline``
+and ``MODE=provision`` without ``USE_CUDA_STREAM``; :mod:`testbed.simulator.phasebarrier`; sim
+backend only).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS

@@ -42,7 +42,8 @@ from controller.job import JobSpec, rail_job_ports
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.compute import compute_metrics
 from testbed.plan.replay import PlanError, Planner, ReplayPlan
-from testbed.simulator.engine import Mirror, PlanSimulation, collector_paused
+from testbed.simulator.engine import Mirror, PlanSimulation
+from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.network import IDEAL_COSTS, network_model
 from workloads.builder import generate_schedule
 from workloads.config import WorkloadConfig

@@ -38,12 +38,10 @@ of that step to mirrored ranks. Without mirrors the simulation is exact for the 
 
 from __future__ import annotations
 
-import gc
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -64,6 +62,7 @@ from controller.railstate import (
 )
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
+from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
 from testbed.simulator.phasebarrier import PhaseBarrier
@@ -75,24 +74,6 @@ Record = dict[str, Any]
 class SimulationError(RuntimeError):
     """The simulated run could not finish (rejected call, deadlock, broken invariant); the
     message says where."""
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector inside the block (nested: the outermost wins).
-
-    A run allocates millions of short-lived objects (flows, calls, records, tuples) and keeps
-    the plans alive: each allocation burst made the collector traverse every live object again,
-    a fifth of a 4096-GPU run's CPU time. Reference counting still frees them, none is in a
-    cycle, and the collector runs again after the block; results do not depend on it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class PlanSimulation:
@@ -141,9 +122,9 @@ class PlanSimulation:
         self._in_time: set[tuple[Call, str, int]] = set()
         self._late_complete: dict[tuple[Call, str, int], Intent | None] = {}
         self.core = OpusCore(self.driver.describe(), self.config)
-        # the artifact shim's topo_ready (on demand only): :mod:`testbed.simulator.phasebarrier`
-        self._barrier = (PhaseBarrier(programs) if rail_state_phase_barrier and self.rail_state
-                         and not self.config.provisioning else None)
+        # the artifact shim's topo_ready: :mod:`testbed.simulator.phasebarrier`
+        self._barrier = (PhaseBarrier(programs, provisioning=self.config.provisioning)
+                         if rail_state_phase_barrier and self.rail_state else None)
         self.gpus = gpus_per_server
         self.ranks = {r: RankState(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
@@ -273,6 +254,8 @@ class PlanSimulation:
         for dec in out.decisions:
             for batch in self._batcher.submit(dec):
                 self._begin(batch)
+        if self._barrier is not None and self._barrier.waiting:
+            self._barrier_poll()
         if out.acks:
             self.invariants.acked(out.acks, self.now)
         for ack in out.acks:
@@ -377,9 +360,12 @@ class PlanSimulation:
     # -------------------------------------------------------------------- calls
 
     def _call_start(self, lane: Lane, op: PlanOp) -> None:
-        if self._barrier is not None and self._barrier.hold(lane.rank.rank, (lane, op)):
+        barrier = self._barrier
+        if barrier is not None and barrier.hold(lane.rank.rank, (lane, op)):
             return
         call = Call(lane.rank, lane, op, lane.it, self.now)
+        if barrier is not None:
+            barrier.started(lane.rank.rank, op.index, call)
         self._open[call] = None
         self._segment_start(call)
 
@@ -715,7 +701,7 @@ class PlanSimulation:
             self._segment_start(call)
             return
         if op.predict >= 0:
-            self._at(now + self._control_s(), self._predict, st, op, call.it)
+            self._at(now + self._control_s(), self._predict, st, op, call)
         self._call_end(call)
 
     def _call_end(self, call: Call) -> None:
@@ -731,8 +717,7 @@ class PlanSimulation:
                    wire_bytes=op.wire_bytes, **extra)
         self._op_done(call.lane, op)
         if self._barrier is not None:
-            for held in self._barrier.ended(st.rank, call):
-                self._call_start(*held)
+            self._barrier_open(st.rank, call, self._barrier.ended)
 
     def _complete(self, call: Call, group: str, seq: int, nxt: Intent | None) -> None:
         rank = call.rank.rank
@@ -742,17 +727,32 @@ class PlanSimulation:
         if rank in self.mirrors:
             self._rep_next[(rank, group, seq)] = nxt
 
-    def _predict(self, st: RankState, op: PlanOp, it: int) -> None:
-        """The rank names the gated call its plan provisions after ``op`` (rail-state)."""
+    def _predict(self, st: RankState, op: PlanOp, call: Call) -> None:
+        """The rank names the gated call its plan provisions after ``op`` (rail-state); with
+        the phase barrier, a phase's last call opens it once that call is provisioned."""
         if st.positions is None:
             st.positions = lane_positions(st.ops)
-        seq, target_it = predicted_call(st.positions, op.index, op.predict, it)
-        if target_it >= self.iterations:
-            return
+        seq, target_it = predicted_call(st.positions, op.index, op.predict, call.it)
         target = st.ops[op.predict]
-        self._absorb(self.core.predict(Intent(self.job.job_id, st.rank, target.lane, seq,
-                                              target.kind, target.size_bytes, target.axis),
-                                       self.now))
+        if target_it < self.iterations:
+            self._absorb(self.core.predict(Intent(self.job.job_id, st.rank, target.lane, seq,
+                                                  target.kind, target.size_bytes, target.axis),
+                                           self.now))
+        if self._barrier is not None and self._barrier.closed_by(st.rank, call):
+            self._barrier.waiting[st.rank] = (target.lane, seq, call)
+            self._barrier_poll()
+
+    def _barrier_poll(self) -> None:
+        """Open, a controller message later, the barriers whose prediction was answered."""
+        assert self._barrier is not None
+        for rank, call in self._barrier.poll(self.job.job_id, self.core.call_ready):
+            self._at(self.now + self._control_s(), self._barrier_open, rank, call,
+                     self._barrier.answered)
+
+    def _barrier_open(self, rank: int, call: Call, met: Callable[[int, Call], Any]) -> None:
+        """One condition of the barrier ``call`` holds is met: start the calls it held."""
+        for held in met(rank, call):
+            self._call_start(*held)
 
     # ---------------------------------------------------------------- mirrored
 

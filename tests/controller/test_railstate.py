@@ -291,3 +291,21 @@ def test_job_stages_round_trip_json() -> None:
     assert JobSpec.from_json(job.to_json()).stages == STAGES
     with pytest.raises(JobError, match="stages must name every rank"):
         JobSpec("j", job.ranks, job.groups, {0: 0})
+
+
+def test_call_ready_follows_a_prediction_to_its_light() -> None:
+    """(the sim's provisioning barrier waits on this) a predicted call is ready once every
+    member named it and its bits lit; one the core holds nothing for is ready at once."""
+    c = _Clocked(provisioning=True)
+    assert c.core.call_ready("j", "X", 0, 0)  # nothing held for it
+    c.take(c.core.predict(Intent("j", 0, "X", 0), 0.0))
+    assert not c.core.call_ready("j", "X", 0, 0)  # gathering: rank 2 has not named it yet
+    c.take(c.core.predict(Intent("j", 2, "X", 0), 0.0))
+    assert not c.core.call_ready("j", "X", 0, 2)  # bits 0 and 1 switching
+    c.run_until(DELAY_S / 2)
+    assert not c.core.call_ready("j", "X", 0, 0)
+    c.run_until(DELAY_S)
+    assert c.core.call_ready("j", "X", 0, 0) and c.core.call_ready("j", "X", 0, 2)
+    c.take(c.core.predict(Intent("j", 1, "Y", 0), DELAY_S))  # bits already set: served at once
+    c.take(c.core.predict(Intent("j", 3, "Y", 0), DELAY_S))
+    assert c.core.call_ready("j", "Y", 0, 1)
