@@ -196,16 +196,19 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     cfg = prep.config
     t_start = time.monotonic()
     follower: RankFollower | None = None
+    own_vswitchds: list[int] = []  # the run's per-rail Open vSwitch instances, once up
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
-                         + vswitchd_pids())
+                         + vswitchd_pids(own_vswitchds))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
-            net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator"))
-            manifest.update(datapath=net.datapath, prefix=net.prefix,
+            net = stack.enter_context(emulated_rails(spec, run_dir=out / "emulator",
+                                                     ovs_per_rail=cfg.ovs_per_rail))
+            own_vswitchds.extend(net.vswitchd_pids)
+            manifest.update(datapath=net.datapath, prefix=net.prefix, ovs=net.ovs,
                             vswitchd_priority=net.vswitchd_priority)
             store.write_json(out / "manifest.json", manifest)
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
-                f"{net.datapath} datapath, {net.vswitchd_priority})")
+                f"{net.datapath} datapath, {net.ovs} Open vSwitch, {net.vswitchd_priority})")
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
