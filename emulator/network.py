@@ -360,7 +360,8 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
 def _require_prerequisites(per_rail: bool = False) -> None:
     """Refuse to start without root, Mininet or a running Open vSwitch (else Mininet would
     print a hint and exit the whole process), before anything is created. Per-rail instances
-    need Open vSwitch's programs, not its running system instance."""
+    need Open vSwitch's programs too (the system instance still answers `clean`'s and the
+    checks' questions, so it is required in both modes)."""
     if os.geteuid() != 0:
         raise EmulationError("the emulated network needs root (Mininet and Open vSwitch)")
     from mininet.log import setLogLevel
@@ -371,7 +372,6 @@ def _require_prerequisites(per_rail: bool = False) -> None:
         if missing:
             raise EmulationError(f"one Open vSwitch per rail needs {', '.join(missing)}; "
                                  "install openvswitch-switch (scripts/setup.sh)")
-        return
     ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
                          check=False)
     if ovs.returncode != 0:

@@ -40,6 +40,10 @@ operations into OpenFlow messages, sends them and keeps the time:
   (the set-up barrier can be answered before os-ken's port-description exchange has moved the
   connection to ``main``).
 
+With one Open vSwitch per rail (:mod:`emulator.ovs_instance`) the service names each rail's
+management and unixctl sockets: the rail's channel opens its instance's, and each vswitchd has
+its own purger (rails that light together then purge their own datapaths, in parallel).
+
 The app runs in its own process (:mod:`emulator.ocs_service`); nothing outside this package
 imports os-ken.
 """

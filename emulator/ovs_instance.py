@@ -263,7 +263,7 @@ def _answers(paths: InstancePaths) -> bool:
     client = Unixctl(str(paths.vswitchd_ctl), timeout_s=2.0)
     try:
         client.call("version")
-    except UnixctlError:
+    except (UnixctlError, OSError):  # a socket bound but not yet listening refuses
         return False
     finally:
         client.close()
