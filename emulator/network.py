@@ -7,6 +7,10 @@ starts the OCS app process
 (offloads, addresses, routes) and yields an :class:`EmulatedRails`. On the way out, normal or
 by exception, it stops the processes it started (by pid), the network, and the OCS process,
 checks that no bridge or interface of the run is left, and removes the run record.
+
+``ovs_per_rail`` (default: :func:`emulator.ovs_instance.per_rail_default`) gives every OCS
+bridge its own ``ovsdb-server`` + ``ovs-vswitchd`` (:mod:`emulator.ovs_instance`), started
+before Mininet and stopped after it; otherwise every bridge lives in the system instance.
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ from emulator.hostnet import (
     bridge_shaping_commands,
     interface_setup_commands,
     shell_runner,
+)
+from emulator.ovs_instance import (
+    OvsInstances,
+    fits_unix_paths,
+    instance_paths,
+    missing_programs,
+    ofctl_target,
+    per_rail_default,
 )
 from emulator.topo import RailSpec, build_topo
 
@@ -140,7 +152,22 @@ class EmulatedRails:
     #: the cgroup with the ranks' CPU quota (None: no quota); every process started through
     #: :meth:`popen_on` goes into it
     rank_cgroup: cpuquota.RankCgroup | None = None
+    instances: OvsInstances | None = None  # one Open vSwitch per OCS bridge, or the system's
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+
+    @property
+    def ovs(self) -> str:
+        """Which Open vSwitch runs the bridges: ``per-rail`` or ``system``."""
+        return "system" if self.instances is None else "per-rail"
+
+    @property
+    def vswitchd_pids(self) -> list[int]:
+        """The run's own vswitchds (none when the bridges live in the system instance)."""
+        return [] if self.instances is None else list(self.instances.vswitchd_pids)
+
+    def ofctl_target(self, bridge: str) -> str:
+        """What ``ovs-ofctl`` takes for ``bridge`` (its instance's socket, or its name)."""
+        return bridge if self.instances is None else ofctl_target(self.instances.paths[bridge])
 
     def host(self, rank: int) -> Any:
         return self.net.get(naming.host_name(self.prefix, rank))
@@ -207,7 +234,7 @@ class EmulatedRails:
         """The rail bridge's flows without counters, sorted (for comparing configurations)."""
         out = subprocess.run(
             ["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows",
-             naming.rail_bridge(self.prefix, rail)],
+             self.ofctl_target(naming.rail_bridge(self.prefix, rail))],
             capture_output=True, text=True, check=True).stdout
         return sorted(line.strip() for line in out.splitlines() if line.strip()
                       and not line.startswith("OFPST_FLOW"))
@@ -228,32 +255,44 @@ class EmulatedRails:
         self._procs.clear()
 
 
-def _add_shadow_ports(spec: RailSpec, prefix: str) -> None:
-    """Give each shadow bridge its three ports (internal: the bits carry no traffic)."""
-    if not spec.shadow_rails:
-        return
-    cmd = ["ovs-vsctl", "--timeout=10"]
+def _vsctl(instances: OvsInstances | None, bridge: str, *args: str) -> list[str]:
+    """``ovs-vsctl`` on the database that holds ``bridge``."""
+    if instances is None:
+        return ["ovs-vsctl", "--timeout=10", *args]
+    return instances.vsctl(bridge, *args)
+
+
+def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | None) -> None:
+    """Give each shadow bridge its three ports (internal: the bits carry no traffic); one
+    ``ovs-vsctl`` per database."""
+    commands: dict[str, list[str]] = {}
     for rail in spec.shadow_ids:
         bridge = naming.shadow_bridge(prefix, rail)
+        key = "" if instances is None else bridge
+        cmd = commands.setdefault(key, _vsctl(instances, bridge))
         for port in SHADOW_PORTS:
             intf = naming.shadow_port_intf(prefix, rail, port)
             cmd += ["--", "add-port", bridge, intf, "--", "set", "Interface", intf,
                     "type=internal", f"ofport_request={port}"]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise EmulationError(f"cannot add the shadow rails' ports: {res.stderr.strip()}")
+    for cmd in commands.values():
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EmulationError(f"cannot add the shadow rails' ports: {res.stderr.strip()}")
 
 
 @contextlib.contextmanager
 def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                    ready_timeout_s: float = 30.0,
-                   rank_cpu_quota: float | str | None = None) -> Iterator[EmulatedRails]:
+                   rank_cpu_quota: float | str | None = None,
+                   ovs_per_rail: bool | None = None) -> Iterator[EmulatedRails]:
     """Build, yield and always tear down the emulated network for ``spec``; with
     ``rank_cpu_quota`` (a fraction of the machine, or ``auto``) the processes started through
     :meth:`EmulatedRails.popen_on` share a cgroup with that CPU quota
     (:mod:`emulator.cpuquota`; raises :class:`~emulator.cpuquota.CgroupUnavailable` when none
-    can be made)."""
-    _require_prerequisites()
+    can be made); ``ovs_per_rail`` None follows
+    :func:`emulator.ovs_instance.per_rail_default`."""
+    per_rail = per_rail_default() if ovs_per_rail is None else ovs_per_rail
+    _require_prerequisites(per_rail)
     records = runstate.load_records()
     prefix = naming.new_prefix(r.prefix for r in records)
     taken = _taken_slots() | {r.slot for r in records}
@@ -267,9 +306,14 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     record.bridges = [naming.frontend_bridge(prefix), *_ocs_bridges(spec, prefix)]
     record.save()
 
-    datapath = "kernel" if kernel_datapath_available() else "user"
+    # The per-rail instances run the userspace datapath whatever the kernel offers (the
+    # kernel datapath is one per machine).
+    datapath = "kernel" if kernel_datapath_available() and not per_rail else "user"
     of_port, mgmt_port = free_tcp_port(), free_tcp_port()
-    config_path = _write_ocs_config(spec, prefix, run_dir, of_port, mgmt_port)
+    instances = (OvsInstances(_ocs_bridges(spec, prefix), _instances_dir(run_dir, prefix),
+                              run_dir, record) if per_rail else None)
+    dirs = contextlib.ExitStack()  # the instances' directory, recorded for `clean`
+    config_path = _write_ocs_config(spec, prefix, run_dir, of_port, mgmt_port, instances)
     ocs_proc: subprocess.Popen[Any] | None = None
     ocs_log: Any = None
     net: Any = None
@@ -281,10 +325,16 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
             cgroup = cpuquota.RankCgroup.create(prefix, rank_cpu_quota)
             record.cgroups.append(str(cgroup.path))
             record.save()
+        if instances is not None:
+            dirs.enter_context(runstate.owned_dir(instances.base))
+            try:
+                instances.start()
+            except RuntimeError as exc:
+                raise EmulationError(str(exc)) from exc
         ocs_log = (run_dir / "ocs-service.log").open("w")
         ocs_proc = _start_ocs_service(config_path, ocs_log, record)
-        net = _start_mininet(spec, prefix, slot, datapath, record)
-        _attach_rails(spec, prefix, of_port, config_path.parent)
+        net = _start_mininet(spec, prefix, slot, datapath, record, instances)
+        _attach_rails(spec, prefix, of_port, config_path.parent, instances)
         hosts = {h: net.get(spec.host_name(prefix, h)) for h in range(spec.num_hosts)}
         run = shell_runner(hosts, config_path.parent)
         for h in hosts:
@@ -293,9 +343,11 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         router.install_static()
         driver = EmulatedOcsDriver("127.0.0.1", mgmt_port, on_circuits=router.on_circuits)
         _wait_rails_connected(spec, driver, ocs_proc, run_dir, ready_timeout_s)
+        priority = (vswitchd_priority.raise_priority(prefix) if instances is None
+                    else vswitchd_priority.raise_instances(instances.vswitchd_pids))
         handle = EmulatedRails(spec, prefix, run_dir, net, driver, record, slot, datapath,
-                               router, vswitchd_priority.raise_priority(prefix),
-                               ocs_pid=ocs_proc.pid, rank_cgroup=cgroup)
+                               router, priority, ocs_pid=ocs_proc.pid, rank_cgroup=cgroup,
+                               instances=instances)
         yield handle
     finally:
         if handle is not None:
@@ -308,6 +360,9 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
                 net.stop()
             except Exception:  # keep tearing down; leftovers are removed below
                 LOG.exception("mininet stop failed")
+        if instances is not None:
+            instances.stop()
+        dirs.close()
         if ocs_proc is not None:
             runstate.stop_process(ocs_proc.pid, str(config_path))
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -319,14 +374,21 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _require_prerequisites() -> None:
+def _require_prerequisites(per_rail: bool = False) -> None:
     """Refuse to start without root, Mininet or a running Open vSwitch (else Mininet would
-    print a hint and exit the whole process), before anything is created."""
+    print a hint and exit the whole process), before anything is created. Per-rail instances
+    need Open vSwitch's programs too (the system instance still answers `clean`'s and the
+    checks' questions, so it is required in both modes)."""
     if os.geteuid() != 0:
         raise EmulationError("the emulated network needs root (Mininet and Open vSwitch)")
     from mininet.log import setLogLevel
 
     setLogLevel(os.environ.get("OPUS_MININET_LOG", "critical"))
+    if per_rail:
+        missing = missing_programs()
+        if missing:
+            raise EmulationError(f"one Open vSwitch per rail needs {', '.join(missing)}; "
+                                 "install openvswitch-switch (scripts/setup.sh)")
     ovs = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True,
                          check=False)
     if ovs.returncode != 0:
@@ -341,19 +403,37 @@ def _ocs_bridges(spec: RailSpec, prefix: str) -> list[str]:
         naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
 
 
+def _instances_dir(run_dir: Path, prefix: str) -> Path:
+    """Where the per-rail instances keep their files: ``<run dir>/ovs``, or under the state
+    directory when a socket path there would not fit a Unix socket address."""
+    base = run_dir.resolve() / "ovs"
+    longest = naming.rail_bridge(prefix, naming.MAX_PORTS_PER_RAIL)
+    if fits_unix_paths(instance_paths(longest, base, run_dir)):
+        return base
+    return runstate.state_dir() / "ovs" / prefix
+
+
 def _write_ocs_config(spec: RailSpec, prefix: str, run_dir: Path, of_port: int,
-                      mgmt_port: int) -> Path:
+                      mgmt_port: int, instances: OvsInstances | None = None) -> Path:
     """The OCS service's config file (ports, event log, rails with their datapath ids and
-    bridge names: each rail worker switches over its own connection to its bridge)."""
+    bridge names: each rail worker switches over its own connection to its bridge; with
+    per-rail instances, that bridge's management and vswitchd's unixctl sockets)."""
+    rails = []
+    for d in spec.describe():
+        bridge = (naming.rail_bridge(prefix, d.rail) if d.rail < spec.num_rails
+                  else naming.shadow_bridge(prefix, d.rail))
+        rail: dict[str, Any] = {**d.to_json(), "dpid": naming.dpid(prefix, d.rail),
+                                "bridge": bridge}
+        if instances is not None:
+            paths = instances.paths[bridge]
+            rail.update(mgmt_socket=str(paths.mgmt_socket),
+                        unixctl_socket=str(paths.vswitchd_ctl))
+        rails.append(rail)
     ocs_config = {
         "of_port": of_port,
         "mgmt_port": mgmt_port,
         "event_log": str(run_dir / "ocs-events.jsonl"),
-        "rails": [
-            {**d.to_json(), "dpid": naming.dpid(prefix, d.rail),
-             "bridge": (naming.rail_bridge(prefix, d.rail) if d.rail < spec.num_rails
-                        else naming.shadow_bridge(prefix, d.rail))} for d in spec.describe()
-        ],
+        "rails": rails,
     }
     config_path = run_dir / prefix / "ocs.json"
     config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -374,17 +454,20 @@ def _start_ocs_service(config_path: Path, log: Any, record: runstate.RunRecord
 
 
 def _start_mininet(spec: RailSpec, prefix: str, slot: int, datapath: str,
-                   record: runstate.RunRecord) -> Any:
+                   record: runstate.RunRecord, instances: OvsInstances | None = None) -> Any:
     """Build and start the Mininet network of ``spec`` (hosts, rail and frontend bridges),
     recording every node's pid."""
     from mininet.link import TCLink
     from mininet.net import Mininet
     from mininet.node import OVSSwitch
 
+    from emulator.ovs_instance import instance_switch_class
+
     dp = "user" if datapath == "user" else "kernel"
     # batch=True: Mininet then runs ovs-vsctl as a subprocess; unbatched it types the command
     # into a pty shell, whose 4096-byte line limit silently cut bridges of ~50+ ports.
-    rail_switch = partial(OVSSwitch, protocols="OpenFlow13", failMode="secure",
+    switch_class = OVSSwitch if instances is None else instance_switch_class(instances)
+    rail_switch = partial(switch_class, protocols="OpenFlow13", failMode="secure",
                           datapath=dp, inband=False, batch=True)
     topo = build_topo(spec, prefix, slot, rail_switch=rail_switch,
                       frontend_switch=kernel_bridge_class())
@@ -398,13 +481,14 @@ def _start_mininet(spec: RailSpec, prefix: str, slot: int, datapath: str,
     return net
 
 
-def _attach_rails(spec: RailSpec, prefix: str, of_port: int, work_dir: Path) -> None:
+def _attach_rails(spec: RailSpec, prefix: str, of_port: int, work_dir: Path,
+                  instances: OvsInstances | None = None) -> None:
     """Shadow ports, every OCS bridge attached to the OCS app, the root's checksum offload off
     and the bridges' shaping."""
-    _add_shadow_ports(spec, prefix)
+    _add_shadow_ports(spec, prefix, instances)
     for bridge in _ocs_bridges(spec, prefix):
-        res = subprocess.run(["ovs-vsctl", "--timeout=10", "set-controller", bridge,
-                              f"tcp:127.0.0.1:{of_port}"],
+        res = subprocess.run(_vsctl(instances, bridge, "set-controller", bridge,
+                                    f"tcp:127.0.0.1:{of_port}"),
                              capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise EmulationError(f"cannot attach rail bridge {bridge} to the OCS app: "

@@ -40,6 +40,10 @@ operations into OpenFlow messages, sends them and keeps the time:
   (the set-up barrier can be answered before os-ken's port-description exchange has moved the
   connection to ``main``).
 
+With one Open vSwitch per rail (:mod:`emulator.ovs_instance`) the service names each rail's
+management and unixctl sockets: the rail's channel opens its instance's, and each vswitchd has
+its own purger (rails that light together then purge their own datapaths, in parallel).
+
 The app runs in its own process (:mod:`emulator.ocs_service`); nothing outside this package
 imports os-ken.
 """
@@ -137,6 +141,7 @@ class OcsFabric:
         event_log: Path | None = None,
         clock: Callable[[], float] = time.time,
         bridges: dict[int, str] | None = None,
+        sockets: dict[int, tuple[str, str]] | None = None,
     ) -> None:
         self.core = OcsRails(rails)
         self.rail_of_dpid = {dpid: rail for rail, dpid in dpids.items()}
@@ -149,7 +154,11 @@ class OcsFabric:
         self._barriers: dict[int, threading.Event] = {}
         self._message_cache: dict[tuple[int, FlowOperation | type[Barrier]], bytes] = {}
         self._xids = itertools.count(0x40000000)
-        self._unixctl = _DatapathFlusher()
+        # rail -> (management socket, vswitchd's unixctl socket) of a rail in its own Open
+        # vSwitch (emulator.ovs_instance); rails not named use the system instance's.
+        self._sockets = dict(sockets or {})
+        self._flushers = {path: _DatapathFlusher(path)
+                          for path in {None, *(u for _m, u in self._sockets.values())}}
         self._bridges = dict(bridges or {})  # rail -> bridge name, for the rail's own channel
         self._channels: dict[int, OpenFlowChannel] = {}  # each used by its rail worker only
         self._log_lock = threading.Lock()
@@ -290,7 +299,7 @@ class OcsFabric:
             # in flight (see the module docstring)
             if channel is None:
                 pending = self._run(datapath, job.operations, t_dark)
-                self._unixctl.flush()
+                self._flusher(rail).flush()
                 self._confirm(datapath, pending)
             else:
                 purged = self._switch_on_channel(rail, channel, datapath, job.operations, t_dark,
@@ -315,7 +324,8 @@ class OcsFabric:
         bridge = self._bridges.get(rail)
         if channel is None and bridge is not None:
             try:
-                channel = OpenFlowChannel(mgmt_socket(bridge), timeout_s=BARRIER_TIMEOUT_S)
+                path = self._sockets[rail][0] if rail in self._sockets else mgmt_socket(bridge)
+                channel = OpenFlowChannel(path, timeout_s=BARRIER_TIMEOUT_S)
             except ChannelError as exc:
                 LOG.warning("rail %d: %s; switching over os-ken's connection", rail, exc)
                 del self._bridges[rail]
@@ -346,7 +356,7 @@ class OcsFabric:
             before = self._xid()
             channel.send(dark.data + port_stats_request(before))
             counters = channel.wait([*dark.xids, before], BARRIER_TIMEOUT_S)
-            self._unixctl.flush()
+            self._flusher(rail).flush()
             _sleep_until(delay.until_s(t_dark_s), self.clock)
             after = self._xid()
             light = self._batch(datapath, operations[wait + 1:])
@@ -358,11 +368,16 @@ class OcsFabric:
         received = [p for p in touched
                     if counters[after].get(p, 0) != counters[before].get(p, 0)]
         if received:
-            self._unixctl.flush()
+            self._flusher(rail).flush()
         return bool(received)
 
     def _xid(self) -> int:
         return next(self._xids) & 0xFFFFFFFF
+
+    def _flusher(self, rail: int) -> _DatapathFlusher:
+        """The purger of the vswitchd that runs ``rail``'s bridge."""
+        sockets = self._sockets.get(rail)
+        return self._flushers[sockets[1] if sockets else None]
 
     def _batch(self, datapath: Any, operations: Sequence[Operation]) -> _Batch:
         """Flow mods and barriers serialised into one write, with the barriers' xids."""
@@ -498,10 +513,12 @@ class _DatapathFlusher:
     """Purges OVS's datapath flow cache, so changed OpenFlow rules take effect at once.
 
     One purge serves every rail that asked before it began: rails whose phases align light
-    together, and each used to queue a purge of its own behind vswitchd's main thread.
+    together, and each used to queue a purge of its own behind vswitchd's main thread. One per
+    vswitchd: ``path`` is its unixctl socket (None: the system instance's).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
+        self._path = path
         self._cond = threading.Condition()
         self._started = 0  # purges begun
         self._done = 0  # the number of the last purge finished
@@ -541,7 +558,7 @@ class _DatapathFlusher:
     def _purge(self) -> None:
         try:
             if self._client is None:
-                self._client = Unixctl()
+                self._client = Unixctl(self._path)
             self._client.call("revalidator/purge")
         except UnixctlError as exc:  # correctness holds without it; only timing suffers
             self.failures += 1

@@ -2,7 +2,9 @@
 
 Run as ``python -m emulator.ocs_service --config ocs.json``. The config names the OpenFlow
 listen port, the management port (both on 127.0.0.1), the rails (dpid, ports, switching delay,
-mode) and the event log. The management API (stdlib ``http.server``, HTTP/1.1 keep-alive):
+mode; with ``mgmt_socket`` and ``unixctl_socket`` for a rail in its own Open vSwitch,
+:mod:`emulator.ovs_instance`) and the event log. The management API (stdlib
+``http.server``, HTTP/1.1 keep-alive):
 
 ====== ============================ ========================================================
 GET    /v1/health                   ``{"connected_rails": [...], "rails": N}``
@@ -173,7 +175,9 @@ def serve(config: dict[str, Any]) -> None:
     dpids = {int(r["rail"]): int(str(r["dpid"]), 16) for r in config["rails"]}
     log_path = Path(config["event_log"]) if config.get("event_log") else None
     bridges = {int(r["rail"]): str(r["bridge"]) for r in config["rails"] if r.get("bridge")}
-    fabric = OcsFabric(rails, dpids, event_log=log_path, bridges=bridges)
+    sockets = {int(r["rail"]): (str(r["mgmt_socket"]), str(r["unixctl_socket"]))
+               for r in config["rails"] if r.get("mgmt_socket")}
+    fabric = OcsFabric(rails, dpids, event_log=log_path, bridges=bridges, sockets=sockets)
     OcsApp.fabric = fabric
 
     cfg.CONF(args=[f"--ofp-tcp-listen-port={int(config['of_port'])}",

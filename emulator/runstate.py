@@ -257,7 +257,9 @@ def leftovers(prefix: str) -> dict[str, list[str]]:
     for pid_dir in Path("/proc").iterdir():
         if pid_dir.name.isdigit():
             line = cmdline(int(pid_dir.name))
-            if f"mininet:{prefix}" in line or f"{prefix}/ocs.json" in line:
+            if (f"mininet:{prefix}" in line or f"{prefix}/ocs.json" in line
+                    or (line.startswith(("ovsdb-server ", "ovs-vswitchd "))
+                        and f"/{prefix}" in line)):  # emulator.ovs_instance's daemons
                 procs.append(f"{pid_dir.name}: {line.strip()}")
     return {
         "bridges": [b for b in owned_bridges() if naming.prefix_of(b) == prefix],

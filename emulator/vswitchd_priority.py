@@ -119,3 +119,19 @@ def release(prefix: str | None = None, *, everyone: bool = False) -> bool:
         except OSError:
             return False
     return True
+
+
+def raise_instances(pids: list[int]) -> str:
+    """Put the main thread of each of the run's own vswitchds (:mod:`emulator.ovs_instance`)
+    at ``SCHED_FIFO`` :data:`VSWITCHD_PRIORITY`; what was done, in words. Nothing to restore:
+    they die with the run."""
+    refused = []
+    for pid in pids:
+        try:
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(VSWITCHD_PRIORITY))
+        except OSError as exc:
+            refused.append(f"{pid}: {exc.strerror}")
+    if refused:
+        return (f"{len(pids) - len(refused)} of {len(pids)} ovs-vswitchd instances at "
+                f"SCHED_FIFO {VSWITCHD_PRIORITY} (refused: {', '.join(refused)})")
+    return f"{len(pids)} ovs-vswitchd instances at SCHED_FIFO {VSWITCHD_PRIORITY}"

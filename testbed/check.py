@@ -80,6 +80,23 @@ def check_ovs() -> Check:
     return Check("openvswitch", True, f"running, version {version}, datapath {datapath}")
 
 
+def check_ovs_per_rail() -> Check:
+    """The mode of the emulated OCS bridges (:mod:`emulator.ovs_instance`): with one Open
+    vSwitch per rail, its programs and schema must be installed."""
+    from emulator.ovs_instance import PER_RAIL_ENV, missing_programs, per_rail_default
+
+    if not per_rail_default():
+        return Check("ovs-per-rail", True, "off: every bridge in the system Open vSwitch "
+                     f"({PER_RAIL_ENV}=1 or network.ovs_per_rail: true to turn it on)")
+    missing = missing_programs()
+    if missing:
+        return Check("ovs-per-rail", False, f"on, but missing: {', '.join(missing)}",
+                     f"apt-get install openvswitch-switch, or set {PER_RAIL_ENV}=0")
+    return Check("ovs-per-rail", True, "on: each rail bridge gets its own ovsdb-server and "
+                 f"ovs-vswitchd ({PER_RAIL_ENV}=0 or network.ovs_per_rail: false to turn it "
+                 "off)")
+
+
 def check_import(module: str, dist: str, fix: str) -> Check:
     try:
         importlib.import_module(module)
@@ -141,6 +158,7 @@ def run_checks() -> list[Check]:
     checks: list[Callable[[], Check]] = [
         check_root,
         check_ovs,
+        check_ovs_per_rail,
         check_mininet,
         lambda: check_import("os_ken", "os-ken", f"pip install os-ken, or {SETUP_HINT}"),
         check_offload,

@@ -199,7 +199,12 @@ def run_components(follower: RankFollower | None, net: EmulatedRails | None
     """The run's parts by process, for the CPU breakdown: the rank processes, this process
     (the runner and the Opus controller's threads), each ovs-vswitchd, the OCS app."""
     parts = {"ranks": follower.pids if follower is not None else [],
-             "controller": [os.getpid()], "ovs-vswitchd": vswitchd_pids()}
+             "controller": [os.getpid()]}
+    if net is not None and net.instances is not None:  # one Open vSwitch per OCS bridge
+        parts.update({f"ovs-vswitchd {bridge}": [pid] for bridge, pid
+                      in net.instances.vswitchd_by_bridge.items()})
+    else:
+        parts["ovs-vswitchd"] = vswitchd_pids()
     if net is not None and net.ocs_pid is not None:
         parts["ocs-app"] = [net.ocs_pid]
     return parts
@@ -222,25 +227,27 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     throttling: Throttling | None = None
     cgroup: RankCgroup | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
-                         + vswitchd_pids(),
+                         + vswitchd_pids(net.vswitchd_pids if net is not None else ()),
                          components=lambda: run_components(follower, net))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             try:
                 net = stack.enter_context(emulated_rails(
-                    spec, run_dir=out / "emulator", rank_cpu_quota=cfg.rank_cpu_quota))
+                    spec, run_dir=out / "emulator", rank_cpu_quota=cfg.rank_cpu_quota,
+                    ovs_per_rail=cfg.ovs_per_rail))
             except CgroupUnavailable as exc:
                 raise RunRefused(f"{cfg.source}: run.rank_cpu_quota is "
                                  f"{cfg.rank_cpu_quota}, but {exc}") from exc
             cgroup = net.rank_cgroup
-            manifest.update(datapath=net.datapath, prefix=net.prefix,
+            manifest.update(datapath=net.datapath, prefix=net.prefix, ovs=net.ovs,
                             vswitchd_priority=net.vswitchd_priority,
                             rank_cgroup=None if cgroup is None else str(cgroup.path))
             store.write_json(out / "manifest.json", manifest)
             quota = ("" if cgroup is None else f", ranks' CPU quota {cgroup.fraction:.2f} of "
                      f"the machine in {cgroup.path}")
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
-                f"{net.datapath} datapath, {net.vswitchd_priority}{quota})")
+                f"{net.datapath} datapath, {net.ovs} Open vSwitch, {net.vswitchd_priority}"
+                f"{quota})")
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))

@@ -15,6 +15,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     network:
       rail_gbps: 200            # the real per-GPU scale-out rate being modelled
       link_mbps: auto           # emulated per-port rate; bytes scale by link / rail rate
+      ovs_per_rail: null        # one Open vSwitch per rail bridge (null: see below)
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
@@ -56,6 +57,10 @@ that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RE
 so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);
 ``null`` (the default) sets none. A run that asks for one where no cgroup cpu controller is
 usable is refused.
+``network.ovs_per_rail``: ``true`` runs every emulated OCS bridge in its own ``ovsdb-server`` +
+``ovs-vswitchd`` (:mod:`emulator.ovs_instance`), ``false`` in the system Open vSwitch, ``null``
+(the default) follows the environment variable ``OPUS_OVS_PER_RAIL`` (``1``/``0``), else
+:data:`emulator.ovs_instance.DEFAULT_PER_RAIL`.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
 ``run.ranks_per_process`` (:mod:`testbed.experiment.rankprocs`): one replayer process per rank
@@ -114,7 +119,7 @@ OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request
 REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
-NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us")
+NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
             "rank_cpu_quota", "start_gate")
 
@@ -144,6 +149,7 @@ class RunSettings:
     rail_gbps: float = 200.0
     link_mbps: float | None = None  # None: calibrate for this machine
     latency_us: float = 5.0
+    ovs_per_rail: bool | None = None  # None: emulator.ovs_instance.per_rail_default()
     iterations: int = 3
     warmup: int = 1
     ack_timeout_s: float = 120.0
@@ -298,8 +304,8 @@ class RunSettings:
                 "rail_state_serialize_per_rank": self.rail_state_serialize_per_rank,
                 "rail_state_phase_barrier": self.rail_state_phase_barrier,
                 "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
-                "latency_us": self.latency_us, "iterations": self.iterations,
-                "warmup": self.warmup, "seed": self.seed,
+                "latency_us": self.latency_us, "ovs_per_rail": self.ovs_per_rail,
+                "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate}
 
@@ -462,6 +468,8 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
     if "latency_us" in net:
         kwargs["latency_us"] = _typed(doc, net["latency_us"], "network.latency_us", float)
+    if net.get("ovs_per_rail") is not None:
+        kwargs["ovs_per_rail"] = _typed(doc, net["ovs_per_rail"], "network.ovs_per_rail", bool)
     if "link_mbps" in net and net["link_mbps"] != "auto":
         kwargs["link_mbps"] = _typed(doc, net["link_mbps"], "network.link_mbps", float)
     run = _mapping(doc, top.get("run", {}), "run", RUN_KEYS)

@@ -241,9 +241,12 @@ class CpuSampler:
         return min(100.0, 100.0 * stalled_s / (last.t_s - first.t_s))  # clocks read apart
 
 
-def vswitchd_pids() -> list[int]:
-    """Open vSwitch's daemon (read only: we sample it, never signal it), from its pid file in
-    ``OVS_RUNDIR`` when set, as Open vSwitch's own tools look there."""
+def vswitchd_pids(instances: Sequence[int] = ()) -> list[int]:
+    """Open vSwitch's daemons (read only: we sample them, never signal them): the run's own
+    per-rail ``instances`` when it has them (:mod:`emulator.ovs_instance`), else the system
+    daemon, from its pid file in ``OVS_RUNDIR`` when set, as Open vSwitch's own tools look."""
+    if instances:
+        return list(instances)
     rundir = os.environ.get("OVS_RUNDIR")
     paths = ((f"{rundir}/ovs-vswitchd.pid",) if rundir else
              ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"))

@@ -19,7 +19,7 @@ from emulator.network import emulated_rails
 from emulator.topo import RailSpec
 with emulated_rails(RailSpec(servers=2, gpus_per_server=2, link_mbps=100)) as net:
     net.popen(0, ["sleep", "600"])
-    print(net.prefix, flush=True)
+    print(net.prefix, net.instances.base if net.instances else "", flush=True)
     time.sleep(600)
 """
 
@@ -31,7 +31,7 @@ def test_clean_after_a_killed_run_spares_live_runs() -> None:
                                 stderr=subprocess.PIPE, text=True, env=env)
         try:
             assert proc.stdout is not None
-            prefix = proc.stdout.readline().strip()
+            prefix, _, instances_dir = proc.stdout.readline().strip().partition(" ")
             assert prefix.startswith("ot"), proc.stderr.read() if proc.stderr else ""
             os.kill(proc.pid, signal.SIGKILL)  # no finally, no teardown: a crash
             proc.wait(timeout=10)
@@ -40,12 +40,16 @@ def test_clean_after_a_killed_run_spares_live_runs() -> None:
                 proc.kill()
                 proc.wait(timeout=10)
         left = leftovers(prefix)
-        assert left["bridges"] and left["records"], f"the crash left nothing to clean: {left}"
+        # per-rail Open vSwitch instances (emulator.ovs_instance) hold the bridges: then the
+        # instances' daemons are what the crash left
+        assert (left["bridges"] or left["processes"]) and left["records"], \
+            f"the crash left nothing to clean: {left}"
 
         removed = clean()
 
         assert prefix in removed["records"]
         wait_for(lambda: not any(leftovers(prefix).values()), 10, f"run {prefix} to be gone")
+        assert not instances_dir or not Path(instances_dir).exists(), "instances' files left"
         assert not any(live.prefix in r for r in removed["records"] + removed["bridges"])
         assert live.driver.health()["connected_rails"] == [0], "clean touched a live run"
         assert set(live.dump_flows(0)) == {"priority=0 actions=drop"}
