@@ -341,32 +341,36 @@ class OcsFabric:
                            touched: frozenset[int]) -> bool:
         """Break-before-make over the rail's own channel; True if the light needed a purge.
 
-        During the delay: the removals and the dark barrier, the ports' packet counters, then a
-        datapath purge, so no cached flow of the old circuits (or drop) is left. At the light:
-        the counters again with the additions and the light barrier; only if a touched port
-        received a packet since (which may have cached a drop for it) is the datapath purged
-        again, after the barrier. A packet read before the first counters was read before the
-        purge too (vswitchd forwards, then reads OpenFlow, then unixctl, in each loop pass).
+        During the delay: the removals and the dark barrier, the touched ports' packet counters,
+        then a datapath purge, so no cached flow of the old circuits (or drop) is left. At the
+        light: the counters again with the additions and the light barrier (built during the
+        delay); only if a touched port received a packet since (which may have cached a drop for
+        it) is the datapath purged again, after the barrier. A packet read before the first
+        counters was read before the purge too (vswitchd forwards, then reads OpenFlow, then
+        unixctl, in each loop pass). The counters are asked port by port, for the touched ports
+        only: the switch answers that as fast as a barrier, all its ports' in 0.16 ms more.
         """
         wait = next(i for i, op in enumerate(operations) if isinstance(op, WaitDelay))
         delay = operations[wait]
         assert isinstance(delay, WaitDelay)
+        ports = sorted(touched)
         try:
             dark = self._batch(datapath, operations[:wait])
-            before = self._xid()
-            channel.send(dark.data + port_stats_request(before))
-            counters = channel.wait([*dark.xids, before], BARRIER_TIMEOUT_S)
+            before = [self._xid() for _ in ports]
+            channel.send(dark.data + _counters_request(before, ports))
+            counters = channel.wait([*dark.xids, *before], BARRIER_TIMEOUT_S)
             self._flusher(rail).flush()
-            _sleep_until(delay.until_s(t_dark_s), self.clock)
-            after = self._xid()
+            after = [self._xid() for _ in ports]
             light = self._batch(datapath, operations[wait + 1:])
-            channel.send(port_stats_request(after) + light.data)
-            counters |= channel.wait([after, *light.xids], BARRIER_TIMEOUT_S)
+            request = _counters_request(after, ports) + light.data
+            _sleep_until(delay.until_s(t_dark_s), self.clock)
+            channel.send(request)
+            counters |= channel.wait([*after, *light.xids], BARRIER_TIMEOUT_S)
         except ChannelError as exc:
             self._drop_channel(rail)
             raise SwitchUnavailable(f"rail {rail}: {exc}") from exc
-        received = [p for p in touched
-                    if counters[after].get(p, 0) != counters[before].get(p, 0)]
+        received = [p for p, b, a in zip(ports, before, after, strict=True)
+                    if counters.get(a, {}).get(p, 0) != counters.get(b, {}).get(p, 0)]
         if received:
             self._flusher(rail).flush()
         return bool(received)
@@ -507,6 +511,11 @@ def _flow_mod(datapath: Any, op: FlowOperation) -> Any:
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
     return parser.OFPFlowMod(datapath, command=ofp.OFPFC_ADD, priority=priority, match=match,
                              instructions=inst)
+
+
+def _counters_request(xids: Sequence[int], ports: Sequence[int]) -> bytes:
+    """One port-stats request per port (``xids[i]`` asks for ``ports[i]``), in one write."""
+    return b"".join(port_stats_request(xid, port) for xid, port in zip(xids, ports, strict=True))
 
 
 class _DatapathFlusher:

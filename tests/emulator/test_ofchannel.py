@@ -12,16 +12,19 @@ from pathlib import Path
 import pytest
 
 from emulator.ofchannel import (
+    OFPMP_PORT_STATS,
     OFPT_BARRIER_REPLY,
     OFPT_BARRIER_REQUEST,
     OFPT_ECHO_REPLY,
     OFPT_ECHO_REQUEST,
     OFPT_ERROR,
     OFPT_HELLO,
+    OFPT_MULTIPART_REQUEST,
     ChannelError,
     OpenFlowChannel,
     barrier_request,
     mgmt_socket,
+    port_stats_request,
 )
 
 HEADER = struct.Struct("!BBHI")
@@ -132,3 +135,14 @@ def test_no_bridge_socket_is_a_channel_error(tmp_path: Path,
     assert mgmt_socket("otab1r0") == str(tmp_path / "otab1r0.mgmt")
     with pytest.raises(ChannelError, match=r"otab1r0\.mgmt"):
         OpenFlowChannel(mgmt_socket("otab1r0"), timeout_s=1)
+
+
+def test_a_port_stats_request_names_its_port_or_every_port() -> None:
+    """The OCS app asks for the touched ports' counters one port per request (cheaper for the
+    switch than every port's); without a port the request asks for every port (OFPP_ANY)."""
+    for port, wanted in ((5, 5), (None, 0xFFFFFFFF)):
+        data = port_stats_request(9) if port is None else port_stats_request(9, port)
+        version, msg_type, length, xid = HEADER.unpack_from(data)
+        assert (version, msg_type, length, xid) == (4, OFPT_MULTIPART_REQUEST, len(data), 9)
+        kind, flags, asked = struct.unpack_from("!HH4xI", data, HEADER.size)
+        assert (kind, flags, asked) == (OFPMP_PORT_STATS, 0, wanted)
