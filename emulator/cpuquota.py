@@ -246,7 +246,7 @@ class RankCgroup:
         fraction = resolve_fraction(setting, cpus)
         assert fraction is not None
         if ctrl.version == 2:
-            _enable_cpu(ctrl.root)
+            _require_cpu(ctrl.root)
         path = ctrl.root / cgroup_name(prefix)
         try:
             path.mkdir()
@@ -279,16 +279,18 @@ class RankCgroup:
                              self.version, stats)
 
 
-def _enable_cpu(root: Path) -> None:
-    """cgroup v2: the root must hand the ``cpu`` controller to its children (systemd does)."""
+def _require_cpu(root: Path) -> None:
+    """cgroup v2: the root must hand the ``cpu`` controller to its children (systemd does when
+    a unit asks for it). The run does not turn it on itself: that would change the whole
+    machine's cgroups for good, and a container's root cannot (it holds processes)."""
     control = root / "cgroup.subtree_control"
     try:
-        if "cpu" in control.read_text().split():
-            return
-        control.write_text("+cpu")
+        handed_out = "cpu" in control.read_text().split()
     except OSError as exc:
-        raise CgroupUnavailable(f"cannot enable the cpu controller in {control}: "
-                                f"{exc.strerror or exc}") from exc
+        raise CgroupUnavailable(f"cannot read {control}: {exc.strerror or exc}") from exc
+    if not handed_out:
+        raise CgroupUnavailable(f"{control} does not hand out the cpu controller (as root: "
+                                f"echo +cpu > {control})")
 
 
 def member_pids(path: Path) -> list[int]:

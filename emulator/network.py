@@ -42,8 +42,6 @@ from emulator.hostnet import (
 )
 from emulator.ovs_instance import (
     OvsInstances,
-    fits_unix_paths,
-    instance_paths,
     missing_programs,
     ofctl_target,
     per_rail_default,
@@ -310,7 +308,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
     # kernel datapath is one per machine).
     datapath = "kernel" if kernel_datapath_available() and not per_rail else "user"
     of_port, mgmt_port = free_tcp_port(), free_tcp_port()
-    instances = (OvsInstances(_ocs_bridges(spec, prefix), _instances_dir(run_dir, prefix),
+    instances = (OvsInstances(_ocs_bridges(spec, prefix), _instances_dir(prefix),
                               run_dir, record) if per_rail else None)
     dirs = contextlib.ExitStack()  # the instances' directory, recorded for `clean`
     config_path = _write_ocs_config(spec, prefix, run_dir, of_port, mgmt_port, instances)
@@ -403,13 +401,11 @@ def _ocs_bridges(spec: RailSpec, prefix: str) -> list[str]:
         naming.shadow_bridge(prefix, s) for s in spec.shadow_ids]
 
 
-def _instances_dir(run_dir: Path, prefix: str) -> Path:
-    """Where the per-rail instances keep their files: ``<run dir>/ovs``, or under the state
-    directory when a socket path there would not fit a Unix socket address."""
-    base = run_dir.resolve() / "ovs"
-    longest = naming.rail_bridge(prefix, naming.MAX_PORTS_PER_RAIL)
-    if fits_unix_paths(instance_paths(longest, base, run_dir)):
-        return base
+def _instances_dir(prefix: str) -> Path:
+    """Where the per-rail instances keep their databases, sockets and pid files: under the
+    state directory (``/run/opus-testbed/ovs/<prefix>``), never in the run directory, which
+    may be a shared folder (the Vagrant VM's ``results/``) that holds no Unix sockets, or too
+    deep for a socket's path."""
     return runstate.state_dir() / "ovs" / prefix
 
 

@@ -569,7 +569,8 @@ class _DatapathFlusher:
             if self._client is None:
                 self._client = Unixctl(self._path)
             self._client.call("revalidator/purge")
-        except UnixctlError as exc:  # correctness holds without it; only timing suffers
+        except (UnixctlError, OSError) as exc:  # correctness holds without it; only timing
+            # suffers (a refused or missing socket is a plain OSError from the connect)
             self.failures += 1
             if self._client is not None:
                 self._client.close()

@@ -26,6 +26,7 @@ machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -56,15 +57,21 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def per_rail_default(env: Mapping[str, str] | None = None) -> bool:
+def per_rail_default(env: Mapping[str, str] | None = None,
+                     kernel_datapath: bool | None = None) -> bool:
     """One Open vSwitch per rail unless :data:`PER_RAIL_ENV` (in ``env``, default
-    ``os.environ``) says otherwise; :data:`DEFAULT_PER_RAIL` when unset or unreadable."""
+    ``os.environ``) says otherwise; when unset or unreadable, :data:`DEFAULT_PER_RAIL`, except
+    where the kernel datapath is loaded (``kernel_datapath``, default: the ``openvswitch``
+    module is there, as in the Vagrant VM): per-rail instances run the userspace datapath
+    only, and the kernel's takes forwarding off vswitchd's main thread altogether."""
     value = (os.environ if env is None else env).get(PER_RAIL_ENV, "").strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    return DEFAULT_PER_RAIL
+    if kernel_datapath is None:
+        kernel_datapath = Path("/sys/module/openvswitch").exists()
+    return DEFAULT_PER_RAIL and not kernel_datapath
 
 
 def missing_programs(schema: Path = SCHEMA) -> list[str]:
@@ -221,7 +228,8 @@ class OvsInstances:
                 proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=3)
+                with contextlib.suppress(subprocess.TimeoutExpired):  # teardown goes on
+                    proc.wait(timeout=3)
         self._procs.clear()
         for log in self._logs:
             log.close()

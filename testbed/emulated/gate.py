@@ -161,6 +161,12 @@ class RankGate:
         poller.register(self._go_fd, select.POLLIN | select.POLLHUP)
         deadline = time.monotonic() + timeout_s
         try:
+            # released before this rank opened ``go`` (the runner lets every rank go when one
+            # fails while others still load): no writer ever joined this reader, so poll would
+            # never report the hang-up, but a read sees the end of file at once
+            with contextlib.suppress(BlockingIOError):
+                if os.read(self._go_fd, 1) == b"":
+                    return t_loaded, time.time()
             while True:
                 left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
                 if poller.poll(left_ms) and os.read(self._go_fd, 1) == b"":

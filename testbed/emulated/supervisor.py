@@ -35,6 +35,7 @@ heartbeats would have told. Every step is an event in the controller's log with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import signal
@@ -49,7 +50,7 @@ from controller.drivers.faults import OcsFaults
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.service import ControllerClient
-from emulator import naming
+from emulator import naming, runstate
 from testbed.emulated.gate import RunnerGate
 from testbed.emulated.netns import netns_path
 from testbed.errors import RankFailed, RunError, RunRefused, Say
@@ -141,6 +142,7 @@ class Supervisor:
         self.fired: set[int] = set()
         self.stalls: dict[int, tuple[float, str]] = {}
         self.gate: RunnerGate | None = None
+        self._owned = contextlib.ExitStack()  # the gate's directory, removed at close
         self.t_launch = 0.0
         self.t_last_failure = -1.0
 
@@ -229,7 +231,11 @@ class Supervisor:
         t_start = time.time()
         self._write_control("run", start_it=0)
         if self.cfg.start_gate:  # before any rank starts: the ranks open its pipes
-            self.gate = RunnerGate(self.out / "gate", self.plan.programs,
+            # its pipes live in the state directory, recorded for `clean`: the run directory
+            # may be a shared folder that holds no FIFOs (the Vagrant VM's results/)
+            gate_dir = self._owned.enter_context(runstate.owned_dir(
+                runstate.state_dir() / "gate" / self.net.prefix))
+            self.gate = RunnerGate(gate_dir, self.plan.programs,
                                    on_release=lambda t: self._event(
                                        "gate_released", t, ranks=len(self.plan.programs)))
         self._write_rank_plans()
@@ -252,6 +258,7 @@ class Supervisor:
     def close(self) -> None:
         if self.gate is not None:
             self.gate.close()
+        self._owned.close()
         for fh in self.logs:
             fh.close()
 

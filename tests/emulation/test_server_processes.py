@@ -34,7 +34,7 @@ workload:
 mode: on-demand
 ocs: {switching_delay: 10}
 network: {rail_gbps: 400}
-run: {warmup: 1, iterations: 12, ranks_per_process: server}
+run: {warmup: 1, iterations: 80, ranks_per_process: server}
 """
 FidelityGate = Callable[..., None]
 
@@ -58,7 +58,9 @@ def test_one_process_per_server_keeps_each_rank_in_its_namespace(
     seen: dict[int, dict[str, Any]] = {}
 
     def probe(message: str) -> None:
-        """Once every rank has finished an iteration (the run goes on for 11 more)."""
+        """Once every rank has finished an iteration. The run goes on for 79 more, ~40 ms each
+        on a quiet machine: 3 s for the eight ``ss`` probes, which take ~0.3 s (with 11 more,
+        a quiet CI machine finished the run before the probes had read every namespace)."""
         if seen or not message.startswith("  iterations done: 1/"):
             return
         for server in sorted((out / "ranks").glob("server*.json")):

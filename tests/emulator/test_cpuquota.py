@@ -122,24 +122,28 @@ def test_a_cgroup_on_a_fake_v1_root(tmp_path: Path) -> None:
         RankCgroup.create("otab1", 0.7, ctrl, cpus=2)  # one cgroup per run prefix
 
 
-def test_a_cgroup_on_a_fake_v2_root_enables_the_cpu_controller(tmp_path: Path) -> None:
+def test_a_cgroup_on_a_fake_v2_root_that_hands_out_cpu(tmp_path: Path) -> None:
     mounts, _, v2 = _fake_root(tmp_path, "cpu memory")
-    (v2 / "cgroup.subtree_control").write_text("memory\n")
+    (v2 / "cgroup.subtree_control").write_text("cpu memory\n")
     ctrl = find_cpu_controller(mounts)
     assert isinstance(ctrl, CpuController)
     cg = RankCgroup.create("otab2", AUTO, ctrl, cpus=4)
-    assert (v2 / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (v2 / "cgroup.subtree_control").read_text() == "cpu memory\n"  # left as it was
     assert cg.fraction == pytest.approx(1 - cpuquota.AUTO_RESERVE_CORES / 4)
     assert (cg.path / "cpu.max").read_text() == f"{round(cg.fraction * 400_000)} 100000"
 
 
-def test_a_v2_root_that_cannot_hand_out_cpu_is_refused(tmp_path: Path) -> None:
-    mounts, _, v2 = _fake_root(tmp_path, "cpu")
-    (v2 / "cgroup.subtree_control").mkdir()  # unwritable as a file: as EBUSY would be
+def test_a_v2_root_that_does_not_hand_out_cpu_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """Turning the controller on would change the machine's cgroups for good (and a
+    container's root cannot): the run is refused with the command that would do it."""
+    mounts, _, v2 = _fake_root(tmp_path, "cpu memory")
+    (v2 / "cgroup.subtree_control").write_text("memory\n")
     ctrl = find_cpu_controller(mounts)
     assert isinstance(ctrl, CpuController)
-    with pytest.raises(CgroupUnavailable, match="cannot enable the cpu controller"):
+    with pytest.raises(CgroupUnavailable, match=r"does not hand out the cpu controller.*\+cpu"):
         RankCgroup.create("otab3", 0.5, ctrl, cpus=2)
+    assert (v2 / "cgroup.subtree_control").read_text() == "memory\n"
+    assert not (v2 / "opus-testbed-otab3").exists()
 
 
 def test_placed_command_writes_its_pid_before_it_runs(tmp_path: Path) -> None:

@@ -139,3 +139,19 @@ def test_start_gate_setting() -> None:
     assert parse_experiment(DOC.replace("run: {start_gate: GATE}", "")).start_gate is True
     with pytest.raises(WorkloadConfigError, match=r"run\.start_gate"):
         parse_experiment(DOC.replace("GATE", "3"))
+
+
+def test_a_rank_that_opens_the_gate_after_an_early_release_goes_at_once(tmp_path: Path) -> None:
+    """The runner releases every rank when one fails while others still load; a rank that
+    opens ``go`` only afterwards never had a writer beside it, so poll would not wake it: it
+    must see the release at once, not wait for its timeout."""
+    gate = RunnerGate(tmp_path / "gate", range(2))
+    try:
+        gate.release()
+        late = RankGate(gate.paths)
+        late.open()
+        t0 = time.monotonic()
+        t_loaded, t_go = late.pass_gate(1, timeout_s=5.0)
+        assert time.monotonic() - t0 < 1.0 and t_go >= t_loaded
+    finally:
+        gate.close()
