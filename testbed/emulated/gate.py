@@ -4,7 +4,8 @@ NCCL's set-up is a collective, so on a real cluster no rank's first call goes ou
 rank is still importing; without a gate the emulated ranks (2-2.5 s to load 16 of them on two
 cores) start staggered, and the first ranks' calls switch circuits while the others still load.
 
-Mechanism: two named pipes in the run directory, which every Mininet host sees (the hosts have
+Mechanism: two named pipes in the state directory (``/run/opus-testbed/gate/<prefix>``: the run
+directory may be a shared folder without FIFOs), which every Mininet host sees (the hosts have
 their own network namespaces, not their own file systems).
 
 * ``loaded``: the runner holds it open for reading (``O_RDWR``: never an end of file); each rank,
