@@ -58,10 +58,12 @@ def test_one_process_per_server_keeps_each_rank_in_its_namespace(
     seen: dict[int, dict[str, Any]] = {}
 
     def probe(message: str) -> None:
-        """Once every rank has finished an iteration. The run goes on for 79 more, ~40 ms each
-        on a quiet machine: 3 s for the eight ``ss`` probes, which take ~0.3 s (with 11 more,
-        a quiet CI machine finished the run before the probes had read every namespace)."""
-        if seen or not message.startswith("  iterations done: 1/"):
+        """At the first progress line after every rank finished an iteration (the runner
+        reports every 0.5 s, so that line may say 1 or 12: ~40 ms an iteration on a quiet
+        machine). The run goes on for 80 iterations, ~3 s, for the eight ``ss`` probes, which
+        take ~0.3 s."""
+        done = re.match(r"  iterations done: (\d+)/(\d+)", message)
+        if seen or done is None or not 1 <= int(done[1]) < int(done[2]):
             return
         for server in sorted((out / "ranks").glob("server*.json")):
             for entry in json.loads(server.read_text())["ranks"]:
