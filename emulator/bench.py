@@ -8,6 +8,10 @@
   checks: ``testbed.metrics.darktime``).
 * ``control``: what a reconfiguration costs beyond its injected delay, measured inside the OCS
   app from request receipt to the confirming barrier: ``(t_light - t_request) - delay``.
+* ``counters``: what the light's port counters cost the switch's answer, on one rail of the
+  run's own Open vSwitch (no traffic), through the rail's OpenFlow connection as the OCS app's
+  workers use it: a barrier alone, every port's counters with a barrier, and single-port
+  counter requests for the ports a switch touches with a barrier (the app asks the latter).
 * ``tcp``: how close TCP between two ranks comes to the shaped link rate: one way, both ways
   at once (a two-rank ring step) and both ways with the second flow starting late (into a busy
   reverse direction), each on a fresh connection as the replayer opens one per call. Each
@@ -23,6 +27,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import select
 import statistics
@@ -37,6 +42,7 @@ from controller.ocs import Circuit, Reconfiguration
 from emulator.dataplane import Recorders, start_stream
 from emulator.hostnet import tcp_queue_limit_bytes
 from emulator.network import emulated_rails
+from emulator.ofchannel import OFPP_ANY, OpenFlowChannel, barrier_request, port_stats_request
 from emulator.probe import dark_gaps_s, probe_arrivals
 from emulator.topo import RailSpec
 
@@ -153,6 +159,46 @@ def run_control_bench(port_counts: Sequence[int] = (8, 16, 64), repeats: int = 3
                 progress(f"control: {ports} ports, {label} circuit(s) changed ({count}) -> "
                          f"p50 {results[-1]['overhead_ms']['p50']} ms")
     return {"benchmark": "control", "injected_delay_ms": delay_ms, "results": results}
+
+
+def _counters_cases(all_ports: Sequence[int], touched: Sequence[int]) -> dict[str, list[int]]:
+    """Each case's counter requests: none, one for every port (``OFPP_ANY``), one per port."""
+    return {"barrier": [], "every_port": [OFPP_ANY],
+            **{f"{n}_ports": list(all_ports[:n]) for n in touched}}
+
+
+def run_counters_bench(ports: int = 16, touched: Sequence[int] = (2, 4), repeats: int = 300,
+                       progress: Progress = _stderr) -> dict[str, Any]:
+    """Round trip (ms) of a barrier, of every port's counters plus a barrier, and of one
+    counters request per touched port plus a barrier, on rail 0 of a ``ports``-port network."""
+    spec = RailSpec(servers=ports, gpus_per_server=1, ports_per_rank=1, link_mbps=None)
+    with emulated_rails(spec) as net:
+        channel = OpenFlowChannel(net.mgmt_socket(0))
+        cases = _counters_cases([net.port(r) for r in range(ports)], touched)
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        xids = itertools.count(1)
+        try:
+            for _ in range(repeats):
+                for name, asked in cases.items():
+                    stats = [next(xids) for _ in asked]
+                    barrier = next(xids)
+                    data = b"".join(port_stats_request(x, port)
+                                    for x, port in zip(stats, asked, strict=True))
+                    t0 = time.perf_counter()
+                    channel.send(data + barrier_request(barrier))
+                    answered = channel.wait([*stats, barrier])
+                    times[name].append(time.perf_counter() - t0)
+                    if asked != [OFPP_ANY]:  # each single-port request named its own port
+                        assert all(list(answered[x]) == [port]
+                                   for x, port in zip(stats, asked, strict=True)), answered
+        finally:
+            channel.close()
+        datapath, ovs = net.datapath, net.ovs
+    results = {name: summary_ms(values) for name, values in times.items()}
+    for name, figures in results.items():
+        progress(f"counters: {name} -> p50 {figures['p50']} ms")
+    return {"benchmark": "counters", "ports": ports, "repeats": repeats, "datapath": datapath,
+            "ovs": ovs, "round_trip_ms": results}
 
 
 #: TCP payload per full Ethernet frame: 1448 of 1514 bytes (timestamps on).

@@ -40,6 +40,7 @@ from emulator.hostnet import (
     interface_setup_commands,
     shell_runner,
 )
+from emulator.ofchannel import mgmt_socket as system_mgmt_socket
 from emulator.ovs_instance import (
     OvsInstances,
     missing_programs,
@@ -162,6 +163,13 @@ class EmulatedRails:
     def vswitchd_pids(self) -> list[int]:
         """The run's own vswitchds (none when the bridges live in the system instance)."""
         return [] if self.instances is None else list(self.instances.vswitchd_pids)
+
+    def mgmt_socket(self, rail: int) -> str:
+        """Rail ``rail``'s OpenFlow management socket (its instance's, or the system one's)."""
+        bridge = naming.rail_bridge(self.prefix, rail)
+        if self.instances is None:
+            return system_mgmt_socket(bridge)
+        return str(self.instances.paths[bridge].mgmt_socket)
 
     def ofctl_target(self, bridge: str) -> str:
         """What ``ovs-ofctl`` takes for ``bridge`` (its instance's socket, or its name)."""

@@ -120,6 +120,12 @@ def _bench_control(args: argparse.Namespace) -> dict[str, Any]:
                              repeats=args.repeats)
 
 
+def _bench_counters(args: argparse.Namespace) -> dict[str, Any]:
+    from emulator.bench import run_counters_bench
+
+    return run_counters_bench(ports=args.ports, repeats=args.repeats)
+
+
 def _bench_tcp(args: argparse.Namespace) -> dict[str, Any]:
     from emulator.bench import run_tcp_bench
 
@@ -362,6 +368,12 @@ def _add_machine_benches(bench: Any) -> None:
     b.add_argument("--ports", default="8,16,64", help="rail sizes in ports")
     b.add_argument("--repeats", type=int, default=30, help="reconfigurations per point")
     b.set_defaults(bench_fn=_bench_control)
+    b = bench.add_parser("counters", help="the switch's answer to a barrier, to every port's "
+                         "counters and to single-port counters, as the OCS app's light asks them "
+                         "(root)")
+    b.add_argument("--ports", type=int, default=16, help="ports on the measured rail")
+    b.add_argument("--repeats", type=int, default=300, help="round trips per case")
+    b.set_defaults(bench_fn=_bench_counters)
     b = bench.add_parser("tcp", help="TCP between two ranks vs the link rate: one way, both "
                          "ways, a late second flow; the emulator's shaping against a FIFO per "
                          "link and the kernel's TCP queue cap (root)")
