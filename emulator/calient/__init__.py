@@ -1,0 +1,10 @@
+"""A CALIENT switch in software: the device model and its TL1 agent.
+
+* :mod:`.model` -- :class:`~.model.CalientDevice`: duplex dotted ports, two-step connections
+  (reserve, activate), light, switching time, faults;
+* :mod:`.tl1_server` -- :class:`~.tl1_server.CalientTl1Server`, the agent (127.0.0.1,
+  background thread or foreground).
+
+The emulated OCS's fronts (:func:`emulator.polatis.front.emulated_fronts`) put one behind every
+emulated rail for ``driver: calient-tl1``.
+"""
