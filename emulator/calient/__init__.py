@@ -3,8 +3,7 @@
 * :mod:`.model` -- :class:`~.model.CalientDevice`: duplex dotted ports, two-step connections
   (reserve, activate), light, switching time, faults;
 * :mod:`.tl1_server` -- :class:`~.tl1_server.CalientTl1Server`, the agent (127.0.0.1,
-  background thread or foreground).
-
-The emulated OCS's fronts (:func:`emulator.polatis.front.emulated_fronts`) put one behind every
-emulated rail for ``driver: calient-tl1``.
+  background thread or foreground);
+* :mod:`.front` -- :func:`~.front.calient_fronts`, one agent per emulated rail, backed by real
+  OVS circuits (``driver: calient-tl1`` in an emulated run; :mod:`emulator.fronts` picks it).
 """
