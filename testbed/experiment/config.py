@@ -50,8 +50,8 @@ Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipe
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
 directly; ``polatis-netconf`` / ``polatis-tl1`` / ``calient-tl1`` drive it through a Polatis
-NETCONF / Polatis TL1 / CALIENT TL1 front on every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
-not with a driver.
+NETCONF / Polatis TL1 / CALIENT TL1 front on every emulated rail (the lab driver's code path).
+The sim backend is chosen with ``--backend sim``, not with a driver.
 ``run.rank_cpu_quota`` (emulated runs): the rank processes share one cgroup with a CPU quota of
 that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RESERVE_CORES`),
 so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);
