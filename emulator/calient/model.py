@@ -227,7 +227,7 @@ class CalientDevice:
                 for name, other in self._conns.items():
                     clash = (conn.inputs & other.inputs) | (conn.outputs & other.outputs)
                     if clash:
-                        ports = sorted({*clash, other.src, other.dst})
+                        ports = sorted({src, dst, *clash, other.src, other.dst})
                         raise DeviceError(
                             "in-use", f"Invalid Connection: port "
                             f"{self.names[min(clash) - 1]} is in use by {name}",

@@ -4,9 +4,11 @@ pairs, so the device-neutral driver engine (:mod:`controller.drivers.polatis.dri
 The view: the switch's ports, in (shelf, slot, port) order of ``RTRV-PORT``, are ``1..N``; port
 ``p``'s input is ingress ``p`` and its output egress ``N+p`` (as a Polatis rail is cabled). A
 ``2WAY`` connection ``a-b`` is the pairs ``a -> N+b`` and ``b -> N+a`` (a duplex rail circuit);
-a ``1WAY`` ``a>b`` is ``a -> N+b`` alone (a stray half to the driver). A reserved connection
-(``ENT-CRS`` without ``ACT-CRS``) holds its ports and carries no light, so it is read as pairs
-and its output reads dark.
+a ``1WAY`` ``a>b`` is ``a -> N+b`` alone (a stray half to the driver). A connection that is
+reserved but not in service (``ENT-CRS`` without ``ACT-CRS``, e.g. left by a line dropped
+mid-batch) holds its ports and carries no light: it is read as its first pair alone, a stray
+half, so the driver counts no circuit, reads its ports dark and deletes it in the next edit that
+sets them.
 
 An edit is break-before-make in four steps: ``CANC-CRS`` then ``DLT-CRS`` for every connection
 that loses a pair, ``ENT-CRS`` for every new one (reserved: nothing moves), ``ACT-CRS`` for
@@ -82,14 +84,15 @@ class CalientSession(Tl1Session):
                           software=ne.get("SWPACKAGE", ""))
 
     def read_pairs(self) -> dict[int, int]:
-        """Every connection, reserved or in service, as ``ingress -> egress`` pairs."""
+        """Every connection as ``ingress -> egress`` pairs; one not in service as its first
+        pair only (a stray half: it holds the ports, and no light passes)."""
         pairs: dict[int, int] = {}
         for conn in self._connections():
             a, b = self._index.get(conn.src), self._index.get(conn.dst)
             if a is None or b is None:
                 continue
             pairs[a] = self._size + b
-            if conn.two_way:
+            if conn.two_way and conn.admin == "IS":
                 pairs[b] = self._size + a
         return pairs
 
