@@ -265,6 +265,7 @@ class CalientDevice:
                 with self._lock:
                     conn.active = False
                     self._light_at.pop(name, None)
+                self._adopt_backend()
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError("operation-failed", f"switching failed: {exc}") from exc
@@ -306,12 +307,28 @@ class CalientDevice:
             try:
                 self.backend.switch(Change(before, after))
             except Exception as exc:
+                self._adopt_backend()
                 if isinstance(exc, DeviceError):
                     raise
                 raise DeviceError("operation-failed", f"switching failed: {exc}") from exc
         with self._lock:
             conn.active = False
             self._light_at.pop(name, None)
+
+    def _adopt_backend(self) -> None:
+        """After a refused switch: a connection whose light the backend does not carry (its
+        circuit changed behind the front's back) is out of service, as the glass says."""
+        try:
+            real = self.backend.current()
+        except Exception:  # best effort: the refusal is what gets reported
+            return
+        if real is None:
+            return
+        with self._lock:
+            for name, c in self._conns.items():
+                if c.active and any(real.get(i) != e for i, e in c.pairs(self.size).items()):
+                    c.active = False
+                    self._light_at.pop(name, None)
 
     def _get(self, name: str) -> Conn:
         with self._lock:

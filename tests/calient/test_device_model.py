@@ -41,7 +41,7 @@ def test_enter_reserves_then_activate_lights_after_the_switching_time() -> None:
 def test_ports_in_use_failed_or_unknown_are_refused_with_codes() -> None:
     dev = CalientDevice(8, switching_time_ms=0)
     dev.enter(1, 2, two_way=True)
-    with pytest.raises(DeviceError, match="Invalid Connection: port 1.1.2 is in use") as err:
+    with pytest.raises(DeviceError, match=r"Invalid Connection: port 1\.1\.2 is in use") as err:
         dev.enter(3, 2, two_way=False)  # 2's output is taken
     assert err.value.tl1_code == "SAAS" and {1, 2, 3} <= set(err.value.ports)
     one_way = dev.enter(4, 5, two_way=False)  # 4's input, 5's output
@@ -51,7 +51,7 @@ def test_ports_in_use_failed_or_unknown_are_refused_with_codes() -> None:
         dev.enter(9, 1, two_way=True)
     assert err.value.tl1_code == "IIAC"
     dev.faults.failed_ports.add(6)
-    with pytest.raises(DeviceError, match="Failed: port 1.1.6 is failed") as err:
+    with pytest.raises(DeviceError, match=r"Failed: port 1\.1\.6 is failed") as err:
         dev.enter(6, 7, two_way=True)
     assert err.value.tl1_code == "SROF"
     with pytest.raises(DeviceError) as err:

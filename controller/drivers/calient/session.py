@@ -106,12 +106,12 @@ class CalientSession(Tl1Session):
                 by_input[conn.dst] = conn
         victims: dict[str, wire.Connection] = {}
         for ingress in delete_ingress:
-            conn = by_input.get(self._name(ingress))
-            if conn is None:
+            victim = by_input.get(self._name(ingress))
+            if victim is None:
                 raise errors.DeviceRejected(self.name, f"no connection on port "
                                             f"{self._name(ingress)}", code="IENE",
                                             ports=(ingress,))
-            victims[conn.name] = conn
+            victims[victim.name] = victim
         for conn in victims.values():
             ports = self._ports_of(conn)
             if conn.admin == "IS":
