@@ -147,9 +147,9 @@ class CalientTl1Server(BackgroundServer):
                     for p in self._ports(cmd.aid)], None
         if cmd.verb == "RTRV-CRS":
             names = sorted(device.connections())
-            if cmd.aid and cmd.aid.upper() != "ALL":
+            if cmd.aid and cmd.aid.upper() != "ALL":  # one connection, by AID or name
                 wanted = self._target(cmd, required=False)
-                names = [n for n in names if wanted is None or n == wanted]
+                names = [n for n in names if n == wanted]
             return [device.state_of(n, now).to_line() for n in names], None
         if cmd.verb in EDITS:
             action = self._edit(cmd)
