@@ -52,6 +52,8 @@ class Figure:
     json_path: str | None = None
     regex: str | None = None
     tolerance: float = 0.0
+    #: the output's value times this is the figure (1000: seconds printed as ms)
+    scale: float = 1.0
 
     def text(self, value: float | None = None) -> str:
         """The figure as the docs print it."""
@@ -84,7 +86,8 @@ def load(path: Path = LIST) -> tuple[dict[str, str], list[Figure]]:
         figures.append(Figure(id=fid, command=entry["command"], value=float(entry["value"]),
                               fmt=entry.get("format", "{}"), json_path=entry.get("json"),
                               regex=entry.get("regex"),
-                              tolerance=float(entry.get("tolerance", 0.0))))
+                              tolerance=float(entry.get("tolerance", 0.0)),
+                              scale=float(entry.get("scale", 1.0))))
     return commands, figures
 
 
@@ -97,8 +100,12 @@ def quotes() -> list[tuple[Path, int, str, str]]:
     """Every marked figure in the docs: (file, line, id, quoted text)."""
     found = []
     for path in doc_files():
+        fenced = False
         for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            found += [(path, lineno, m.group(1), m.group(2)) for m in MARKER.finditer(line)]
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced:  # a marker in a code block is an example, not a quote
+                found += [(path, lineno, m.group(1), m.group(2)) for m in MARKER.finditer(line)]
     return found
 
 
@@ -184,12 +191,12 @@ def run_command(line: str, out_dir: Path) -> str:
 def extract(fig: Figure, stdout: str) -> float:
     """The figure's value in its command's output."""
     if fig.json_path is not None:
-        return float(json_get(json.loads(stdout), fig.json_path))
+        return float(json_get(json.loads(stdout), fig.json_path)) * fig.scale
     assert fig.regex is not None
     m = re.search(fig.regex, stdout, re.M)
     if not m:
         raise KeyError(f"{fig.id}: /{fig.regex}/ matches nothing in the output")
-    return float(m.group(1))
+    return float(m.group(1)) * fig.scale
 
 
 def measure(commands: dict[str, str], figures: Iterable[Figure],
@@ -228,10 +235,16 @@ def repin(figures: list[Figure], measured: dict[str, float], path: Path = LIST) 
     new = {f.id: f.text(measured[f.id] if f in moved else f.value) for f in figures}
     for doc in doc_files():
         old = doc.read_text()
-        upd = MARKER.sub(lambda m: (f"<!--fig:{m.group(1)}-->{new[m.group(1)]}<!--/fig-->"
-                                    if m.group(1) in new else m.group(0)), old)
-        if upd != old:
-            doc.write_text(upd)
+        lines, fenced = [], False
+        for line in old.split("\n"):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced:
+                line = MARKER.sub(lambda m: (f"<!--fig:{m.group(1)}-->{new[m.group(1)]}<!--/fig-->"
+                                             if m.group(1) in new else m.group(0)), line)
+            lines.append(line)
+        if "\n".join(lines) != old:
+            doc.write_text("\n".join(lines))
     return [f.id for f in moved]
 
 
