@@ -42,6 +42,15 @@ STEP = re.compile(r"([^.\[\]]+)?(?:\[([^\]]*)\])?")
 
 
 @dataclass
+class Command:
+    """One listed command: its line, and the file under its ``{out}`` directory that holds its
+    figures (``None``: its stdout)."""
+
+    run: str
+    output: str | None = None
+
+
+@dataclass
 class Figure:
     """One pinned figure of ``docs/figures.yaml``."""
 
@@ -66,11 +75,12 @@ class Figure:
         return self.text(measured) == self.text()
 
 
-def load(path: Path = LIST) -> tuple[dict[str, str], list[Figure]]:
+def load(path: Path = LIST) -> tuple[dict[str, Command], list[Figure]]:
     """The commands (name -> command line) and the figures of the list; a clear error on a bad
     entry."""
     data = yaml.safe_load(path.read_text())
-    commands = {name: spec["run"] for name, spec in data["commands"].items()}
+    commands = {name: Command(run=spec["run"], output=spec.get("output"))
+                for name, spec in data["commands"].items()}
     figures = []
     seen: set[str] = set()
     for entry in data["figures"]:
@@ -199,17 +209,21 @@ def extract(fig: Figure, stdout: str) -> float:
     return float(m.group(1)) * fig.scale
 
 
-def measure(commands: dict[str, str], figures: Iterable[Figure],
+def measure(commands: dict[str, Command], figures: Iterable[Figure],
             log: Any = sys.stderr) -> tuple[dict[str, float], dict[str, float]]:
     """Run each command the figures need once; (figure id -> measured value, command -> CPU
-    seconds of its process)."""
+    seconds of its process). A command's figures are read from its stdout, or from the file
+    its ``output:`` names under its ``{out}`` directory."""
     figures = list(figures)
     outputs, cpu = {}, {}
     for name in dict.fromkeys(f.command for f in figures):
         with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
             before = _children_cpu_s()
             t0 = time.monotonic()
-            outputs[name] = run_command(commands[name], Path(tmp) / "out")
+            command = commands[name]
+            stdout = run_command(command.run, Path(tmp) / "out")
+            outputs[name] = (Path(tmp, "out", command.output).read_text() if command.output
+                             else stdout)
             cpu[name] = _children_cpu_s() - before
             print(f"{name}: {cpu[name]:.1f} s CPU, {time.monotonic() - t0:.1f} s wall",
                   file=log)
@@ -228,7 +242,8 @@ def repin(figures: list[Figure], measured: dict[str, float], path: Path = LIST) 
     text = path.read_text()
     for f in moved:
         block = re.compile(rf"(- id: {re.escape(f.id)}\n(?:[ \t]+.*\n)*?[ \t]+value: )(\S+)")
-        text, n = block.subn(lambda m, v=measured[f.id]: m.group(1) + repr(v), text, count=1)
+        value = repr(measured[f.id])
+        text, n = block.subn(lambda m, v=value: m.group(1) + v, text, count=1)
         if n != 1:
             raise ValueError(f"{path}: cannot find the value line of {f.id}")
     path.write_text(text)
@@ -240,12 +255,16 @@ def repin(figures: list[Figure], measured: dict[str, float], path: Path = LIST) 
             if line.lstrip().startswith("```"):
                 fenced = not fenced
             elif not fenced:
-                line = MARKER.sub(lambda m: (f"<!--fig:{m.group(1)}-->{new[m.group(1)]}<!--/fig-->"
-                                             if m.group(1) in new else m.group(0)), line)
+                line = MARKER.sub(lambda m: _quote(m, new), line)
             lines.append(line)
         if "\n".join(lines) != old:
             doc.write_text("\n".join(lines))
     return [f.id for f in moved]
+
+
+def _quote(m: re.Match[str], texts: dict[str, str]) -> str:
+    fid = m.group(1)
+    return f"<!--fig:{fid}-->{texts[fid]}<!--/fig-->" if fid in texts else m.group(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     drift = [f for f in figures if not f.agrees(measured[f.id])]
     for f in drift:
         print(f"DRIFT {f.id}: pinned {f.text()}, now {f.text(measured[f.id])} "
-              f"({f.command}: {commands[f.command]})")
+              f"({f.command}: {commands[f.command].run})")
     print(f"{len(figures) - len(drift)} of {len(figures)} figures as pinned"
           + ("; re-pin with: python scripts/figures.py --update" if drift else ""))
     return 1 if drift or problems else 0

@@ -56,7 +56,7 @@ def test_the_pinned_figures_have_not_drifted() -> None:
     the prose around each moved figure (docs/figures.md)."""
     commands, listed = figures.load()
     measured, _ = figures.measure(commands, listed)
-    drift = [f"{f.id}: pinned {f.text()}, now {f.text(measured[f.id])} ({commands[f.command]})"
+    drift = [f"{f.id}: pinned {f.text()}, now {f.text(measured[f.id])} ({commands[f.command].run})"
              for f in listed if not f.agrees(measured[f.id])]
     assert not drift, ("figures drifted (re-pin: python scripts/figures.py --update):\n"
                        + "\n".join(drift))
