@@ -22,12 +22,14 @@ import argparse
 import json
 import math
 import re
+import resource
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,29 +211,32 @@ def extract(fig: Figure, stdout: str) -> float:
     return float(m.group(1)) * fig.scale
 
 
-def measure(commands: dict[str, Command], figures: Iterable[Figure],
-            log: Any = sys.stderr) -> tuple[dict[str, float], dict[str, float]]:
-    """Run each command the figures need once; (figure id -> measured value, command -> CPU
-    seconds of its process). A command's figures are read from its stdout, or from the file
-    its ``output:`` names under its ``{out}`` directory."""
+def measure(commands: dict[str, Command], figures: Iterable[Figure], jobs: int = 2,
+            log: Any = sys.stderr) -> tuple[dict[str, float], float]:
+    """Run each command the figures need once, ``jobs`` at a time; (figure id -> measured
+    value, CPU seconds of all the commands). A command's figures are read from its stdout, or
+    from the file its ``output:`` names under its ``{out}`` directory."""
     figures = list(figures)
-    outputs, cpu = {}, {}
-    for name in dict.fromkeys(f.command for f in figures):
+    names = list(dict.fromkeys(f.command for f in figures))
+    before = _children_cpu_s()
+
+    def one(name: str) -> str:
         with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
-            before = _children_cpu_s()
             t0 = time.monotonic()
             command = commands[name]
             stdout = run_command(command.run, Path(tmp) / "out")
-            outputs[name] = (Path(tmp, "out", command.output).read_text() if command.output
-                             else stdout)
-            cpu[name] = _children_cpu_s() - before
-            print(f"{name}: {cpu[name]:.1f} s CPU, {time.monotonic() - t0:.1f} s wall",
-                  file=log)
-    return {f.id: extract(f, outputs[f.command]) for f in figures}, cpu
+            print(f"{name}: {time.monotonic() - t0:.1f} s wall", file=log)
+            return (Path(tmp, "out", command.output).read_text() if command.output
+                    else stdout)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outputs = dict(zip(names, pool.map(one, names), strict=True))
+    cpu_s = _children_cpu_s() - before
+    print(f"{len(names)} commands: {cpu_s:.1f} s CPU", file=log)
+    return {f.id: extract(f, outputs[f.command]) for f in figures}, cpu_s
 
 
 def _children_cpu_s() -> float:
-    import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
@@ -243,7 +248,11 @@ def repin(figures: list[Figure], measured: dict[str, float], path: Path = LIST) 
     for f in moved:
         block = re.compile(rf"(- id: {re.escape(f.id)}\n(?:[ \t]+.*\n)*?[ \t]+value: )(\S+)")
         value = repr(measured[f.id])
-        text, n = block.subn(lambda m, v=value: m.group(1) + v, text, count=1)
+
+        def pinned(m: re.Match[str], value: str = value) -> str:
+            return m.group(1) + value
+
+        text, n = block.subn(pinned, text, count=1)
         if n != 1:
             raise ValueError(f"{path}: cannot find the value line of {f.id}")
     path.write_text(text)
@@ -275,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-pin: write the measured values into docs/figures.yaml and the docs")
     ap.add_argument("--only", default="", help="comma-separated figure ids or command names")
     ap.add_argument("--list", action="store_true", help="list the figures and exit")
+    ap.add_argument("--jobs", type=int, default=2, help="commands run at once (default: 2)")
     args = ap.parse_args(argv)
     commands, figures = load()
     if args.only:
@@ -292,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         print(p)
     if args.static:
         return 1 if problems else 0
-    measured, _ = measure(commands, figures)
+    measured, _ = measure(commands, figures, jobs=args.jobs)
     if args.update:
         moved = repin(figures, measured)
         print(f"re-pinned {len(moved)} of {len(figures)} figures"
