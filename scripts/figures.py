@@ -125,6 +125,11 @@ def static_problems(figures: list[Figure]) -> list[str]:
     """Quotes that name no figure or differ from its pinned value, and figures never quoted."""
     by_id = {f.id: f for f in figures}
     problems, quoted = [], set()
+    for path in doc_files():  # Markdown takes a line that opens with a comment for raw HTML
+        problems += [f"{path.relative_to(ROOT)}:{n}: a line may not start with a marker "
+                     "(Markdown would end the paragraph there): move it off the line's start"
+                     for n, line in enumerate(path.read_text().splitlines(), 1)
+                     if line.startswith("<!--fig:")]
     for path, lineno, fid, text in quotes():
         where = f"{path.relative_to(ROOT)}:{lineno}"
         quoted.add(fid)
