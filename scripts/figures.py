@@ -19,6 +19,7 @@ the prose around it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -260,6 +261,9 @@ def repin(figures: list[Figure], measured: dict[str, float], path: Path = LIST) 
         text, n = block.subn(pinned, text, count=1)
         if n != 1:
             raise ValueError(f"{path}: cannot find the value line of {f.id}")
+    if moved:
+        text = re.sub(r"(?m)^pinned_on: .*$", f"pinned_on: {datetime.date.today().isoformat()}",
+                      text, count=1)
     path.write_text(text)
     new = {f.id: f.text(measured[f.id] if f in moved else f.value) for f in figures}
     for doc in doc_files():
