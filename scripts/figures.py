@@ -117,8 +117,9 @@ def quotes() -> list[tuple[Path, int, str, str]]:
         for lineno, line in enumerate(path.read_text().splitlines(), 1):
             if line.lstrip().startswith("```"):
                 fenced = not fenced
-            elif not fenced:  # a marker in a code block is an example, not a quote
-                found += [(path, lineno, m.group(1), m.group(2)) for m in MARKER.finditer(line)]
+            elif not fenced:  # a marker in code (a block or a `span`) is an example
+                prose = re.sub(r"`[^`]*`", "", line)
+                found += [(path, lineno, m.group(1), m.group(2)) for m in MARKER.finditer(prose)]
     return found
 
 
