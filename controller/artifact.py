@@ -22,9 +22,12 @@ How a request becomes an :class:`~controller.core.Intent` (:class:`ArtifactBook`
 address gives the server (its index in ``SERVER_IPS``, :class:`ServerMap`), the local rank is
 the GPU's index there and its rail, so the rank is ``server * gpus_per_server + local rank``
 (this testbed's numbering, :mod:`controller.job`). A comm's members, once all checked in, name
-the job's comm group: for a data-parallel request the group with exactly those ranks (not a
-pipeline group); for a pipeline request the ``pp`` group of the two members in stages ``g - 1``
-and ``g`` (a ``pairs`` group before a ring of the same ranks). The intent carries that group,
+the job's comm group: for a data-parallel request the group with exactly those ranks, not a
+pipeline group if another has them, never a pipeline pair (so a ``pp`` ring: the pipeline's
+all-reduce, which the artifact's shim never gates but port-exact does, asks as a data-parallel
+request, its counter carrying the ring's first stage); for a pipeline request the ``pp`` group
+of the two members in stages ``g - 1`` and ``g`` (a ``pairs`` group before a ring of the same
+ranks). The intent carries that group,
 the call number as its ``seq`` and the group's axis; the switching model (port-exact or
 rail-state) is the core's, as for the testbed's own shim.
 
@@ -336,12 +339,13 @@ class ArtifactBook:
             what = f"pipeline stages {dec.stage - 1}-{dec.stage} of ranks {sorted(members)}"
         else:
             same = [g for g in groups if set(g.ranks) == members]
-            found_list = [g for g in same if g.axis != "pp"] or same
-            what = f"ranks {sorted(members)}"
-            wrong = sorted(r for r in members if stages is not None and stages[r] != dec.stage)
-            if found_list and wrong:
-                raise ArtifactError(f"the counter says stage {dec.stage}, but ranks {wrong} of "
-                                    "the comm are in another stage", "bad_stage")
+            found_list = ([g for g in same if g.axis != "pp"]
+                          or [g for g in same if g.kind != "pairs" and g.pairs is None])
+            what = f"ranks {sorted(members)} (other than a pipeline pair)"
+            first = min((stages[r] for r in members), default=0) if stages is not None else None
+            if found_list and first is not None and dec.stage != first:
+                raise ArtifactError(f"the counter says stage {dec.stage}, but the comm's ranks "
+                                    f"{sorted(members)} start at stage {first}", "bad_stage")
         if not found_list:
             raise ArtifactError(f"job {self.job.job_id} has no group of {what}", "unknown_group")
         if len(found_list) > 1:

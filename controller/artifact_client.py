@@ -144,7 +144,7 @@ class CommPlan:
     comm: str
     nranks: int
     pp_stage: int | None  # a pipeline pair: its higher stage; else None
-    stage: int  # this rank's pipeline stage (data-parallel counters)
+    stage: int  # the group's first pipeline stage (data-parallel counters)
 
     def to_json(self) -> dict[str, Any]:
         return {"comm": self.comm, "nranks": self.nranks, "pp_stage": self.pp_stage,
@@ -158,19 +158,20 @@ class CommPlan:
 
 
 def rank_comms(job: JobSpec, rank: int) -> dict[str, CommPlan]:
-    """The comm plan of every group ``rank`` is in, by group id: a ``pp`` group of two
-    ranks in adjacent stages is a pipeline pair; every other group asks as data-parallel."""
+    """The comm plan of every group ``rank`` is in, by group id: a ``pp`` pairs group of two
+    ranks in adjacent stages is a pipeline pair; every other group asks as data-parallel, its
+    counter carrying its first stage (a pipeline ring spans several)."""
     stages = job.stages or {}
     out = {}
     for g in job.groups.values():
         if rank not in g.ranks:
             continue
         member_stages = sorted({stages.get(r, 0) for r in g.ranks})
-        pp = (member_stages[1] if g.axis == "pp" and len(g.ranks) == 2
-              and len(member_stages) == 2 and member_stages[1] == member_stages[0] + 1
-              else None)
+        pair = g.axis == "pp" and (g.kind == "pairs" or g.pairs is not None)
+        pp = (member_stages[1] if pair and len(g.ranks) == 2 and len(member_stages) == 2
+              and member_stages[1] == member_stages[0] + 1 else None)
         out[g.group_id] = CommPlan(comm_id(job.job_id, g.group_id), len(g.ranks), pp,
-                                   stages.get(rank, 0))
+                                   member_stages[0])
     return out
 
 

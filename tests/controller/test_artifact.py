@@ -119,8 +119,13 @@ def test_requests_map_to_the_jobs_groups() -> None:
     # the pipeline request names the pairs group, not the ring of the same two ranks
     req = b.on_config_req(1, ConfigReqLine("PP", 11, PP_INTERVAL + 0))
     assert (req.intent.rank, req.intent.group_id, req.intent.seq) == (1, "pp1a", 0)
-    with pytest.raises(ArtifactError, match="counter says stage 0"):
+    with pytest.raises(ArtifactError, match="counter says stage 0, but the comm's ranks"):
         b.on_config_req(5, ConfigReqLine("DP1", 2, 4))
+    # the pipeline ring (never asked by the artifact's shim; port-exact gates it) asks as a
+    # data-parallel request, both ranks with the ring's first stage
+    for r in (1, 5):
+        req = b.on_config_req(r, ConfigReqLine("PP", 2, 9))
+        assert (req.intent.rank, req.intent.group_id, req.intent.seq) == (r, "ring1", 9)
     with pytest.raises(ArtifactError, match="no group of pipeline stages 1-2"):
         b.on_config_req(5, ConfigReqLine("PP", 21, 2 * PP_INTERVAL))
     with pytest.raises(ArtifactError, match="that nobody checked in"):
