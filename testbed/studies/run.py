@@ -21,6 +21,10 @@ from testbed.torchjob.config import TorchExperiment
 def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
             say: Say) -> dict[str, Any]:
     """Run ``cfg`` on ``backend`` (``emu`` or ``sim``) into ``out``; its summary."""
+    if cfg.artifact_port is not None and (backend == "sim" or isinstance(cfg, TorchExperiment)):
+        raise RunRefused(f"{cfg.source}: artifact_protocol makes the replayed ranks of an "
+                         "emulated run speak the artifact's protocol; the sim backend and a "
+                         "PyTorch job have no such ranks (remove artifact_protocol)")
     if isinstance(cfg, TorchExperiment):
         if backend == "sim":
             raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
