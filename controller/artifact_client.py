@@ -189,6 +189,7 @@ class ArtifactRank:
         self.seqs: dict[str, int] = seqs if seqs is not None else {}
         self._conn: ArtifactConnection | None = None
         self._tickets: dict[tuple[str, int], int] = {}  # (group, seq) -> ticket
+        self._done: dict[str, int] = {}  # group -> its last call answered
         self._lock = threading.Lock()
         self.cancelled = threading.Event()
 
@@ -202,15 +203,16 @@ class ArtifactRank:
                 self._conn = conn
             return self._conn
 
-    def ask(self, group: str, seq: int) -> int:
-        """Send call ``seq`` of ``group``'s request unless it was sent; returns its ticket."""
+    def ask(self, group: str, seq: int, early: bool = False) -> int | None:
+        """Send call ``seq`` of ``group``'s request unless it was sent; returns its ticket.
+        An ``early`` request (a prediction) for a call already answered is not sent (None)."""
         plan = self.comms.get(group)
         if plan is None:
             raise ShimError(f"rank with local rank {self.local_rank} is not in group {group!r}")
         conn = self.connection()
         with self._lock:
             ticket = self._tickets.get((group, seq))
-            if ticket is not None:
+            if ticket is not None or (early and seq <= self._done.get(group, -1)):
                 return ticket
         conn.wait_checkin(plan.comm, self.ack_timeout_s)
         backend, counter = encode_request(
@@ -218,6 +220,8 @@ class ArtifactRank:
             plan.pp_stage if plan.pp_stage is not None else plan.stage, seq, DP_BACKEND)
         with self._lock:
             ticket = self._tickets.get((group, seq))
+            if early and seq <= self._done.get(group, -1):
+                return ticket
             if ticket is None:
                 ticket = self._tickets[(group, seq)] = conn.request(plan.comm, backend, counter)
             return ticket
@@ -227,6 +231,7 @@ class ArtifactRank:
         t = self.connection().wait_ack(plan.comm, ticket, self.ack_timeout_s, self.cancelled)
         with self._lock:
             self._tickets.pop((group, seq), None)
+            self._done[group] = max(self._done.get(group, -1), seq)
         return t
 
     def shim(self) -> ArtifactShim:
@@ -265,6 +270,7 @@ class ArtifactShim:
         t0 = time.monotonic()
         try:
             ticket = self.owner.ask(group, seq)
+            assert ticket is not None
             self.owner.wait(group, seq, ticket)
         except ShimError:
             seqs[group] = seq
@@ -277,8 +283,12 @@ class ArtifactShim:
 
     def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
                 axis: str = "") -> None:
-        """Ask for a later call now (the artifact's provisioning request)."""
-        self.owner.ask(group, seq)
+        """Ask for a later call now (the artifact's provisioning request); a call its lane has
+        already reached asks (or asked) for itself. (A request the controller refuses gets no
+        answer, and ``CONFIG_ACK`` s are matched to requests in order, so none is sent in
+        vain.)"""
+        if seq >= self.owner.seqs.get(group, 0):
+            self.owner.ask(group, seq, early=True)
 
     def retarget(self, job_id: str, seqs: dict[str, int] | None = None) -> None:
         raise ShimError("the artifact's protocol has no failover: a job cannot be retargeted")
