@@ -13,9 +13,12 @@ the rank sends its next ``CONFIG_REQ`` (on any comm) and when its connection clo
 artifact's shim asks for a new phase only once the previous phase's last call has ended (its
 ``topo_ready`` barrier), so this is when its previous circuits may go.
 
-A line that is malformed or cannot be mapped is answered by nothing, logged (``log`` warning,
-an ``artifact_refused`` event in the service's event log, :attr:`ArtifactGateway.refused`) and
-changes nothing; the gateway keeps serving every connection. The protocol has no
+A call whose switch failed (``reconfig_failed``) is asked for again, up to
+:data:`CALL_RETRIES` times, as the replayer's own shim does; the artifact's protocol has no error
+reply for its shim to act on. A line that is malformed or cannot be mapped is answered by
+nothing, logged (``log`` warning, an ``artifact_refused`` event in the service's event log,
+:attr:`ArtifactGateway.refused`) and changes nothing; the gateway keeps serving every
+connection. The protocol has no
 authentication: :func:`controller.artifact.check_listen_host` refuses any address but loopback
 or one the caller names as trusted.
 """
@@ -30,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -56,6 +59,10 @@ log = logging.getLogger(__name__)
 
 #: how many refusals :attr:`ArtifactGateway.refused` keeps (the event log keeps them all)
 KEEP_REFUSED = 1000
+#: a call whose switch failed (``reconfig_failed``: the controller undid it) is asked for again
+#: up to this many times, as the replayer's own shim does (:data:`testbed.emulated.replayer.
+#: CALL_RETRIES`): the artifact's protocol has no error reply to let its shim do it
+CALL_RETRIES = 3
 
 
 @dataclass
@@ -77,6 +84,8 @@ class _Pending:
     session: str
     group: str
     seq: int
+    axis: str = ""
+    retries: int = 0
 
 
 class ArtifactGateway:
@@ -98,7 +107,7 @@ class ArtifactGateway:
         self.refused: list[dict[str, Any]] = []
         #: CONFIG_ACK lines sent, and requests mapped to intents (for tests and summaries)
         self.counters = {"lines": 0, "checkins": 0, "requests": 0, "config_acks": 0,
-                         "refused": 0, "connections": 0}
+                         "refused": 0, "connections": 0, "retries": 0}
         self._listener: socket.socket | None = None
         self._dealer: zmq.Socket[bytes] | None = None
         self._conns: dict[int, _Conn] = {}
@@ -284,12 +293,15 @@ class ArtifactGateway:
             self._send_service({"type": "complete", "job": job, "rank": rank,
                                 "shim": old_session, "group": old_group, "seq": old_seq,
                                 "next": None})
-        self._req += 1
-        self._pending[self._req] = _Pending(conn.conn_id, comm, rank, session, group, seq)
         self.counters["requests"] += 1
-        self._send_service({"type": "intent", "job": job, "rank": rank, "shim": session,
-                            "req": self._req, "group": group, "seq": seq, "kind": "",
-                            "size_bytes": 0, "axis": axis})
+        self._intent(_Pending(conn.conn_id, comm, rank, session, group, seq, axis))
+
+    def _intent(self, p: _Pending) -> None:
+        self._req += 1
+        self._pending[self._req] = p
+        self._send_service({"type": "intent", "job": self.job.job_id, "rank": p.rank,
+                            "shim": p.session, "req": self._req, "group": p.group,
+                            "seq": p.seq, "kind": "", "size_bytes": 0, "axis": p.axis})
 
     def _drain(self, dealer: zmq.Socket[bytes]) -> None:
         while True:
@@ -323,6 +335,13 @@ class ArtifactGateway:
             self._write(conn, config_ack(pending.comm))
         elif kind == "error":
             code, message = str(reply.get("code")), str(reply.get("message"))
+            if code == "reconfig_failed" and pending is not None and \
+                    pending.retries < CALL_RETRIES and pending.conn_id in self._conns:
+                log.warning("artifact protocol: rank %d group %s call %d: %s; asking again",
+                            pending.rank, pending.group, pending.seq, message)
+                self.counters["retries"] += 1
+                self._intent(replace(pending, retries=pending.retries + 1))
+                return
             where = (f"rank {pending.rank} group {pending.group} call {pending.seq}"
                      if pending is not None else "a session message")
             peer = self._conns[pending.conn_id].peer if pending is not None and \

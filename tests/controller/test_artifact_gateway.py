@@ -126,6 +126,8 @@ def test_dp_and_pp_requests_are_acked_after_the_light(
     # then the pipeline pairs (backend 1 + 10 * 1, counter 1e6 + 0), which take the ports
     sent_pp = {g: ranks.ask(g, PP_INTERVAL, backend=11) for g in ("pp0a", "pp1a", "pp0b", "pp1b")}
     acked.update({g: ranks.acks(g, s) for g, s in sent_pp.items()})
+    # (the service sends an ack before it writes the events that led to it)
+    wait_for(lambda: sum(e["event"] == "ack" for e in events) == 16, what="16 acks logged")
     for g, by_rank in acked.items():
         lit = light_of(events, g, 0)
         if semantics == "rail-state" and g.startswith("pp"):  # a pair joins its rail's switch
@@ -178,3 +180,25 @@ def test_a_closed_connection_completes_its_calls_and_ends_its_session(
     ranks.conns[0].close()
     wait_for(lambda: any(e["event"] == "complete" and e["rank"] == 0 and e["group"] == "dp0l0"
                          for e in svc.events.records), what="rank 0's call completed")
+
+
+def test_a_failed_switch_is_asked_for_again(tmp_path: Path) -> None:
+    """The protocol has no error reply: a call whose switch the OCS refused is asked for again
+    by the gateway (as the replayer's own shim does), and answered once it is lit."""
+    from controller.drivers.faults import OcsFaults
+
+    j, faults = job(), OcsFaults()
+    svc = ControllerService(SimOcsDriver(j.ports_by_rail, DELAY_MS, faults=faults),
+                            event_log=EventLog(keep=True))
+    with svc:
+        svc.register_job(j)
+        with ArtifactGateway(svc, j, server_ips=SERVERS, gpus_per_server=2, port=0) as gw:
+            ranks = Ranks(gw)
+            try:
+                ranks.checkin_all()
+                faults.refuse(1)
+                ranks.acks("dp0l0", ranks.ask("dp0l0", 0))
+            finally:
+                ranks.close()
+    assert faults.refused == 1 and gw.counters["retries"] == 2  # both members' calls
+    assert gw.refused == [] and gw.counters["config_acks"] == 2
