@@ -180,8 +180,9 @@ class ArtifactRank:
 
     def __init__(self, host: str, port: int, local_rank: int, comms: Mapping[str, CommPlan],
                  *, ack_timeout_s: float = 60.0, job_id: str = "",
-                 seqs: dict[str, int] | None = None) -> None:
+                 seqs: dict[str, int] | None = None, source_ip: str | None = None) -> None:
         self.host, self.port = host, port
+        self.source_ip = source_ip
         self.local_rank = local_rank
         self.comms = dict(comms)
         self.ack_timeout_s = ack_timeout_s
@@ -197,7 +198,7 @@ class ArtifactRank:
         """Connect and check in every comm (once)."""
         with self._lock:
             if self._conn is None:
-                conn = ArtifactConnection(self.host, self.port)
+                conn = ArtifactConnection(self.host, self.port, source_ip=self.source_ip)
                 for plan in self.comms.values():
                     conn.checkin(plan.comm, plan.nranks, self.local_rank)
                 self._conn = conn

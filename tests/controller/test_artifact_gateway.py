@@ -202,3 +202,48 @@ def test_a_failed_switch_is_asked_for_again(tmp_path: Path) -> None:
                 ranks.close()
     assert faults.refused == 1 and gw.counters["retries"] == 2  # both members' calls
     assert gw.refused == [] and gw.counters["config_acks"] == 2
+
+
+def test_replayer_shims_predict_once_and_never_ask_for_an_answered_call(tmp_path: Path) -> None:
+    """The replayer's artifact shims (:class:`ArtifactRank`): a prediction sends the call's
+    request early, the call itself then only waits for its answer; a prediction of a call
+    already answered sends nothing (it would get no answer and shift every later one)."""
+    import threading
+
+    from controller.artifact_client import ArtifactRank, rank_comms
+
+    j = job()
+    svc = ControllerService(driver_for("port-exact", j), event_log=EventLog(keep=True))
+    with svc:
+        svc.register_job(j)
+        with ArtifactGateway(svc, j, server_ips=SERVERS, gpus_per_server=2, port=0) as gw:
+            owners = {r: ArtifactRank("127.0.0.1", gw.port, r % 2, rank_comms(j, r),
+                                      ack_timeout_s=10, source_ip=SERVERS[r // 2])
+                      for r in (0, 2)}
+            try:
+                for o in owners.values():  # every comm checks in first, as at a job's start
+                    o.connection()
+                shims = {r: o.shim() for r, o in owners.items()}
+                for shim in shims.values():
+                    shim.predict("dp0l0", 0)
+                grants = {}
+
+                def call(r: int) -> None:
+                    with shims[r].collective("dp0l0") as grant:
+                        grants[r] = grant
+
+                threads = [threading.Thread(target=call, args=(r,)) for r in shims]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(15)
+                assert {r: g.seq for r, g in grants.items()} == {0: 0, 2: 0}
+                for shim in shims.values():
+                    shim.predict("dp0l0", 0)  # answered already: nothing is sent
+                comm = comm_id("j", "dp0l0")
+                assert all(o.connection().asked == {comm: 1} for o in owners.values())
+            finally:
+                for o in owners.values():
+                    o.close()
+    assert gw.counters["requests"] == 2 and gw.counters["config_acks"] == 2
+    assert gw.refused == []
