@@ -137,6 +137,21 @@ def _run_emu_point(cfg: ExperimentConfig, point: Point, run_dir: Path, say: Say
         return {"error": str(exc), "wall_s": time.monotonic() - t0}
 
 
+def check_points(cfg: ExperimentConfig, points: Sequence[Point], backend: str) -> None:
+    """Every job check of the sweep before any point runs (:func:`~testbed.studies.run.
+    check_one`): one point per mode and semantics (the delay changes no check), so a job the
+    rails cannot carry is refused (exit 2), not reported as failed points after the baseline
+    ran."""
+    from testbed.studies.run import check_one
+
+    seen: set[tuple[str, str]] = set()
+    for point in points:
+        semantics, mode, _delay = point
+        if (semantics, mode) not in seen:
+            seen.add((semantics, mode))
+            check_one(_point_config(cfg, point), backend)
+
+
 def point_label(point: Point) -> str:
     """``baseline`` or ``[SEMANTICS ]MODE D ms``: how rows, legends and
     ``rests_on_degraded`` name a point."""
@@ -211,6 +226,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     points = sweep_points(modes, delays_ms, semantics)
     for point in points:  # refused combinations stop the sweep before anything runs
         _point_config(cfg, point)
+    check_points(cfg, points, backend)
     if out.exists() and any(out.iterdir()):
         raise SweepError(f"{out} exists and is not empty; choose another --out (nothing was "
                          "changed)")
