@@ -97,6 +97,15 @@ def iteration_table(records: Sequence[Record], warmup: int) -> list[dict[str, An
     return rows
 
 
+def measured_span(records: Sequence[Record], warmup: int) -> tuple[float, float]:
+    """(start, end) of the measured iterations (after the warm-up) on the run's clock; an
+    empty span (inf, -inf) when none completed."""
+    measured = [row for row in iteration_table(records, warmup) if row["measured"]]
+    if not measured:
+        return (math.inf, -math.inf)
+    return (float(measured[0]["t_start_s"]), float(measured[-1]["t_end_s"]))
+
+
 def exposed_intervals(events: Sequence[Record]) -> list[tuple[float, float, str, int]]:
     """(ready, first ack, group, seq) of call instances whose ack came after the last intent
     (instances are per job: a failover registers the job again, and call numbers restart)."""

@@ -223,9 +223,10 @@ def summary_text(summary: dict[str, Any]) -> str:
     if summary["backend"] == "emu":
         lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
                                                         summary.get("dark_overrun_bound")))
-        parts = (summary.get("cpu") or {}).get("component_cores_mean")
+        cpu = summary.get("cpu") or {}
+        parts = cpu.get("component_cores_mean")
         if parts:
-            lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts))
+            lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts, cpu))
     if summary.get("rank_cpu_quota") is not None:
         lines.insert(-1, "rank CPU quota      " + quota_text(summary["rank_cpu_quota"]))
     if summary.get("calibrate_step_s") is not None:
@@ -237,10 +238,16 @@ def summary_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cpu_parts_text(cores: dict[str, float]) -> str:
-    """The run's mean CPU per part, largest first: ``ranks 0.52, ovs-vswitchd 0.31, ...``."""
-    return ", ".join(f"{name} {value:.2f}"
+def cpu_parts_text(cores: dict[str, float], cpu: dict[str, Any] | None = None) -> str:
+    """The run's mean CPU per part, largest first: ``ranks 0.52, ovs-vswitchd 0.31, ...``,
+    then the machine's busy cores over the same samples and what no part accounts for."""
+    text = ", ".join(f"{name} {value:.2f}"
                      for name, value in sorted(cores.items(), key=lambda kv: -kv[1]))
+    machine, other = (cpu or {}).get("machine_cores_mean"), (cpu or {}).get("other_cores_mean")
+    if machine is not None and other is not None:
+        text += (f"; machine {machine:.2f} of {(cpu or {}).get('cores')}, of which other "
+                 f"processes and kernel work {other:.2f}")
+    return text
 
 
 #: A measured baseline further than this from the calibration target is pointed out.
