@@ -469,8 +469,9 @@ def judge(ev: RunEvidence) -> Verdict:
     mean = cpu.get("machine_cpu_mean_pct")
     saturated = mean is not None and mean > CPU_SATURATED_PCT
     if saturated:
-        reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %): "
-                              "lower network.link_mbps or use fewer ranks", timing=True))
+        reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %"
+                              f"{_others_words(cpu)}): lower network.link_mbps or use fewer "
+                              "ranks", timing=True))
     steal = cpu.get("machine_steal_mean_pct")
     stolen = steal is not None and steal > CPU_STEAL_PCT
     if stolen:
@@ -498,6 +499,17 @@ def judge(ev: RunEvidence) -> Verdict:
     if cpu.get("rated") is False:
         unrated += (str(cpu.get("unrated") or "cpu: too few samples"),)
     return Verdict("degraded" if reasons else "ok", tuple(reasons), unrated)
+
+
+def _others_words(cpu: Mapping[str, Any]) -> str:
+    """How much of the machine's busy CPU the run's own parts took, when sampled (so that
+    saturation by other processes reads as such): ``; the run's parts took 0.56 of 2.00 busy
+    cores, other processes and kernel work 1.44``."""
+    machine, other = cpu.get("machine_cores_mean"), cpu.get("other_cores_mean")
+    if machine is None or other is None:
+        return ""
+    return (f"; the run's parts took {machine - other:.2f} of {machine:.2f} busy cores, other "
+            f"processes and kernel work {other:.2f}")
 
 
 def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:

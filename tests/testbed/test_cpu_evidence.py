@@ -133,3 +133,14 @@ def _wait_for(condition: Any, timeout_s: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for CPU samples"
         time.sleep(0.02)
+
+
+def test_saturation_says_how_much_the_run_itself_took() -> None:
+    """Saturated by other processes reads as such: the reason names the run's share."""
+    cores = psutil.cpu_count() or 1
+    samples = [_sample(0.1 * i, 0.1 * (i + 1), 100.0, {"ranks": 20.0, "ocs-app": 10.0})
+               for i in range(4)]
+    cpu = _sampler(*samples).summary((0.0, 0.4))
+    text = judge(RunEvidence(cpu)).reasons[0].text
+    assert f"the run's parts took 0.30 of {cores:.2f} busy cores" in text
+    assert f"other processes and kernel work {cores - 0.3:.2f}" in text
