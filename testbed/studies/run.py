@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.errors import RunRefused, Say, require_empty_dir
 from testbed.experiment.config import ExperimentConfig
 from testbed.results import store
-from testbed.results.baseline import with_baseline
+from testbed.results.baseline import adopt_baseline_windows, with_baseline
 from testbed.torchjob.config import TorchExperiment
 
 if TYPE_CHECKING:
@@ -83,5 +83,6 @@ def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: 
     base_prep, run_prep = check_one(base_cfg, backend), check_one(cfg, backend)
     base = run_one(base_cfg, out / "baseline", backend, say, base_prep)
     summary = with_baseline(run_one(cfg, run_dir, backend, say, run_prep), base)
+    adopt_baseline_windows(run_dir, out / "baseline", summary)
     store.write_json(run_dir / "summary.json", summary)
     return Outcome(summary, run_dir, out, True)
