@@ -117,3 +117,7 @@ def test_exposed_switching_bounds_the_overhead(tmp_path: Path) -> None:
             assert 0 < overhead_s <= r["exposed_reconfig_s"], (mode, delay, r)
         exposures = [r["exposed_reconfig_s"] for _d, r in points]
         assert exposures == sorted(exposures), (mode, exposures)
+    # every switched point of the sweep reports the baseline's windows, as run --baseline does
+    windows = {json.loads((Path(r["run_dir"]) / "summary.json").read_text())["windows"]
+               for r in rows}
+    assert len(windows) == 1 and None not in windows
