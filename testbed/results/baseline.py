@@ -50,9 +50,9 @@ def adopt_baseline_windows(run_dir: Path, baseline_dir: Path, summary: dict[str,
     from testbed.metrics.compute import window_figures
     from testbed.results import plots, store
 
-    rows = store.read_csv(baseline_dir / "windows.csv")
     if not (baseline_dir / "windows.csv").exists():
         return summary
+    rows = store.read_csv(baseline_dir / "windows.csv")
     store.write_csv(run_dir / "windows.csv", rows)
     delay_ms = summary.get("switching_delay_ms")
     summary.update(window_figures(rows, delay_ms=delay_ms))
