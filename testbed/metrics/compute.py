@@ -218,22 +218,30 @@ def _instance(call: Mapping[str, Any]) -> tuple[int, int, str]:
     return (int(call.get("epoch", 0)), int(call["iteration"]), str(call["collective"]))
 
 
+#: The summary keys of :func:`window_figures`, per prefix: count, share over 1 ms, median,
+#: empty count, share at least the switching delay.
+WINDOW_KEYS = {
+    "windows": ("windows", "windows_over_1ms_pct", "window_median_s", "windows_empty",
+                "windows_at_least_delay_pct"),
+    "gaps": ("gaps", "gaps_over_1ms_pct", "gap_median_s", "gaps_empty",
+             "gaps_at_least_delay_pct")}
+
+
 def window_figures(windows: Sequence[Mapping[str, Any]], prefix: str = "windows",
                    delay_ms: float | None = None) -> dict[str, Any]:
     """Count, share over 1 ms, median and empty (<= 0) count of ``windows`` (rows with
-    ``window_s``) under ``prefix`` (``windows`` or ``gaps``); with ``delay_ms`` (> 0) also the
-    share at least that long (``{prefix}_at_least_delay_pct``)."""
+    ``window_s``) under the keys of ``prefix`` (:data:`WINDOW_KEYS`: ``windows`` or
+    ``gaps``); with ``delay_ms`` (> 0) also the share at least that long."""
     wins = sorted(float(w["window_s"]) for w in windows)
-    one = prefix[:-1]  # window, gap
+    count, over_1ms, median, empty, at_least = WINDOW_KEYS[prefix]
     out: dict[str, Any] = {
-        prefix: len(wins),
-        f"{prefix}_over_1ms_pct": (100.0 * sum(1 for w in wins if w > 1e-3) / len(wins)
-                                   if wins else None),
-        f"{one}_median_s": wins[len(wins) // 2] if wins else None,
-        f"{prefix}_empty": sum(1 for w in wins if w <= 0.0)}
+        count: len(wins),
+        over_1ms: 100.0 * sum(1 for w in wins if w > 1e-3) / len(wins) if wins else None,
+        median: wins[len(wins) // 2] if wins else None,
+        empty: sum(1 for w in wins if w <= 0.0)}
     if delay_ms:
-        out[f"{prefix}_at_least_delay_pct"] = (
-            100.0 * sum(1 for w in wins if w >= delay_ms * 1e-3) / len(wins) if wins else None)
+        out[at_least] = (100.0 * sum(1 for w in wins if w >= delay_ms * 1e-3) / len(wins)
+                         if wins else None)
     return out
 
 
