@@ -437,9 +437,12 @@ def _add_run(sub: Any) -> None:
         "experiment (workload: {torch: ...}, or {torchtitan: ...} for TorchTitan's trainer) "
         "trains the script itself, on loopback and then on "
         "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
-        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
-        "started), 1 the run failed, 3 fidelity degraded (with --baseline: the run or its "
-        "baseline; the overhead is then marked * and rests_on_degraded names them).")
+        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input: a bad file or "
+        "option, a job the rails cannot carry (each comm group's circuits against the ports "
+        "per rank), a busy --out; every check of both runs comes before the baseline starts, "
+        "so nothing started and nothing was written, 1 the run failed, 3 fidelity degraded "
+        "(with --baseline: the run or its baseline; the overhead is then marked * and "
+        "rests_on_degraded names them).")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")

@@ -41,8 +41,9 @@ from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics.compute import measured_span
 from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
-from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
+from testbed.metrics.fidelity import CpuSampler, cpu_interval_s, vswitchd_pids
 from testbed.plan.replay import PlanError
 from testbed.results import store
 from testbed.results.summary import Observed, RunFacts, finish_run
@@ -226,8 +227,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     net: EmulatedRails | None = None
     throttling: Throttling | None = None
     cgroup: RankCgroup | None = None
+    modeled = prep.modeled_iteration_s
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
                          + vswitchd_pids(net.vswitchd_pids if net is not None else ()),
+                         interval_s=cpu_interval_s(modeled * cfg.iterations if modeled else None),
                          components=lambda: run_components(follower, net))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
@@ -275,7 +278,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     records = [r for rank in range(spec.num_ranks)
                for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
     events_read = store.read_jsonl(out / "controller-events.jsonl")
-    seen = Observed(records, events_read, sampler.summary(), wall_s,
+    seen = Observed(records, events_read, sampler.summary(measured_span(records, cfg.warmup)),
+                    wall_s,
                     _dark_check(out, cfg, events_read, expected_delay(cfg, spec)),
                     cgroup.summary(throttling) if cgroup is not None else None)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
