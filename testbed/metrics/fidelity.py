@@ -344,6 +344,9 @@ class RunEvidence:
     quota: Mapping[str, Any] | None = None
     iteration_s: float | None = None  # measured, mean
     expected_iteration_s: float | None = None  # modelled step + exposed switching (None: no model)
+    #: what the capture of the OCS ports contradicts (early light, frames at a non-peer, an app
+    #: record the wire disagrees with: :class:`testbed.metrics.wire.WireVerdict`)
+    wire_faults: tuple[str, ...] = ()
 
 
 def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
@@ -408,6 +411,7 @@ def judge(ev: RunEvidence) -> Verdict:
         reasons.append(overrun_reason(overrun, cpu))
     if ev.dark is not None:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
+    reasons += [Reason(RUN, text) for text in ev.wire_faults]
     unrated = (UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None else ()
     return Verdict("degraded" if reasons else "ok", tuple(reasons), unrated)
 
