@@ -9,8 +9,10 @@ when the controller asked and when it was told the switch ended). The app's reco
 to say how far it agrees with the wire (:func:`agreement`).
 
 * **Forwarding**: a frame that entered at port ``p`` and left at port ``q`` (the same head
-  bytes) crossed the circuit ``{p, q}`` at its exit time. A frame that entered and never left
-  was dropped (a dark or unconnected port).
+  bytes) crossed the circuit ``{p, q}`` when it entered: the switch forwards a frame as it
+  arrives, and the time to its exit is the exit port's shaped queue, which in a datacenter is
+  the NIC's and the fibre's, past the OCS. A frame that entered and never left was dropped (a
+  dark or unconnected port). Every time below is a time of entry.
 * **Dark period of a switch on the wire**: for a port whose circuit to ``old`` was removed and
   to ``new`` added by one switch, the dark period began between the last frame across
   ``{p, old}`` and the first frame of ``p`` that was dropped after it, and ended between the
@@ -79,12 +81,15 @@ class Frame:
 
 @dataclass(frozen=True)
 class Crossing:
-    """A frame that crossed circuit ``{src, dst}`` of ``rail`` (seen leaving at ``t_s``)."""
+    """A frame that crossed circuit ``{src, dst}`` of ``rail``: ``t_s`` when it entered the
+    switch (the circuit carried it then), ``t_exit_s`` when it left (later by the shaped link's
+    queue at the exit port, which lies past the switch: up to tens of ms on a busy port)."""
 
     t_s: float
     rail: int
     src: int
     dst: int
+    t_exit_s: float
 
 
 @dataclass(frozen=True)
@@ -183,7 +188,7 @@ def forwarding(frames: Iterable[Frame]) -> tuple[list[Crossing], list[Frame], in
             continue
         src = queue.popleft()
         matched.add(id(src))
-        crossings.append(Crossing(f.t_s, f.rail, src.port, f.port))
+        crossings.append(Crossing(src.t_s, f.rail, src.port, f.port, f.t_s))
     dropped = [f for f in ordered if f.entered and id(f) not in matched]
     return crossings, dropped, unmatched_exits
 
@@ -395,7 +400,10 @@ def check_wire(capture_dir: Path, controller_events: Sequence[Record],
     the commanded switches on it."""
     meta = json.loads((capture_dir / "wire.json").read_text())
     ports = read_port_map(meta)
-    frames = read_frames(capture_dir, ports)
+    # the run's span: its controller's log; the capture also holds the set-up and teardown
+    stamps = [float(e["t_s"]) for e in controller_events if "t_s" in e]
+    frames = [f for f in read_frames(capture_dir, ports)
+              if stamps and min(stamps) <= f.t_s <= max(stamps)]
     crossings, dropped, unmatched = forwarding(frames)
     commanded = commanded_switches(controller_events)
     rails = {p.rail for p in ports}
