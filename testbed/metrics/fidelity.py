@@ -347,6 +347,7 @@ class RunEvidence:
     #: what the capture of the OCS ports contradicts (early light, frames at a non-peer, an app
     #: record the wire disagrees with: :class:`testbed.metrics.wire.WireVerdict`)
     wire_faults: tuple[str, ...] = ()
+    wire_timing_faults: tuple[str, ...] = ()  # the same, where a busy switch can be the cause
 
 
 def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
@@ -412,6 +413,7 @@ def judge(ev: RunEvidence) -> Verdict:
     if ev.dark is not None:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
     reasons += [Reason(RUN, text) for text in ev.wire_faults]
+    reasons += [overrun_reason(text, cpu) for text in ev.wire_timing_faults]
     unrated = (UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None else ()
     return Verdict("degraded" if reasons else "ok", tuple(reasons), unrated)
 

@@ -90,7 +90,8 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
     return RunEvidence(seen.cpu, s["calls"], s["calls_delivered"],
                        s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
                        bound, seen.quota, s.get("iteration_time_s"), expected,
-                       wire_faults=tuple(seen.wire.run_faults()) if seen.wire else ())
+                       wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
+                       wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else ())
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,

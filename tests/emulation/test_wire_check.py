@@ -40,13 +40,13 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     assert wire["switches"] == summary["reconfigurations"]
     assert wire["measured"] >= wire["switches"] // 2, wire
     assert wire["early"] == 0, wire
-    assert wire["app_minus_wire_ms"]["outside"] == 0, wire
+    assert wire["app_minus_wire_ms"]["shorter_than_wire"] == 0, wire
     assert wire["kernel_drops"] == 0 and not wire["problems"], wire
-    assert not [r for r in _wire_reasons(summary) if "early" in r or "disagrees" in r]
+    assert not _wire_reasons(summary), summary["fidelity_reasons"]
 
 
 @pytest.mark.parametrize("lie, caught_by", [("early", "light early"),
-                                             ("late", "record disagrees with the wire")])
+                                             ("late", "shorter dark periods than the wire")])
 def test_a_lying_app_is_caught_by_the_wire_alone(tmp_path: Path, no_leftovers: list[str],
                                                  monkeypatch: pytest.MonkeyPatch, lie: str,
                                                  caught_by: str) -> None:
@@ -54,7 +54,8 @@ def test_a_lying_app_is_caught_by_the_wire_alone(tmp_path: Path, no_leftovers: l
     with_wire = _run(tmp_path, f"{lie}-wire", wire=True, no_leftovers=no_leftovers)
     assert with_wire["fidelity"] == "degraded"
     assert any(caught_by in r for r in _wire_reasons(with_wire)), with_wire["fidelity_reasons"]
-    assert with_wire["fidelity_blame"] == "run"
+    if lie == "early":  # certain whatever the load
+        assert with_wire["fidelity_blame"] == "run"
     # the app's own record passes: without the wire nothing names the lie
     without = _run(tmp_path, f"{lie}-nowire", wire=False, no_leftovers=no_leftovers)
     assert without["wire"] is None
