@@ -293,8 +293,11 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
     """Why a run has no wire check, or None when it has one."""
     if not getattr(cfg, "wire_check", False):
         return "run.wire_check is off"
-    if cfg.mode == "baseline" or spec.mode != "ocs":
+    if cfg.mode == "baseline":
         return "no OCS rail to observe (electrical rails)"
+    if spec.mode != "ocs":  # rail-state: the data rails are electrical
+        return ("rail-state: the bits switch on shadow rails whose ports carry no frames (with "
+                "the userspace datapath they have no interface to capture)")
     return None
 
 
@@ -306,6 +309,8 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
 
     skip = wire_skip_reason(cfg, spec)
     if skip is not None:
+        if getattr(cfg, "wire_check", False) and cfg.mode != "baseline":
+            say(f"  wire check: off ({skip})")
         return None
     capture = stack.enter_context(wire_capture(net, out / "wire"))
     say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "

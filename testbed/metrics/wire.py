@@ -128,7 +128,14 @@ class WireSwitch:
 
     @property
     def measured(self) -> bool:
+        """The wire saw both ends of its dark period."""
         return self.t_dark_s is not None and self.t_light_s is not None
+
+    @property
+    def observed(self) -> bool:
+        """The wire saw its dark period, or at least its first light (a port that was not
+        lit before: only early light can be judged)."""
+        return self.measured or self.first_light_after_request_s is not None
 
     def as_switch(self, low_ms: float, high_ms: float) -> Switch | None:
         """The estimate as a :class:`~testbed.metrics.darktime.Switch` (for the late-light
@@ -406,6 +413,7 @@ class WireCheck:
     def to_summary(self) -> dict[str, Any]:
         measured = [w for w in self.switches if w.measured]
         return {"switches": len(self.switches), "measured": len(measured),
+                "observed": sum(1 for w in self.switches if w.observed),
                 "error_ms": ErrorStats.of(self.errors_ms()).to_summary(),
                 "early": len(self.early()), "non_peer_frames": len(self.non_peer),
                 "lost_frames": self.lost, "frames": self.frames,
@@ -552,7 +560,8 @@ def wire_text(wire: Mapping[str, Any] | None) -> str:
     if wire.get("skipped"):
         return f"not checked ({wire['skipped']})"
     err, agree = wire["error_ms"], wire["app_minus_wire_ms"]
-    text = f"{wire['measured']} of {wire['switches']} switches measured"
+    text = (f"{wire['switches']} switches: {wire['measured']} dark periods measured, "
+            f"{wire.get('observed', wire['measured'])} observed")
     if err.get("count"):
         text += (f", error p50 {err['p50']:+.2f} ms, p99 {err['p99']:+.2f} ms, max "
                  f"{err['max']:+.2f} ms (+- {wire['resolution_ms']['p50']:.2f} ms)")
