@@ -391,24 +391,31 @@ class WireCheck:
         return [s.error_ms for s in self.as_switches()]
 
     def run_faults(self) -> list[str]:
-        """Early light and non-peer frames: the run's fault, whatever the machine's load."""
-        texts = []
+        """Early light on the wire: the run's fault, whatever the machine's load (a switch
+        that forwards on a new circuit sooner than the delay after its request is no OCS)."""
         early = self.early()
-        if early:
-            w = early[0]
-            seen = (f"dark at most {1e3 * w.dark_upper_s:.2f} ms" if w.dark_upper_s is not None
-                    else f"light {1e3 * (w.first_light_after_request_s or 0.0):.2f} ms after "
-                    "the request")
-            texts.append(f"the wire saw {len(early)} of {len(self.switches)} switches light "
-                         f"early: {seen} on rail {w.rail} against the configured "
-                         f"{self.expected.text()}" + (f" x {self.scale:g}" if self.scale != 1
-                                                      else ""))
-        if self.non_peer:
-            x = self.non_peer[0]
-            texts.append(f"the wire saw {len(self.non_peer)} frames cross a circuit the "
-                         f"controller had not commanded: first rail {x.rail} port {x.src} -> "
-                         f"{x.dst}")
-        return texts
+        if not early:
+            return []
+        w = early[0]
+        seen = (f"dark at most {1e3 * w.dark_upper_s:.2f} ms" if w.dark_upper_s is not None
+                else f"light {1e3 * (w.first_light_after_request_s or 0.0):.2f} ms after "
+                "the request")
+        scaled = f" x {self.scale:g}" if self.scale != 1 else ""
+        return [f"the wire saw {len(early)} of {len(self.switches)} switches light early: "
+                f"{seen} on rail {w.rail} against the configured {self.expected.text()}"
+                f"{scaled}"]
+
+    def timing_faults(self) -> list[str]:
+        """Frames at a non-peer: the run's fault on a quiet machine. Every one seen so far
+        crossed a switch that had held it for 15-30 ms (a switch reading its ports late under
+        a load of 25 or more on two cores), so a busy machine shares the blame, as for an
+        overrun (:func:`testbed.metrics.fidelity.overrun_reason`)."""
+        if not self.non_peer:
+            return []
+        x = self.non_peer[0]
+        return [f"the wire saw {len(self.non_peer)} frames cross a circuit the controller had "
+                f"not commanded: first rail {x.rail} port {x.src} -> {x.dst}, held "
+                f"{1e3 * (x.t_exit_s - x.t_s):.1f} ms by the switch"]
 
     def to_summary(self) -> dict[str, Any]:
         measured = [w for w in self.switches if w.measured]
@@ -524,15 +531,14 @@ class WireVerdict:
     agreement: Agreement
 
     def run_faults(self) -> list[str]:
-        """Early light and non-peer frames on the wire: each the run's fault, whatever the
-        load."""
+        """Early light on the wire: the run's fault, whatever the load."""
         return self.check.run_faults()
 
     def timing_faults(self) -> list[str]:
-        """An app record shorter than the wire saw dark: blamed like a dark overrun (on the
-        machine when its CPU was busy)."""
+        """Frames at a non-peer and an app record shorter than the wire saw dark: blamed like
+        a dark overrun (on the machine when its CPU was busy)."""
         fault = self.agreement.timing_fault()
-        return [fault] if fault else []
+        return self.check.timing_faults() + ([fault] if fault else [])
 
     def bound_switches(self, app: Sequence[Switch]) -> list[Switch]:
         """The switches the late-light bound is computed from: the wire's where it measured

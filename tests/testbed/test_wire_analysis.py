@@ -92,6 +92,7 @@ def test_early_light_is_certain_only_when_even_the_upper_bound_is_short() -> Non
         check = WireCheck(expected, tuple(wire_switches(crossings, dropped, [SWITCH])))
         assert bool(check.early()) is early, dark_ms
         assert bool(check.run_faults()) is early
+        assert not check.timing_faults()
 
 
 def test_light_too_soon_after_the_request_is_early_without_an_old_circuit() -> None:
