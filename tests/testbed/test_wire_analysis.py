@@ -147,3 +147,13 @@ def test_commanded_switches_pair_starts_with_ends() -> None:
               {"event": "reconfig_end", "t_s": 1.2, "decision": 7, "rail": 0}]
     (c,) = commanded_switches(events)
     assert (c.t_request_s, c.t_end_s, c.ports) == (1.0, 1.2, {1, 2, 3})
+
+
+def test_non_peer_frames_are_a_timing_fault_with_the_switchs_hold() -> None:
+    frames = _frames(1, 4, 5 * MS, 1, transit_s=20 * MS)  # never commanded
+    crossings, dropped, _ = forwarding(frames)
+    check = WireCheck(ExpectedDelay(10.0), tuple(wire_switches(crossings, dropped, [SETUP])),
+                      tuple(non_peer(crossings, [SETUP])))
+    (text,) = check.timing_faults()
+    assert "port 1 -> 4" in text and "held 20.0 ms" in text
+    assert not check.run_faults()
