@@ -295,6 +295,9 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
         return "run.wire_check is off"
     if cfg.mode == "baseline":
         return "no OCS rail to observe (electrical rails)"
+    if getattr(cfg, "faults", ()) or spec.spares:
+        return ("a failover run: a spare that takes over a rank takes its addresses, and "
+                "injected faults take ports down, which the capture does not follow yet")
     if spec.mode != "ocs":  # rail-state: the data rails are electrical
         return ("rail-state: the bits switch on shadow rails whose ports carry no frames (with "
                 "the userspace datapath they have no interface to capture)")
