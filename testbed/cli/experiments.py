@@ -61,6 +61,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--start-gate", choices=("on", "off"),
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
+    p.add_argument("--wire-check", choices=("on", "off"),
+                   help="override run.wire_check: on, tcpdump captures every OCS port of an "
+                   "emulated run and the verdict judges each switch's dark period and the "
+                   "one-to-one rule from the capture (see docs/validation.md)")
     p.add_argument("--no-spares", action="store_true",
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
@@ -132,6 +136,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
     if getattr(args, "start_gate", None) is not None:
         changes["start_gate"] = args.start_gate == "on"
+    if getattr(args, "wire_check", None) is not None:
+        changes["wire_check"] = args.wire_check == "on"
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg

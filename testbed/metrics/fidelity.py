@@ -429,6 +429,10 @@ class RunEvidence:
     quota: Mapping[str, Any] | None = None
     iteration_s: float | None = None  # measured, mean
     expected_iteration_s: float | None = None  # modelled step + exposed switching (None: no model)
+    #: what the capture of the OCS ports contradicts (early light, frames at a non-peer, an app
+    #: record the wire disagrees with: :class:`testbed.metrics.wire.WireVerdict`)
+    wire_faults: tuple[str, ...] = ()
+    wire_timing_faults: tuple[str, ...] = ()  # the same, where a busy switch can be the cause
 
 
 def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
@@ -494,6 +498,8 @@ def judge(ev: RunEvidence) -> Verdict:
         reasons.append(overrun_reason(overrun, cpu))
     if ev.dark is not None:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
+    reasons += [Reason(RUN, text) for text in ev.wire_faults]
+    reasons += [overrun_reason(text, cpu) for text in ev.wire_timing_faults]
     unrated: tuple[str, ...] = ((UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None
                                 else ())
     if cpu.get("rated") is False:

@@ -32,6 +32,7 @@ from testbed.metrics.darktime import (
 from testbed.metrics.failover import failover_summary, failover_table
 from testbed.metrics.fidelity import SIMULATED, RunEvidence, add_reason, judge, overrun_reason
 from testbed.metrics.startgate import gate_summary
+from testbed.metrics.wire import WireVerdict, wire_text
 from testbed.results import store
 
 
@@ -67,6 +68,7 @@ class Observed:
     wall_s: float = 0.0
     dark: DarkCheck | None = None
     quota: dict[str, Any] | None = None
+    wire: WireVerdict | None = None  # the capture's judgement (None: no wire check)
 
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
@@ -77,14 +79,19 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
     light. An iteration is expected to take the modelled step plus the switching it waited
     for (none without a model)."""
     s = m.summary
-    bound = (overrun_bound(seen.dark.switches, windows, ((a, b) for a, b, _g, _s
-                                                        in exposed_intervals(seen.events)))
-             if seen.dark is not None else None)
+    bound = None
+    if seen.dark is not None:
+        sws = (list(seen.dark.switches) if seen.wire is None
+               else seen.wire.bound_switches(seen.dark.switches))
+        bound = overrun_bound(sws, windows, ((a, b) for a, b, _g, _s
+                                             in exposed_intervals(seen.events)))
     expected = (None if modeled_iteration_s is None
                 else modeled_iteration_s + (s.get("exposed_reconfig_s") or 0.0))
     return RunEvidence(seen.cpu, s["calls"], s["calls_delivered"],
                        s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
-                       bound, seen.quota, s.get("iteration_time_s"), expected)
+                       bound, seen.quota, s.get("iteration_time_s"), expected,
+                       wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
+                       wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else ())
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
@@ -127,6 +134,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
+               "wire": seen.wire.to_summary() if seen.wire is not None else None,
                "wall_s": seen.wall_s,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
@@ -227,6 +235,8 @@ def summary_text(summary: dict[str, Any]) -> str:
     if summary["backend"] == "emu":
         lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
                                                         summary.get("dark_overrun_bound")))
+        if summary.get("wire") is not None:
+            lines.insert(-1, "wire                " + wire_text(summary["wire"]))
         cpu = summary.get("cpu") or {}
         parts = cpu.get("component_cores_mean")
         if parts:
