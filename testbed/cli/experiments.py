@@ -136,6 +136,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
     if getattr(args, "start_gate", None) is not None:
         changes["start_gate"] = args.start_gate == "on"
+    if getattr(args, "artifact_port", None) is not None:
+        changes["artifact_port"] = args.artifact_port
     if getattr(args, "wire_check", None) is not None:
         changes["wire_check"] = args.wire_check == "on"
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
@@ -456,6 +458,10 @@ def _add_run(sub: Any) -> None:
                    help="also run the electrical baseline first and report the overhead")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
     p.add_argument("--perfetto", action="store_true", help=PERFETTO_HELP)
+    p.add_argument("--artifact-port", type=int, metavar="PORT",
+                   help="set artifact_protocol.port: the controller also serves the public Opus "
+                   "artifact's line protocol on this TCP port of the run's frontend address (0: "
+                   "a free one) and the emulated ranks speak it (docs/artifact-protocol.md)")
     add_overrides(p)
     p.set_defaults(func=cmd_run)
 
