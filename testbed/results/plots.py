@@ -54,6 +54,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     fig, ax = plt.subplots(figsize=(13, 0.45 * rows + 2.0))
     ylabels = []
     ends = [t_s - t0 for t_s, _label, _color in marks]  # where something drawn ends
+    starts: list[float] = []  # where something drawn starts, before the iteration's start
     spans = call_spans([c for c in calls if int(c["rank"]) in set(ranks)])
     for y, rank in enumerate(ranks):
         ylabels.append(f"rank {rank}")
@@ -78,7 +79,9 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
             bars = [(a - t0, b - a) for a, b in union(waits) if b - a > 1e-4]
             ax.broken_barh(bars, (y + stripe, 0.12), color=color)
             ends += [a + d for a, d in bars]
+            starts += [a for a, _d in bars]
         ends += [a + d for v in by_axis.values() for a, d in v]
+        starts += [a for v in by_axis.values() for a, _d in v] + [a for a, _d in busy]
         for axis, spans_ax in by_axis.items():
             ax.broken_barh(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
                            label=f"{axis.upper()} transfer")
@@ -104,9 +107,11 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ax.legend(uniq.values(), uniq.keys(), loc="upper left", fontsize=8,
               bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_yticks(range(rows), ylabels)
-    # the x range ends at the last thing drawn (within the window), not past it
+    # the x range ends at the last thing drawn (within the window), not past it, and starts
+    # at the first: a rank may start the iteration before the last one ended the previous
     last = min(t1 - t0, max(ends, default=t1 - t0))
-    ax.set_xlim(0, last if last > 0 else t1 - t0)
+    first = min(0.0, min(starts, default=0.0)) if it >= 0 else 0.0
+    ax.set_xlim(first, last if last > 0 else t1 - t0)
     ax.set_ylim(-0.6, rows - 0.4)
     ax.set_xlabel(f"time in iteration {it} (s)" if it >= 0 else "time (s)")
     ax.set_title(title)
@@ -190,7 +195,7 @@ MODE_MARKER = {"on-demand": "o", "provisioning": "s", "degree-aware": "^"}
 LOG_SPAN = 20.0
 
 
-_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 
 
 def sweep_title(name: str, backend: str, semantics: Sequence[str], modes: Sequence[str],
@@ -220,7 +225,7 @@ def scale_delay_axis(ax: Any, xs: Sequence[float]) -> None:
         ax.set_xlim(min(xs) - pad, max(xs) + pad)
 
 
-def _scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> None:
+def scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> None:
     """Log y (symmetric-log below ``symlog_below``, for overheads that may be <= 0) when the
     data span more than :data:`LOG_SPAN`; linear otherwise. Limits from the data."""
     if not ys:
@@ -346,10 +351,10 @@ def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
         ax.scatter([x], [y], s=160, facecolors="none", edgecolors="tab:red", linewidths=1.5,
                    zorder=5, label="degraded run (reasons: sweep output)"
                    if ax is left and (ax, x, y) == degraded[0] else None)
-    _scale_y(left, ys_left)
-    _scale_y(right, [*ys_right, 0.0], symlog_below=10.0)
+    scale_y(left, ys_left)
+    scale_y(right, [*ys_right, 0.0], symlog_below=10.0)
     for ax in (left, right):
-        ax.yaxis.set_major_formatter(_PLAIN)
+        ax.yaxis.set_major_formatter(PLAIN)
         ax.yaxis.set_minor_formatter(NullFormatter())
     left.set_ylabel("iteration time (s)")
     right.set_ylabel("overhead vs the baseline (%)")
@@ -358,7 +363,7 @@ def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
         scale_delay_axis(ax, xs)
         if ax.get_xscale() == "symlog" and len(swept) <= 12:  # the swept delays, as numbers
             ax.set_xticks(readable_ticks(ax, swept))
-            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.xaxis.set_major_formatter(PLAIN)
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("OCS switching delay (ms)")
         ax.grid(alpha=0.3, which="both")
