@@ -104,7 +104,9 @@ def _exposed_over_overhead(table: Mapping[str, Any], label: str) -> bool:
     values = {row["figure"]: row["values"][label] for row in table["figures"]}
     it, base, exposed = (values.get("iteration_time_s"), values.get("baseline_iteration_time_s"),
                          values.get("exposed_reconfig_s"))
-    return None not in (it, base, exposed) and exposed > it - base + 1e-9
+    if it is None or base is None or exposed is None:
+        return False
+    return bool(exposed > it - base + 1e-9)
 
 
 def sweep_lines(table: Mapping[str, Any]) -> list[str]:

@@ -149,7 +149,9 @@ def load_sides(paths: Sequence[Path]) -> list[Side]:
         raise CompareError(f"at most {len(LABELS)} runs or sweeps, got {len(paths)}")
     if len(paths) == 1:  # run --baseline's folder alone: its baseline (A) against its run (B)
         folder = classify(paths[0])
-        if folder is None or folder.baseline is None:
+        if folder is None:
+            raise CompareError(not_a_results_folder(paths[0]))
+        if folder.baseline is None:
             raise CompareError(f"one folder is compared only when it is run --baseline's (its "
                                f"baseline against its run); {paths[0]} is not: give two runs "
                                "or sweeps")

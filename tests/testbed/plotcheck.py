@@ -8,6 +8,7 @@ Extents come from matplotlib's renderer, in display pixels.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -71,8 +72,7 @@ def data_boxes(ax: Any, steps: int = 16) -> list[tuple[str, Bbox]]:
             continue
         if len(pts) > 1:
             t = np.linspace(0.0, 1.0, steps, endpoint=False)
-            pts = np.vstack([a + np.outer(t, b - a) for a, b in zip(pts[:-1], pts[1:],
-                                                                     strict=True)]
+            pts = np.vstack([a + np.outer(t, b - a) for a, b in itertools.pairwise(pts)]
                             + [pts[-1:]])
         for x, y in pts:
             if area.x0 <= x <= area.x1 and area.y0 <= y <= area.y1:
