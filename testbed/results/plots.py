@@ -41,8 +41,11 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ``iteration`` is an iterations-table row; with ``iteration: -1`` every call and compute block
     overlapping its ``t_start_s``..``t_end_s`` is drawn, whatever its iteration (a failover's
     span). ``marks`` are vertical lines (time, label, colour); ``highlight`` are dark periods
-    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare). The x range
-    ends at the last thing drawn, not at the window's end (ranks not drawn may end later).
+    (rail, from, to) drawn in :data:`MOVING_COLOR` over the rail's (the circuits moving to a
+    spare). Each call is drawn as its waits (for peers, for light: :mod:`testbed.results.waits`,
+    as thin stripes, the union over the rank's lanes) and its transfer. The x range spans what
+    is drawn (ranks not drawn may end later), within the window; what overlaps its edges is
+    cut there.
     """
     t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
     it = int(iteration["iteration"])
@@ -55,12 +58,19 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ylabels = []
     ends = [t_s - t0 for t_s, _label, _color in marks]  # where something drawn ends
     starts: list[float] = []  # where something drawn starts, before the iteration's start
+    drawn: list[tuple[list[tuple[float, float]], tuple[float, float], dict[str, Any]]] = []
+
+    def later(bars: list[tuple[float, float]], yrange: tuple[float, float],
+              **style: Any) -> None:
+        """Draw ``bars`` once the x range is known, cut to it."""
+        drawn.append((bars, yrange, style))
+
     spans = call_spans([c for c in calls if int(c["rank"]) in set(ranks)])
     for y, rank in enumerate(ranks):
         ylabels.append(f"rank {rank}")
         busy = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
                 if int(c["rank"]) == rank and shown(c["it"], _f(c["t_start"]), _f(c["t_end"]))]
-        ax.broken_barh(busy, (y - 0.35, 0.7), color="0.85")
+        later(busy, (y - 0.35, 0.7), color="0.85")
         ends += [a + d for a, d in busy]
         by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
         peers, light = [], []
@@ -77,26 +87,36 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
         for stripe, waits, color in ((-0.14, peers, WAIT_COLORS["peers"]),
                                      (0.02, light, WAIT_COLORS["light"])):
             bars = [(a - t0, b - a) for a, b in union(waits) if b - a > 1e-4]
-            ax.broken_barh(bars, (y + stripe, 0.12), color=color)
+            later(bars, (y + stripe, 0.12), color=color)
             ends += [a + d for a, d in bars]
             starts += [a for a, _d in bars]
         ends += [a + d for v in by_axis.values() for a, d in v]
         starts += [a for v in by_axis.values() for a, _d in v] + [a for a, _d in busy]
         for axis, spans_ax in by_axis.items():
-            ax.broken_barh(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
-                           label=f"{axis.upper()} transfer")
+            later(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
+                  label=f"{axis.upper()} transfer")
     for k, rail in enumerate(rails):
         y = len(ranks) + k
         ylabels.append(f"rail {rail} OCS")
         dark = [(_f(c["t_dark_s"]) - t0, _f(c["t_light_s"]) - _f(c["t_dark_s"]))
                 for c in circuits if int(c["rail"]) == rail and c["t_dark_s"] not in (None, "")
                 and _f(c["t_light_s"]) >= t0 and _f(c["t_dark_s"]) <= t1]
-        ax.broken_barh(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
+        later(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
         moved = [(a - t0, b - a) for r, a, b in highlight if r == rail]
         ends += [a + d for a, d in [*dark, *moved]]
         if moved:
-            ax.broken_barh(moved, (y - 0.35, 0.7), color="tab:red",
-                           label="dark (circuits moving to the spare)")
+            later(moved, (y - 0.35, 0.7), color=MOVING_COLOR,
+                  label="dark (circuits moving to the spare)")
+    # the x range ends at the last thing drawn (within the window), not past it, and starts
+    # at the first: a rank may start the iteration before the last one ended the previous
+    # (a failover's span starts at its own start); what lies beyond is cut at the edges
+    last = min(t1 - t0, max(ends, default=t1 - t0))
+    lo = min(0.0, min(starts, default=0.0)) if it >= 0 else 0.0
+    hi = last if last > 0 else t1 - t0
+    for bars, (y0, height), style in drawn:
+        cut = [(max(a, lo), min(a + d, hi) - max(a, lo)) for a, d in bars
+               if min(a + d, hi) > max(a, lo)]
+        ax.broken_barh(cut, (y0, height), **style)
     for t_s, label, color in marks:
         ax.axvline(t_s - t0, color=color, lw=1.2, ls="--", label=label)
     handles, labels = ax.get_legend_handles_labels()
@@ -107,11 +127,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ax.legend(uniq.values(), uniq.keys(), loc="upper left", fontsize=8,
               bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_yticks(range(rows), ylabels)
-    # the x range ends at the last thing drawn (within the window), not past it, and starts
-    # at the first: a rank may start the iteration before the last one ended the previous
-    last = min(t1 - t0, max(ends, default=t1 - t0))
-    first = min(0.0, min(starts, default=0.0)) if it >= 0 else 0.0
-    ax.set_xlim(first, last if last > 0 else t1 - t0)
+    ax.set_xlim(lo, hi)
     ax.set_ylim(-0.6, rows - 0.4)
     ax.set_xlabel(f"time in iteration {it} (s)" if it >= 0 else "time (s)")
     ax.set_title(title)
@@ -125,6 +141,8 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
 
 #: The waits of a call (:mod:`testbed.results.waits`): their colours and legend entries.
 WAIT_COLORS = {"peers": "tab:olive", "light": "tab:red"}
+#: The dark periods of circuits moving to a spare (a failover's span), apart from the waits.
+MOVING_COLOR = "tab:cyan"
 WAIT_LABELS = {"peers": "waiting for peers\n(a member has not called yet)",
                "light": "waiting for light\n(all in; circuits not lit,\nor the controller's ack)"}
 TIMELINE_CAPTION = (
@@ -137,7 +155,8 @@ TIMELINE_CAPTION = (
 def failover_timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Row],
                       failover: Row, ranks: Sequence[int], path: Path, title: str) -> None:
     """The span of one recovery: the failure, its detection, the circuits moving to the spare
-    (red dark periods), the resumption and the first collective with the spare."""
+    (dark periods in :data:`MOVING_COLOR`), the resumption and the first collective with the
+    spare."""
     t_fail, t_first = _f(failover["t_fail_s"]), failover.get("t_first_s")
     t_end = _f(t_first) if t_first not in (None, "") else _f(failover["t_resume_s"]) + 1.0
     pad = max(0.25, 0.3 * (t_end - t_fail))

@@ -65,6 +65,19 @@ def test_the_plots_of_both_runs_pass_the_checks(fixtures: dict[str, Path],
         kept.clear()
 
 
+def test_a_failover_runs_plots_pass_the_checks(tmp_path: Path, kept: list[Any]) -> None:
+    """The recovery's span (failover0.png) cuts what overlaps its edges, drawing nothing
+    outside its axes."""
+    out = tmp_path / "fo"
+    assert main(["run", str(ROOT / "examples" / "failover.yaml"), "--backend", "sim",
+                 "--out", str(out)]) == 0
+    kept.clear()
+    figures = _by_name(kept, store.render_run(out))
+    assert "failover0.png" in figures
+    for name, fig in figures.items():
+        assert problems(fig) == [], name
+
+
 def test_the_timeline_tells_peers_from_light(fixtures: dict[str, Path],
                                              kept: list[Any]) -> None:
     figures = _by_name(kept, store.render_run(fixtures["pair"] / "provisioning"))
