@@ -146,10 +146,11 @@ def sweep_lines(table: Mapping[str, Any]) -> list[str]:
 
 
 def plot_path(text: str) -> Path:
-    """``--plot``: a folder (existing, or written with a trailing ``/``) gets
-    :data:`PLOT_FILE`; anything else is the file."""
+    """``--plot``: a folder (existing, written with a trailing ``/``, or a name without a
+    suffix such as ``.png``) gets :data:`PLOT_FILE`; anything else is the file."""
     path = Path(text)
-    return path / PLOT_FILE if path.is_dir() or text.endswith("/") else path
+    folder = path.is_dir() or text.endswith("/") or not path.suffix
+    return path / PLOT_FILE if folder else path
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -198,7 +199,8 @@ def register(sub: Any) -> None:
     p.add_argument("results", nargs="+", metavar="RUN",
                    help="run directories, run --baseline folders or sweep directories")
     p.add_argument("--plot", metavar="FILE|DIR",
-                   help=f"also draw the comparison (PNG) into FILE, or DIR/{PLOT_FILE}: runs "
+                   help=f"also draw the comparison into FILE (.png, .svg, .pdf), or "
+                   f"DIR/{PLOT_FILE} (a folder, or a name without a suffix): runs "
                    "as bars and window CDFs, sweeps as curves against the delay")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=cmd_compare)

@@ -111,6 +111,29 @@ def test_report_and_export_act_on_both_runs_of_a_baseline_folder(
         results / "my-sim" / run / "trace.json" for run in ("baseline", "provisioning")]
 
 
+def test_a_degraded_run_is_named_with_its_reasons_and_exits_3(
+        results: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    run = tmp_path / "degraded"
+    shutil.copytree(results / "my-sim" / "provisioning", run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(fidelity="degraded", fidelity_reasons=["the machine's CPU was saturated"])
+    (run / "summary.json").write_text(json.dumps(summary))
+    capsys.readouterr()
+    assert main(["compare", str(results / "my-sim"), str(run)]) == 3
+    assert "B is degraded: the machine's CPU was saturated" in capsys.readouterr().out
+
+
+def test_plot_goes_to_a_file_or_into_a_folder(tmp_path: Path) -> None:
+    from testbed.cli.compare import plot_path
+
+    assert plot_path(str(tmp_path)) == tmp_path / "compare.png"
+    assert plot_path("out/") == Path("out/compare.png")
+    assert plot_path("out") == Path("out/compare.png")
+    assert plot_path("out/a.svg") == Path("out/a.svg")
+
+
 def _examples(epilog: str) -> list[list[str]]:
     return [shlex.split(line.split("#")[0])[1:] for line in epilog.splitlines()
             if line.strip().startswith("opus-testbed ")]
