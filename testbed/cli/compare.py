@@ -91,6 +91,9 @@ def run_lines(table: Mapping[str, Any]) -> list[str]:
     for r in runs:
         if r.get("fidelity") == "degraded":
             lines.append(f"{r['label']} is degraded: " + "; ".join(r["fidelity_reasons"]))
+        if r.get("baseline_fidelity") == "degraded":
+            lines.append(f"{r['label']}'s baseline is degraded: its overhead rests on it "
+                         f"({r['path']}/baseline/summary.json has the reasons)")
     exposed = [r["label"] for r in runs if _exposed_over_overhead(table, r["label"])]
     if exposed:
         lines.append(f"exposed switching above the overhead ({', '.join(exposed)}): waits for "
@@ -175,8 +178,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("\n".join(run_lines(table) if table["kind"] == "runs" else sweep_lines(table)))
         if args.plot:
             print(f"plot: {table['plot']}")
-    degraded = table["kind"] == "runs" and any(r.get("fidelity") == "degraded"
-                                               for r in table["runs"])
+    degraded = table["kind"] == "runs" and any(
+        "degraded" in (r.get("fidelity"), r.get("baseline_fidelity")) for r in table["runs"])
     return EXIT_DEGRADED if degraded else 0
 
 
@@ -192,8 +195,9 @@ def register(sub: Any) -> None:
         "experiment.yaml's cluster and workload). A folder may be a run, run --baseline's "
         "folder (its run, with the overhead against its baseline; given alone: its baseline "
         "against its run) or a sweep (all sweeps then: point by point, and each family's "
-        "slope). Reads results only. Exit status: 0, 3 a compared run is degraded (named with "
-        "its reasons), 2 a folder holds no run or sweep (the message names the folders "
+        "slope). Reads results only. Exit status: 0, 3 a compared run or the baseline its "
+        "overhead rests on is degraded (named with its reasons; sweeps: see each sweep's own "
+        "table), 2 a folder holds no run or sweep (the message names the folders "
         "inside it) or runs and sweeps are mixed.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", metavar="RUN",
