@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from textwrap import fill
 from typing import Any
 
 from testbed.metrics.degraded import EXIT_DEGRADED
@@ -187,7 +188,7 @@ def register(sub: Any) -> None:
     """Add ``compare`` to the top-level parser."""
     p = sub.add_parser(
         "compare", help="finished runs (or sweeps) side by side: figures, settings, one plot",
-        description="Put finished runs side by side: iteration time, the electrical baseline "
+        description=fill("Put finished runs side by side: iteration time, the electrical baseline "
         "and the overhead against it, exposed switching (the time per iteration some "
         "collective waited for light), reconfigurations, windows (and how many are longer "
         "than the run's delay), mispredictions and fidelity; each later run's difference from "
@@ -198,7 +199,7 @@ def register(sub: Any) -> None:
         "slope). Reads results only. Exit status: 0, 3 a compared run or the baseline its "
         "overhead rests on is degraded (named with its reasons; sweeps: see each sweep's own "
         "table), 2 a folder holds no run or sweep (the message names the folders "
-        "inside it) or runs and sweeps are mixed.",
+        "inside it) or runs and sweeps are mixed."),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", metavar="RUN",
                    help="run directories, run --baseline folders or sweep directories")

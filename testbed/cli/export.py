@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from textwrap import fill
 from typing import Any
 
 from testbed.results.store import parse_jsonl_lines, read_jsonl
@@ -246,14 +247,14 @@ def register(sub: Any) -> None:
     fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     e = fmt.add_parser(
         "perfetto", help="Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing",
-        description="Write the run's timeline as Chrome trace-event JSON: per server its "
+        description=fill("Write the run's timeline as Chrome trace-event JSON: per server its "
         "ranks' compute, waits for acks and collectives; per OCS rail its switches and each "
         "port's dark periods; the controller's intents, acks (arrows from each intent to its "
         "ack) and decisions (arrows to their switches); iterations (warm-up apart) and "
         "failures. Times are the run's own records. RUN_DIR may also be run --baseline's "
         "folder (its baseline/ and MODE/ runs) or a sweep's: each of its runs gets its own "
         "trace.json. Exit 2 if RUN_DIR holds no run (the message names the run folders "
-        "inside it).",
+        "inside it)."),
         epilog="examples:\n"
         "  opus-testbed export perfetto results/my-sim   # run --baseline's folder: both runs\n"
         "  opus-testbed export perfetto results/my-sim/provisioning --ranks 0-1 --out t.json\n",
