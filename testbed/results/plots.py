@@ -6,6 +6,7 @@ so values may be strings) and a path, so ``opus-testbed report`` redraws them fr
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -265,17 +266,17 @@ def scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> 
 
 def readable_ticks(ax: Any, values: Sequence[float], pad_px: float = 8.0) -> list[float]:
     """The values of ``ax``'s x axis (scale and limits set) to label so that no two labels
-    overlap: from the left, each kept when it sits far enough from the last kept one for both
+    overlap. The ends (0, the smallest and the largest delay) come first, then the powers of
+    ten, then the others, each kept when it sits far enough from every kept one for both
     labels (their width estimated from the tick font, the axes a tenth narrower than now, as
-    the layout may shrink them); the largest value is always kept, in place of its neighbour
-    if need be."""
+    the layout may shrink them)."""
     import numpy as np
 
     fig = ax.figure
     width_px = 0.9 * ax.get_position().width * fig.get_figwidth() * fig.dpi
-    size_px = plt.rcParams["xtick.labelsize"]
-    size_pt = (size_px if isinstance(size_px, (int, float))
-               else matplotlib.font_manager.FontProperties(size=size_px).get_size_in_points())
+    size = plt.rcParams["xtick.labelsize"]
+    size_pt = (size if isinstance(size, (int, float))
+               else matplotlib.font_manager.FontProperties(size=size).get_size_in_points())
     char_px = 0.62 * size_pt * fig.dpi / 72.0
     scale = ax.xaxis.get_transform()
     lo, hi = (float(v) for v in scale.transform(np.array(ax.get_xlim(), dtype=float)))
@@ -287,16 +288,19 @@ def readable_ticks(ax: Any, values: Sequence[float], pad_px: float = 8.0) -> lis
     def half(v: float) -> float:
         return 0.5 * len(f"{v:g}") * char_px
 
+    values = sorted(set(values))
+    pos = [v for v in values if v > 0]
+    ends = {v for v in values if v <= 0} | ({pos[0], pos[-1]} if pos else set())
+
+    def rank(v: float) -> tuple[int, float]:
+        decade = v > 0 and math.isclose(math.log10(v), round(math.log10(v)), abs_tol=1e-9)
+        return (0 if v in ends else 1 if decade else 2, v)
+
     kept: list[float] = []
-    for v in sorted(set(values)):
-        if not kept or at(v) - at(kept[-1]) >= half(v) + half(kept[-1]) + pad_px:
+    for v in sorted(values, key=rank):
+        if all(abs(at(v) - at(k)) >= half(v) + half(k) + pad_px for k in kept):
             kept.append(v)
-    last = max(values, default=None)
-    if last is not None and kept and kept[-1] != last:
-        while kept and at(last) - at(kept[-1]) < half(last) + half(kept[-1]) + pad_px:
-            kept.pop()
-        kept.append(last)
-    return kept
+    return sorted(kept)
 
 
 def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
