@@ -190,8 +190,9 @@ def register(sub: Any) -> None:
         "compare", help="finished runs (or sweeps) side by side: figures, settings, one plot",
         description=fill("Put finished runs side by side: iteration time, the electrical baseline "
         "and the overhead against it, exposed switching (the time per iteration some "
-        "collective waited for light), reconfigurations, windows (and how many are longer "
-        "than the run's delay), mispredictions and fidelity; each later run's difference from "
+        "collective waited for light), reconfigurations, windows (the electrical baseline's gaps, "
+        "and how many are at least the run's delay) and gaps (the switched run's own), "
+        "mispredictions and fidelity; each later run's difference from "
         "the first (A); then every setting that differs (the summary's, manifest.json's and "
         "experiment.yaml's cluster and workload). A folder may be a run, run --baseline's "
         "folder (its run, with the overhead against its baseline; given alone: its baseline "

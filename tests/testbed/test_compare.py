@@ -65,7 +65,8 @@ def test_two_runs_side_by_side_name_what_differs(results: Path,
     text = capsys.readouterr().out
     for line in ("iteration time (s)", "overhead vs the baseline (%)",
                  "exposed switching per iteration (s)", "reconfigurations per iteration",
-                 "windows longer than the delay (%)", "fidelity", "settings that differ:"):
+                 "windows at least the run's delay (%)", "gaps (the switched run's own)",
+                 "fidelity", "settings that differ:"):
         assert line in text, line
     diffs = {ln.split()[0]: ln.split()[1:] for ln in text.split("settings that differ:")[1]
              .splitlines() if ln.strip()}
