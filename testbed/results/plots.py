@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot is imported
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from testbed.results.waits import call_spans, union
@@ -285,8 +286,6 @@ def readable_ticks(ax: Any, values: Sequence[float], pad_px: float = 8.0) -> lis
     ten, then the others, each kept when it sits far enough from every kept one for both
     labels (their width estimated from the tick font, the axes a tenth narrower than now, as
     the layout may shrink them)."""
-    import numpy as np
-
     fig = ax.figure
     width_px = 0.9 * ax.get_position().width * fig.get_figwidth() * fig.dpi
     size = plt.rcParams["xtick.labelsize"]
