@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from textwrap import fill
 from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
@@ -539,8 +540,14 @@ def _add_ladder(sub: Any) -> None:
 def _add_report(sub: Any) -> None:
     """``report``: redraw the plots of a results directory."""
     p = sub.add_parser("report", help="redraw the plots of a run or sweep directory",
-                       description="Re-render the PNG plots from a results directory's CSV "
-                       "files (a run, or a sweep and its runs).")
+                       description=fill("Re-render the PNG plots from a results directory's CSV "
+                       "files: a run, a sweep and its runs, or run --baseline's folder (its "
+                       "baseline/ and MODE/ runs). Exit 2 if DIR holds none of them (the "
+                       "message names the results folders inside it)."),
+                       epilog="examples:\n"
+                       "  opus-testbed report results/my-sim     # run --baseline's folder\n"
+                       "  opus-testbed report results/my-sweep   # the sweep and its runs\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 
