@@ -75,21 +75,24 @@ def recovery_figures(summary: dict[str, Any], delay_ms: float) -> dict[str, Any]
 
 
 def _run(cfg: ExperimentConfig, out: Path, backend: str, say: Say) -> dict[str, Any]:
-    prep = prepare(cfg, check_capacity=backend == "emu")
-    if backend == "sim":
-        from testbed.simulator.run import run_simulated
+    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
+        from testbed.simulator.run import prepare_sim, run_simulated
 
-        return run_simulated(prep, out, say)
+        return run_simulated(prepare_sim(cfg), out, say)
     from testbed.emulated.runner import run_emulated
 
-    return run_emulated(prep, out, say)
+    return run_emulated(prepare(cfg), out, say)
 
 
 def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.0, 25.0, 100.0),
                        *, no_spares_delay_ms: float | None = 25.0, backend: str = "emu",
-                       work_dir: Path | None = None, say: Say = say_stderr) -> dict[str, Any]:
-    """Run the benchmark (see the module docstring); returns the JSON-ready result."""
+                       work_dir: Path | None = None, say: Say = say_stderr,
+                       costs: str | None = None) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring); returns the JSON-ready result.
+    ``costs`` overrides the file's ``sim.costs`` (the simulated runs' cost model)."""
     cfg = load_experiment(config)
+    if costs is not None:
+        cfg = cfg.replace(sim_costs=costs)
     own = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="opus-bench-failover-")) if work_dir is None else work_dir
     t0 = time.monotonic()

@@ -22,6 +22,8 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
       start_gate: true          # replayed ranks start together (false: each once loaded)
+    sim:
+      costs: fabric             # fabric | emulator: the sim backend's cost model (see below)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -67,6 +69,9 @@ Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.s
 (``rank``, the default), one per server hosting its ranks as threads, each in its own host's
 network namespace (``server``; refused with failover), or ``server`` unless the run has
 failover (``auto``). PyTorch jobs always run one process per rank.
+``sim.costs`` (sim backend; ``--costs`` overrides it): ``fabric`` (the default) simulates the
+modelled datacenter, ``emulator`` the emulator's measured costs at its scaled link, for
+cross-validation (:mod:`testbed.simulator.network`).
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -120,6 +125,11 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
+SIM_KEYS = ("costs",)
+#: ``sim.costs`` values (:data:`testbed.simulator.network.COST_MODELS`; named here so that the
+#: file's checks need no simulator import).
+FABRIC, EMULATOR = "fabric", "emulator"
+SIM_COSTS = (FABRIC, EMULATOR)
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
             "rank_cpu_quota", "start_gate")
 
@@ -157,6 +167,7 @@ class RunSettings:
     ranks_per_process: str = rankprocs.DEFAULT
     rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
     start_gate: bool = True  # emulated ranks wait for each other before their first op
+    sim_costs: str = FABRIC  # the sim backend's cost model: fabric | emulator
 
     @property
     def switching_delay_ms(self) -> float:
@@ -239,6 +250,9 @@ class RunSettings:
         if not isinstance(self.start_gate, bool):
             raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
                                   "run.start_gate", self.source)
+        if self.sim_costs not in SIM_COSTS:
+            raise ExperimentError(f"must be one of {', '.join(SIM_COSTS)}, got "
+                                  f"{self.sim_costs!r}", "sim.costs", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -307,7 +321,8 @@ class RunSettings:
                 "latency_us": self.latency_us, "ovs_per_rail": self.ovs_per_rail,
                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
-                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate}
+                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
+                "sim_costs": self.sim_costs}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -491,6 +506,13 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("run.rank_cpu_quota", str(exc)) from exc
     if "start_gate" in run:
         kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
+    sim = _mapping(doc, top.get("sim", {}), "sim", SIM_KEYS)
+    if "costs" in sim:
+        costs = _typed(doc, sim["costs"], "sim.costs", str)
+        if costs not in SIM_COSTS:
+            raise doc.error("sim.costs", f"must be one of {', '.join(SIM_COSTS)}, got "
+                            f"{costs!r}")
+        kwargs["sim_costs"] = costs
     return kwargs
 
 

@@ -29,16 +29,14 @@ def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
         from testbed.torchjob.runner import run_torch
 
         return run_torch(cfg, out, say)
+    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
+        from testbed.simulator.run import prepare_sim, run_simulated
+
+        return run_simulated(prepare_sim(cfg), out, say)
+    from testbed.emulated.runner import run_emulated
     from testbed.experiment.prepare import prepare
 
-    prep = prepare(cfg, check_capacity=backend == "emu")
-    if backend == "sim":
-        from testbed.simulator.run import run_simulated
-
-        return run_simulated(prep, out, say)
-    from testbed.emulated.runner import run_emulated
-
-    return run_emulated(prep, out, say)
+    return run_emulated(prepare(cfg), out, say)
 
 
 @dataclass(frozen=True)

@@ -112,12 +112,11 @@ def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
 
 def run_sim_point(cfg: ExperimentConfig, point: Point, run_dir: str) -> dict[str, Any]:
     """One simulated point (in a worker process); returns its summary or its error."""
-    from testbed.experiment.prepare import prepare
-    from testbed.simulator.run import run_simulated
+    from testbed.simulator.run import prepare_sim, run_simulated
 
     t0 = time.monotonic()
     try:
-        prep = prepare(_point_config(cfg, point), check_capacity=False)
+        prep = prepare_sim(_point_config(cfg, point))
         return run_simulated(prep, Path(run_dir), _quiet)
     except Exception as exc:  # reported in the sweep's row, the other points go on
         return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.monotonic() - t0,
