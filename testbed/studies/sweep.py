@@ -219,7 +219,9 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
     what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
             f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
-    say(f"sweep {cfg.name} ({backend}): {len(points)} points (the electrical baseline, which "
+    costs = cfg.sim_costs if backend == "sim" else None
+    how = f"{backend}, costs {costs}" if costs else backend
+    say(f"sweep {cfg.name} ({how}): {len(points)} points (the electrical baseline, which "
         f"stands for 0 ms{what}); results in {out}")
     t0 = time.monotonic()
     if backend == "sim":
@@ -240,7 +242,8 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
             f"({calibration['calibrate_step_s']:g} s)")
     store.write_csv(out / "sweep.csv", csv_rows(rows))
     store.write_json(out / "sweep.json", {
-        "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
+        "name": cfg.name, "backend": backend, "costs": costs, "engine": engine,
+        "modes": list(modes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
         "calibration": calibration, "wall_s": time.monotonic() - t0,
         "families": fit_families(rows), "reference_matches": matches,
