@@ -17,7 +17,12 @@ own, so rail 0 alone gives the same times as all eight rails. At 1024 GPUs every
 rail 0 (:class:`~testbed.simulator.engine.Mirror`): the controller still sees every intent and
 completion of all 2048 ranks and switches all their circuits, but transfers are simulated for
 the 16 only. ``--mirror off`` runs all 2048 ranks of rail 0; ``--rails N`` runs every rank of
-rails ``0..N-1``. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran;
+rails ``0..N-1``. Mirroring is not exact (:data:`MIRROR_ERROR`, in the JSON of a mirrored run
+as ``mirror_error``): it holds every replica of a stage in lockstep with its representative,
+while in the full rail replicas whose requests reach the rail's OCS together are split across
+consecutive switches (a rail takes one request at a time: :mod:`controller.batching`), so some
+run a switching delay behind the others until a collective that joins them.
+``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran;
 ``cpu_s`` is the process's CPU time, which a loaded machine does not stretch as it does
 ``wall_s``.
 
@@ -55,6 +60,23 @@ from workloads.parallel import ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
+#: How far a mirrored run's iteration time was from the same run without mirrors (fabric
+#: costs; docs/validation.md, section 10.3): an empirical bound, not a proven one.
+MIRROR_ERROR: dict[str, Any] = {
+    "mechanism": "mirrored replicas of a stage move in lockstep with their representative; in "
+                 "the full rail, replicas whose requests reach the rail's OCS together are "
+                 "split across consecutive switches (one request at a time per rail), so some "
+                 "run a switching delay behind the others until a collective joins them",
+    "measured_pct": {"2048 GPUs, provisioning, 1 ms": 0.09,
+                     "2048 GPUs, provisioning, 25 ms": -2.21,
+                     "2048 GPUs, provisioning, 100 ms": -0.24,
+                     "2048 GPUs, on-demand, 25 ms": 0.73,
+                     "4096 GPUs, provisioning, 25 ms": -2.48,
+                     "16384 GPUs, provisioning, 25 ms": -2.15},
+    "bound_pct": 3.0,
+    "bound_basis": "the largest measured |mirrored / unmirrored - 1| (2.5 %), rounded up; "
+                   "measured, not proven: check other sizes, modes and delays with --mirror off",
+}
 GPUS_PER_SERVER = 8
 RAIL_GBPS = 400.0
 LINK_MBPS = 1000.0  # the emulator's link under --costs emulator (bytes x 2.5e-6)
@@ -210,6 +232,7 @@ def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
         "method": ("one pipeline chain of rail 0 standing for its DP rings" if mirror else
                    f"every rank of rails 0..{rails - 1}") + "; rails are independent in the replay "
                   "model",
+        "mirror_error": MIRROR_ERROR if mirror else None,
         "events": sim.counters["events"], "flows": sim.counters["flows"],
         "controller_intents": sim.core.counters["intents"],
     }
