@@ -72,7 +72,7 @@ MIRROR_ERROR: dict[str, Any] = {
                      "2048 GPUs, provisioning, 100 ms": -0.24,
                      "2048 GPUs, on-demand, 25 ms": 0.73,
                      "4096 GPUs, provisioning, 25 ms": -2.48,
-                     "16384 GPUs, provisioning, 25 ms": -2.15},
+                     "16384 GPUs, provisioning, 25 ms": -2.14},
     "bound_pct": 3.0,
     "bound_basis": "the largest measured |mirrored / unmirrored - 1| (2.5 %), rounded up; "
                    "measured, not proven: check other sizes, modes and delays with --mirror off",
