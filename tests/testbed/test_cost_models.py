@@ -116,3 +116,14 @@ def test_costs_refuses_an_unknown_model() -> None:
                           "--backend", "sim", "--costs", "ideal"], capture_output=True,
                          text=True, cwd=ROOT, timeout=60, check=False)
     assert res.returncode == 2 and "ideal" in res.stderr
+
+
+def test_a_sweep_runs_every_point_under_the_files_cost_model(tmp_path: Path) -> None:
+    from testbed.studies.sweep import run_sweep
+
+    cfg = load_experiment(TINY).replace(iterations=1, sim_costs="emulator")
+    rows = run_sweep(cfg, [0.0, 1.0], ["on-demand"], tmp_path / "s", "sim", 1, lambda _m: None)
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["costs"] == "emulator"
+    for row in rows:
+        saved = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        assert saved["costs"] == "emulator"
