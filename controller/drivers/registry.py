@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from controller.drivers import emulated
 from controller.drivers.config import OcsConfig, OcsConfigError, read_ocs_mapping
+from controller.drivers.hostkey import HostKeyPolicy
 from controller.drivers.polatis import config as polatis_config
 from controller.ocs import OcsDriver
 
@@ -67,7 +68,20 @@ def parse_ocs_config(data: Any, *, key: str = "ocs", base_dir: Path | None = Non
         raise OcsConfigError(f"{key}.driver", f"must be one of {', '.join(DRIVERS)}; "
                              f"got {name!r}")
     cfg = entry.parse(entry.name, data, key, base_dir)
+    if entry.protocol != "netconf":  # only an SSH transport has a host key to check
+        for dev in cfg.devices:
+            policy = dev.host_key
+            if policy.pinned or policy.insecure_skip:
+                raise OcsConfigError(f"{dev.key}.{_host_key_setting(policy)}", "applies to "
+                                     f"NETCONF (SSH) only; {entry.name} speaks "
+                                     f"{entry.protocol} over plain TCP, which has no host key")
     return replace(cfg, is_hardware=entry.hardware, protocol=entry.protocol)
+
+
+def _host_key_setting(policy: HostKeyPolicy) -> str:
+    if policy.fingerprint is not None:
+        return "host_key_fingerprint"
+    return "known_hosts" if policy.known_hosts is not None else "insecure_skip_host_key"
 
 
 def load_ocs_config(path: str | Path) -> OcsConfig:

@@ -17,11 +17,14 @@ from typing import Any
 
 EPILOG = """\
 examples:
-  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16
+  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16 \
+      --host-key ~/.opus/sim_host_key     # prints the fingerprint to pin
   export OPUS_OCS_PASSWORD=root
-  opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 --json
-  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830
-  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830
+  PIN="--host-key-fingerprint SHA256:..."   # as the simulator printed it
+  opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 $PIN --json
+  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830 $PIN
+  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830 $PIN
+  opus-testbed ocs plan examples/tiny.yaml
   opus-testbed ocs simulate --protocol tl1 --port 3082 --fail-port 3
   opus-testbed ocs status --protocol tl1 --host 127.0.0.1 --port 3082
 --protocol netconf|tl1 and --driver polatis-netconf|polatis-tl1 are the same setting, on
@@ -69,6 +72,15 @@ def _target_parent() -> argparse.ArgumentParser:
                    help="YAML file with `password` (and `username`), mode 600")
     g.add_argument("--size", help="expected size N or NxN; a switch of another size is refused")
     g.add_argument("--timeout-s", type=float, help="per-request timeout in seconds (default 10)")
+    g.add_argument("--ports", help="the rail ports this command may touch, e.g. 1-4,9 (default: "
+                   "every port); a circuit of another user on one of them is refused")
+    g.add_argument("--host-key-fingerprint", metavar="SHA256:...",
+                   help="NETCONF: the switch's SSH host key fingerprint (a first connection "
+                   "without a pin is refused and prints the fingerprint offered)")
+    g.add_argument("--known-hosts", metavar="FILE",
+                   help="NETCONF: an OpenSSH known_hosts file holding the switch's key")
+    g.add_argument("--insecure-skip-host-key", action="store_true", default=None,
+                   help="NETCONF: do not check the switch's host key (warned on every use)")
     return p
 
 
@@ -106,6 +118,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="delay every reply (a slow device)")
     s.add_argument("--no-base11", action="store_true",
                    help="NETCONF: announce base:1.0 only (end-of-message framing)")
+    s.add_argument("--host-key", metavar="FILE",
+                   help="NETCONF: the SSH host key (OpenSSH private key), created there (mode "
+                   "600) if absent, so clients can keep their pin across restarts (default: a "
+                   "new key per simulator process)")
     s.add_argument("--json", action="store_true",
                    help="print the listening address as one JSON line")
     s.set_defaults(func=cmd_simulate)
@@ -164,7 +180,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     server: BackgroundServer
     if args.protocol == "netconf":
         server = NetconfServer(device, port=args.port, username=args.user,
-                               password=args.password, base11=not args.no_base11)
+                               password=args.password, base11=not args.no_base11,
+                               host_key=args.host_key)
     else:
         server = Tl1Server(device, port=args.port, username=args.user, password=args.password)
     try:
@@ -174,15 +191,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     try:
+        fingerprint = getattr(server, "host_key_fingerprint", None)
         info = {"protocol": args.protocol, "host": server.host, "port": server.port,
                 "size": f"{size}x{size}", "username": args.user, "revision": device.revision,
-                "switching_ms": args.switching_ms}
+                "switching_ms": args.switching_ms, "host_key_fingerprint": fingerprint}
         if args.json:
             print(json.dumps(info), flush=True)
         else:
             print(f"simulated Polatis {size}x{size} ({args.protocol}, revision "
                   f"{device.revision}) listening on {server.host}:{server.port}; login "
                   f"{args.user}; Ctrl-C to stop", flush=True)
+            if fingerprint:
+                print(f"SSH host key {fingerprint}: pin it with host_key_fingerprint: "
+                      f"\"{fingerprint}\" (or --host-key-fingerprint)", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
@@ -211,10 +232,30 @@ def _ocs_config(args: argparse.Namespace) -> Any:
     for key, value in (("port", args.port), ("username", args.username),
                        ("password_env", args.password_env),
                        ("credentials_file", args.credentials_file), ("size", args.size),
-                       ("timeout_s", args.timeout_s)):
+                       ("timeout_s", args.timeout_s), ("ports", _port_list(args.ports)),
+                       ("host_key_fingerprint", args.host_key_fingerprint),
+                       ("known_hosts", args.known_hosts),
+                       ("insecure_skip_host_key", args.insecure_skip_host_key)):
         if value is not None:
             mapping[key] = value
     return parse_ocs_config(mapping, key="ocs (command line)")
+
+
+def _port_list(text: str | None) -> list[int] | None:
+    """``--ports 1-4,9`` as ``[1, 2, 3, 4, 9]``."""
+    from controller.drivers.config import OcsConfigError
+
+    if text is None:
+        return None
+    ports: list[int] = []
+    try:
+        for part in text.split(","):
+            a, sep, b = part.strip().partition("-")
+            ports.extend(range(int(a), int(b) + 1) if sep else [int(a)])
+    except ValueError:
+        raise OcsConfigError("--ports", f"must be ports and ranges such as 1-4,9, got "
+                             f"{text!r}") from None
+    return ports
 
 
 def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
