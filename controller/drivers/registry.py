@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from controller.drivers import emulated
 from controller.drivers.config import OcsConfig, OcsConfigError, read_ocs_mapping
+from controller.drivers.guard import PortGuard
 from controller.drivers.hostkey import HostKeyPolicy
 from controller.drivers.polatis import config as polatis_config
 from controller.ocs import OcsDriver
@@ -92,11 +93,17 @@ def load_ocs_config(path: str | Path) -> OcsConfig:
 
 def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
                 env: Mapping[str, str] | None = None, base_dir: Path | None = None,
-                clock: Callable[[], float] = time.time) -> OcsDriver:
-    """A connected driver for an ``ocs:`` config (parsed or raw) that names a switch.
+                clock: Callable[[], float] = time.time, claim: bool = True,
+                restore_on_close: bool = True) -> PortGuard:
+    """A connected driver for an ``ocs:`` config (parsed or raw) that names a switch, inside
+    a :class:`~controller.drivers.guard.PortGuard` that keeps it to the config's ``ports``:
+    it has read the switch, and (``claim``) refused to start if another user's cross-connect
+    uses one of them; ``restore_on_close``: closing it puts back what it found there.
+    The vendor's driver is ``.inner``.
 
     Raises :class:`OcsConfigError` for a driver the runner builds (emulated) and for bad
-    settings, and the driver's own errors when a switch cannot be reached or refuses.
+    settings, :class:`~controller.drivers.guard.PortConflict`, and the driver's own errors
+    when a switch cannot be reached or refuses.
     """
     cfg = ocs_config if isinstance(ocs_config, OcsConfig) else parse_ocs_config(
         ocs_config, base_dir=base_dir)
@@ -105,4 +112,9 @@ def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
         makers = " / ".join(n for n, e in REGISTRY.items() if e.make is not None)
         raise OcsConfigError("ocs.driver", f"make_driver builds {makers}; driver {cfg.driver} "
                              "is built by the runner")
-    return entry.make(cfg, env=env, clock=clock)
+    driver = entry.make(cfg, env=env, clock=clock)
+    try:
+        return PortGuard(driver, claim=claim, restore_on_close=restore_on_close)
+    except BaseException:
+        driver.close()
+        raise

@@ -258,8 +258,13 @@ def _port_list(text: str | None) -> list[int] | None:
     return ports
 
 
-def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
+def _with_driver(args: argparse.Namespace, body: Callable[[Any], int], *,
+                 claim: bool = True) -> int:
+    """Run ``body`` with the configured switch's driver (a port guard: ``claim`` refuses a
+    switch where another user's cross-connect uses one of ``--ports``; a hand-made edit
+    stays when the command ends)."""
     from controller.drivers.config import OcsConfigError
+    from controller.drivers.guard import PortConflict
     from controller.drivers.polatis.errors import PolatisError
     from controller.drivers.registry import make_driver
     from controller.ocs import ReconfigurationRejected
@@ -274,12 +279,12 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
         if not cfg.is_hardware:
             raise OcsConfigError("ocs.driver", f"driver {cfg.driver} has no switch to talk to; "
                                  "use polatis-netconf or polatis-tl1")
-        with make_driver(cfg) as driver:
+        with make_driver(cfg, claim=claim, restore_on_close=False) as driver:
             return body(driver)
     except OcsConfigError as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
         return 2
-    except (PolatisError, ReconfigurationRejected) as exc:
+    except (PolatisError, ReconfigurationRejected, PortConflict) as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
         if "SSH protocol banner" in str(exc):
             print("  the port does not speak SSH: if it is a TL1 port, add --protocol tl1",
@@ -322,7 +327,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                                           for state, ports in sorted(counts.items())))
         return 0
 
-    return _with_driver(args, body)
+    return _with_driver(args, body, claim=False)
 
 
 def _apply(args: argparse.Namespace, connect: bool) -> int:

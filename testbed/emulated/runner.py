@@ -110,8 +110,10 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
 
     password = secrets.token_hex(8)
     with emulated_fronts(emulated, cfg.driver, password=password) as fronts:
+        # the fronts, and the rails behind them, are the run's alone and go with it: nothing
+        # of another user's to restore at teardown
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
-                             env={"OPUS_FRONT_PASSWORD": password})
+                             env={"OPUS_FRONT_PASSWORD": password}, restore_on_close=False)
         try:
             yield driver, fronts
         finally:

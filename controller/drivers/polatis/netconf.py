@@ -181,7 +181,7 @@ def _connect(session: NetconfSession, refused: list[HostKeyRefused]) -> Any:
     from ncclient import manager, operations
     from ncclient.transport.ssh import SSHSession
 
-    class _CheckedSSHSession(SSHSession):  # type: ignore[misc]
+    class _CheckedSSHSession(SSHSession):
         def load_known_hosts(self, filename: str | None = None) -> None:
             """Read no ``~/.ssh/known_hosts``: the policy alone decides."""
 
