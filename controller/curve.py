@@ -17,9 +17,10 @@ address outside loopback and the run's own namespaces. Loopback is ``127.0.0.0/8
 and ``localhost``; ``ipc://`` and ``inproc://`` endpoints are local too. The run's own
 namespaces are the emulated run's frontend network (``198.18.<slot>.0/24``,
 :func:`emulator.naming.frontend_network`): the Mininet hosts of that run are its only other
-members, and the service binds the root namespace's end of it, held to the root-side
-interface with ``SO_BINDTODEVICE`` (so a packet for that address arriving on any other
-interface is not let in). Anything else -- ``*``, ``0.0.0.0``, a lab address -- needs keys;
+members, and the service binds the root namespace's end of it. (Linux accepts a packet for a
+local address on any interface: a machine on the same link that routes ``198.18.0.0/15`` to
+this one could reach that address; ``docs/security.md`` says what to do on a shared
+network.) Anything else -- ``*``, ``0.0.0.0``, a lab address -- needs keys;
 a service without them refuses to start (:class:`AuthRequired`).
 
 A client without a valid key never reaches the core: ZeroMQ ends its handshake (a client

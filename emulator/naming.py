@@ -146,11 +146,6 @@ def frontend_network(slot: int) -> str:
     return f"198.18.{slot}.0/24"
 
 
-def root_intf(prefix: str) -> str:
-    """The root namespace's interface on the frontend bridge."""
-    return f"{root_node(prefix)}-eth0"
-
-
 def rail_mac(rank: int, port_index: int) -> str:
     return f"02:0f:{rank >> 8:02x}:{rank & 0xFF:02x}:{port_index:02x}:01"
 

@@ -85,7 +85,7 @@ def _target_parent() -> argparse.ArgumentParser:
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``ocs`` with ``simulate``, ``status``, ``connect`` and ``disconnect``."""
+    """Add ``ocs`` with ``simulate``, ``status``, ``connect``, ``disconnect`` and ``plan``."""
     p = subparsers.add_parser(
         "ocs", help="Polatis OCS: run a simulator, or inspect and drive a lab switch",
         description="Hardware-in-the-loop tools for Polatis optical circuit switches (NETCONF "
@@ -146,6 +146,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         s.add_argument("--rail", type=int, default=0, help="rail (default 0)")
         s.add_argument("--json", action="store_true", help="print the result as JSON")
         s.set_defaults(func=cmd_connect if name == "connect" else cmd_disconnect)
+
+    s = sub.add_parser(
+        "plan", help="list what a run will do to the switch, without touching it",
+        description="Play the experiment's first iteration on the virtual clock (the sim "
+        "backend's engine and the same Opus core) and list, per rail, the ports the run owns "
+        "and every cross-connect it makes and removes, in order. No switch is contacted.")
+    s.add_argument("config", metavar="CONFIG", help="experiment file (YAML)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_plan)
     return p
 
 
@@ -358,6 +367,21 @@ def cmd_connect(args: argparse.Namespace) -> int:
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
     return _apply(args, connect=False)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from testbed.errors import RunRefused
+    from testbed.experiment.config import load_experiment
+    from testbed.plan.ocsplan import ocs_plan, plan_text
+    from workloads.errors import WorkloadConfigError
+
+    try:
+        plan = ocs_plan(load_experiment(args.config))
+    except (WorkloadConfigError, RunRefused) as exc:
+        print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan, indent=1) if args.json else plan_text(plan))
+    return 0
 
 
 # --- standalone entry point ----------------------------------------------------------------

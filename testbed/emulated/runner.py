@@ -255,11 +255,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
             events = EventLog(out / "controller-events.jsonl")
-            # the service binds the root end of the run's own frontend network, held to its
-            # interface: only the run's hosts reach it, so no CURVE keys (controller.curve)
+            # the service binds the root end of the run's own frontend network: the run's
+            # hosts are its only other members, so no CURVE keys (controller.curve)
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
                                     trusted_networks=(naming.frontend_network(net.slot),),
-                                    bind_device=naming.root_intf(net.prefix),
                                     config=CoreConfig.for_mode(
                                         cfg.mode, cfg.effective_semantics,
                                         cfg.rail_state_inflight,

@@ -148,7 +148,7 @@ def service_on(request: pytest.FixtureRequest) -> Iterator[Any]:
         svc = ControllerService(net.driver, bind=f"tcp://{net.root_frontend_address}:0",
                                 event_log=EventLog(keep=True),
                                 trusted_networks=(naming.frontend_network(net.slot),),
-                                bind_device=naming.root_intf(net.prefix), **kwargs)
+                                **kwargs)
         svc.start()
         started.append(svc)
         return svc
