@@ -17,16 +17,14 @@ from typing import Any
 
 EPILOG = """\
 examples:
-  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16 \
-      --host-key ~/.opus/sim_host_key     # prints the fingerprint to pin
-  export OPUS_OCS_PASSWORD=root
-  PIN="--host-key-fingerprint SHA256:..."   # as the simulator printed it
-  opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 $PIN --json
-  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830 $PIN
-  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830 $PIN
-  opus-testbed ocs plan examples/tiny.yaml
+  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16 --host-key sim.key
+  export OPUS_OCS_PASSWORD=root      # the simulator prints the host key fingerprint to pin:
+  opus-testbed ocs status --host 127.0.0.1 --port 8830 --host-key-fingerprint SHA256:... --json
+  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830 --ports 1-4   # + the same pin
+  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830 --ports 1-4
   opus-testbed ocs simulate --protocol tl1 --port 3082 --fail-port 3
   opus-testbed ocs status --protocol tl1 --host 127.0.0.1 --port 3082
+  opus-testbed ocs plan examples/tiny.yaml
 --protocol netconf|tl1 and --driver polatis-netconf|polatis-tl1 are the same setting, on
 every action.
 """
@@ -316,6 +314,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "stray_pairs": [list(p) for p in sorted(view.stray_pairs)],
                 "port_states": {str(p): s.value for p, s in states.items()},
                 "power_dbm": {str(p): v for p, v in sorted(driver.power_dbm(rail).items())},
+                "conflicts": [list(c) for c in driver.conflicts.get(rail, [])],
             })
         if args.json:
             print(json.dumps({"rails": rails}, indent=1))
@@ -329,6 +328,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             if r["stray_pairs"]:
                 stray = ", ".join(f"{i}->{e}" for i, e in r["stray_pairs"])
                 print(f"  one-way pairs (cleared when their ports are next set): {stray}")
+            if r["conflicts"]:
+                taken = ", ".join(f"{a}<->{b}" for a, b in r["conflicts"])
+                print(f"  cross-connects joining --ports to other ports (another user's?): "
+                      f"{taken}; an edit here is refused while they stand")
             counts: dict[str, list[str]] = {}
             for port, state in r["port_states"].items():
                 counts.setdefault(state, []).append(port)

@@ -6,6 +6,8 @@ The simulated switch is 8x8; the run owns rail ports 1-4 (``ocs.ports``), the ot
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from controller.drivers.guard import PortConflict, PortGuard
@@ -13,6 +15,7 @@ from controller.drivers.registry import make_driver
 from controller.drivers.sim import SimOcsDriver
 from controller.ocs import Circuit, Reconfiguration, ReconfigurationRejected
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
+from testbed.cli import ocs as ocs_cli
 
 from .conftest import ENV, SIZE, ocs_config
 
@@ -105,3 +108,20 @@ def test_the_guard_covers_any_driver() -> None:
     guard.apply(0, add=[(1, 2)])
     guard.close()
     assert sim.circuits(0) == {Circuit(0, 5, 6)}
+
+
+def test_the_cli_keeps_to_its_ports(device: PolatisDevice, tl1: Tl1Server,
+                                    capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPUS_OCS_PASSWORD", "root")
+    device.load(_duplex(4, 7))
+    target = ["--protocol", "tl1", "--host", "127.0.0.1", "--port", str(tl1.port),
+              "--ports", "1-4"]
+    assert ocs_cli.main(["status", *target, "--json"]) == 0  # reading is allowed
+    (rail,) = json.loads(capsys.readouterr().out)["rails"]
+    assert rail["conflicts"] == [[4, 7]]
+    assert ocs_cli.main(["connect", "1", "2", *target]) == 1
+    assert "refusing to start" in capsys.readouterr().err
+    assert ocs_cli.main(["connect", "1", "5", *target[:-1], "1-3,6"]) == 1
+    assert "not among this run's ports" in capsys.readouterr().err
+    assert device.pairs() == _duplex(4, 7)
