@@ -293,6 +293,9 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int], *,
         return 2
     except (PolatisError, ReconfigurationRejected, PortConflict) as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        if "host_key_fingerprint" in str(exc) and not args.config:
+            print("  on the command line: --host-key-fingerprint SHA256:..., --known-hosts FILE "
+                  "or --insecure-skip-host-key", file=sys.stderr)
         if "SSH protocol banner" in str(exc):
             print("  the port does not speak SSH: if it is a TL1 port, add --protocol tl1",
                   file=sys.stderr)
