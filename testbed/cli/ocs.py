@@ -378,7 +378,7 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from testbed.errors import RunRefused
     from testbed.experiment.config import load_experiment
-    from testbed.plan.ocsplan import ocs_plan, plan_text
+    from testbed.studies.ocsplan import ocs_plan, plan_text
     from workloads.errors import WorkloadConfigError
 
     try:

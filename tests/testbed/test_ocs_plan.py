@@ -12,7 +12,7 @@ import pytest
 from controller.ocs import CrossconnectState, Reconfiguration
 from testbed.cli.main import main
 from testbed.experiment.config import load_experiment
-from testbed.plan.ocsplan import ocs_plan
+from testbed.studies.ocsplan import ocs_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "tiny.yaml"
