@@ -206,6 +206,7 @@ class PortGuard(ocs.OcsDriver):
         return self.inner.apply_many(reconfs)
 
     def close(self) -> None:
+        """Restore (``restore_on_close``) and close the vendor driver, whatever happens."""
         try:
             if self.restore_on_close and not any(self.conflicts.values()):
                 self.restore()
@@ -214,6 +215,16 @@ class PortGuard(ocs.OcsDriver):
 
     def __enter__(self) -> PortGuard:
         return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close; while an exception unwinds, a failed restore is logged, not raised over it."""
+        if not exc or exc[0] is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:
+            log.exception("teardown could not restore the run's ports")
 
     def __getattr__(self, name: str) -> object:
         """The vendor driver's own extras (``device_info``, ``read_device``, ...: reads for

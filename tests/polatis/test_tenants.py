@@ -125,3 +125,13 @@ def test_the_cli_keeps_to_its_ports(device: PolatisDevice, tl1: Tl1Server,
     assert ocs_cli.main(["connect", "1", "5", *target[:-1], "1-3,6"]) == 1
     assert "not among this run's ports" in capsys.readouterr().err
     assert device.pairs() == _duplex(4, 7)
+
+
+def test_a_failed_restore_does_not_hide_the_runs_own_error(
+        device: PolatisDevice, netconf: NetconfServer, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(RuntimeError, match="the run failed"), \
+            make_driver(ocs_config("netconf", netconf.port, ports=RUN_PORTS), env=ENV) as run:
+        run.apply(0, add=[(1, 2)])
+        netconf.stop()  # the switch goes away: teardown cannot restore
+        raise RuntimeError("the run failed")
+    assert "teardown could not restore" in caplog.text

@@ -196,6 +196,7 @@ def _connect(session: NetconfSession, refused: list[HostKeyRefused]) -> Any:
             return True
 
     handler = manager.make_device_handler(None, [])
+    handler.add_additional_netconf_params({})  # as connect_ssh: no extra capabilities
     ssh = _CheckedSSHSession(handler)
     try:
         ssh.connect(host=session.host, port=session.port, username=session.username,
