@@ -93,9 +93,9 @@ StartRanks = Callable[[RailsRun], RankFollower]
 @contextlib.contextmanager
 def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                        ) -> Iterator[tuple[OcsDriver, Any]]:
-    """The OCS driver Opus uses, and the Polatis fronts if any: the emulated driver, or a
-    Polatis driver (NETCONF or TL1) talking to a front of that protocol on each emulated rail
-    (the lab driver, against real OVS circuits)."""
+    """The OCS driver Opus uses, and the fronts if any: the emulated driver, or a lab driver
+    (Polatis NETCONF or TL1, CALIENT TL1) talking to a front of that protocol on each emulated
+    rail (the lab driver, against real OVS circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
         yield emulated, None
         return
@@ -107,7 +107,7 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                          f"emulated run drives its own {cfg.driver} fronts on the emulated "
                          "rails; remove them here, and bring a lab switch up with "
                          "`opus-testbed ocs`")
-    from emulator.polatis.front import emulated_fronts
+    from emulator.fronts import emulated_fronts
 
     password = secrets.token_hex(8)
     with emulated_fronts(emulated, cfg.driver, password=password) as fronts:

@@ -9,7 +9,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     ocs:
       switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
       ports_per_rank: 1         # K: ports per GPU on its rail OCS
-      driver: emulated          # emulated | polatis-netconf | polatis-tl1 (see below)
+      driver: emulated          # emulated | polatis-netconf | polatis-tl1 | calient-tl1
       semantics: port-exact     # port-exact | rail-state (see below)
       request_points: auto      # auto | every | phase: which calls ask the controller
     network:
@@ -49,9 +49,9 @@ backend only).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
-directly; ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on
-every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
-not with a driver.
+directly; ``polatis-netconf`` / ``polatis-tl1`` / ``calient-tl1`` drive it through a Polatis
+NETCONF / Polatis TL1 / CALIENT TL1 front on every emulated rail (the lab driver's code path).
+The sim backend is chosen with ``--backend sim``, not with a driver.
 ``run.rank_cpu_quota`` (emulated runs): the rank processes share one cgroup with a CPU quota of
 that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RESERVE_CORES`),
 so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);

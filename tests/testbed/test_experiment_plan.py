@@ -87,7 +87,7 @@ def test_driver_simulated_is_refused_with_its_position() -> None:
         parse_experiment(BASE + "ocs:\n  switching_delay: 10\n  driver: simulated\n",
                          "exp.yaml")
     assert str(info.value) == ("exp.yaml:8:11: ocs.driver: must be one of emulated, "
-                               "polatis-netconf, polatis-tl1, got 'simulated'")
+                               "polatis-netconf, polatis-tl1, calient-tl1, got 'simulated'")
     with pytest.raises(ExperimentError, match=r"ocs\.driver"):
         parse_experiment(BASE).replace(driver="simulated")
     assert parse_experiment(BASE + "ocs: {driver: polatis-tl1}\n").driver == "polatis-tl1"
