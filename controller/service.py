@@ -183,6 +183,11 @@ class ControllerService:
                               curve=self.client_keys) as client:
             client.register_job(job)
 
+    @property
+    def clients_refused(self) -> int:
+        """Handshakes refused by CURVE so far (every retry counted; the log is rate-limited)."""
+        return self._curve.refused if self._curve is not None else 0
+
     def _refused(self, reason: str, peer: str) -> None:
         """A client refused by CURVE (called from the authenticator's threads)."""
         self.events.write([{"event": "client_refused", "t_s": self.clock.now(),
