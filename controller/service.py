@@ -128,6 +128,8 @@ class ControllerService:
         self._inflight = 0
         self._batcher = RailBatcher()  # decisions waiting for their rails, and in flight
         self.endpoint = ""
+        #: the same socket in-process, for the artifact gateway (:mod:`controller.artifact_gateway`)
+        self.inproc_endpoint = f"inproc://opus-service-{self.controller_id}"
         self.error: BaseException | None = None
 
     # --------------------------------------------------------------- life
@@ -144,6 +146,7 @@ class ControllerService:
             self._curve.secure(router)
         router.bind(self._bind)
         self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        router.bind(self.inproc_endpoint)
         self._router = router
         pull = self._ctx.socket(zmq.PULL)
         pull.bind(self._wake_addr)
@@ -170,6 +173,11 @@ class ControllerService:
             self._curve.stop()
         self._ctx.term()
         self.events.close()
+
+    @property
+    def context(self) -> zmq.Context[Any]:
+        """The service's ZeroMQ context (in-process clients must share it)."""
+        return self._ctx
 
     def __enter__(self) -> ControllerService:
         return self.start()
