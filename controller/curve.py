@@ -82,8 +82,6 @@ def endpoint_host(endpoint: str) -> tuple[str, str]:
     transport, sep, rest = endpoint.partition("://")
     if not sep:
         raise ValueError(f"not a ZeroMQ endpoint (transport://address): {endpoint!r}")
-    if transport not in ("tcp", "ipc", "inproc"):
-        return transport, rest
     if transport != "tcp":
         return transport, rest
     host = rest.rpartition(":")[0] if ":" in rest else rest

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,7 +162,5 @@ def _matches(pattern: str, name: str) -> bool:
             want = base64.b64decode(hash64)
         except (ValueError, binascii.Error):
             return False
-        import hmac
-
         return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), want)
     return pattern == name
