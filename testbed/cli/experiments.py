@@ -321,6 +321,9 @@ def ladder_lines(ladder: dict[str, Any]) -> list[str]:
     lines = [f"{'rung':<30}{'baseline_s':>12}  {'mode':<13}{'ovh@100ms_%':>13}{'delta':>9}"
              f"{'slope_s/s':>11}{'delta':>9}"]
     for r in ladder["rungs"]:
+        if r.get("not_run"):
+            lines.append(f"{r['rung']:<30}{'':>12}  n/a ({r['not_run']}): not run")
+            continue
         for i, (mode, fam) in enumerate(r["modes"].items()):
             d = r["delta"][mode]
             base = cell(r["baseline_s"], ".3f",
