@@ -34,6 +34,11 @@ from testbed.metrics.fidelity import SIMULATED, RunEvidence, add_reason, judge, 
 from testbed.metrics.startgate import gate_summary
 from testbed.results import store
 
+#: Where every ``summary.json`` field is described: (file from the repository root, heading
+#: of the section whose table lists them). tests/testbed/test_summary_fields.py keeps it
+#: complete; move both together.
+FIELD_TABLE = ("README.md", "The summary's fields")
+
 
 class RunFacts(Protocol):
     """What the end of a run needs from its preparation (a generated schedule's
@@ -126,8 +131,9 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
                "wall_s": seen.wall_s,
-               "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
-                                     if r.get("ev") == "finished"),
+               "mispredictions": sum(e.get("event") == "mispredict" for e in events),
+               "profile_mismatches": sum(int(r.get("profile_mismatches", 0)) for r in records
+                                         if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
     gate = gate_summary(records)
     if gate is not None:
