@@ -132,6 +132,8 @@ def _report(imported: Any, files: list[Any], as_json: bool) -> int:
                                                   "gpus_per_server": s.cluster.gpus_per_server},
                "layouts": imported.layouts, "iteration": imported.step,
                "calls": imported.calls, "groups": groups,
+               "ports_per_rank": imported.ports_per_rank,
+               "algorithms": [list(a) for a in s.config.algorithms],
                "files": [str(f) for f in files], "notes": imported.notes}
     if as_json:
         print(json.dumps(summary, indent=1))

@@ -69,40 +69,34 @@ def fit_rails(schedule: Schedule) -> RailFit:
     cfg = schedule.config
     network = sorted({(t.kind, t.axis) for p in schedule.programs for t in p.ops
                       if t.is_collective and t.axis and t.kind not in P2P_KINDS})
-    ports = 1
     chosen: list[tuple[str, str, str]] = []
     notes: list[str] = []
+    needs: list[tuple[int, str]] = []  # (ports, why) of each kind and axis needing more than 1
     for kind, axis in network:
         n = _members_on_a_rail(schedule, axis)
         name = cfg.algorithm_for(kind, axis)
-        need = ALGORITHM[name].min_ports(kind, n)
-        if need <= MAX_PORTS_PER_RANK:
-            if need > ports:
-                ports = need
-                notes.append(f"ocs.ports_per_rank: {need}: {kind} on the {axis} groups "
-                             f"({n} ranks on a rail) runs {name}, and "
-                             f"{ALGORITHM[name].port_reason}")
-            continue
+        algorithm = ALGORITHM[name]
+        need = algorithm.min_ports(kind, n)
         fits = [a for a in FALLBACKS.get(kind, ())
                 if ALGORITHM[a].min_ports(kind, n) <= MAX_PORTS_PER_RANK]
-        if not fits:  # no algorithm of the kind fits: more ports do
-            if need > ports:
-                ports = need
-                notes.append(f"ocs.ports_per_rank: {need}: {kind} on the {axis} groups "
-                             f"({n} ranks on a rail) runs {name}, and "
-                             f"{ALGORITHM[name].port_reason}; no other algorithm of "
-                             f"{kind} needs fewer than {MAX_PORTS_PER_RANK + 1}")
-            continue
-        pick = ALGORITHM[fits[0]]
-        chosen.append((kind, axis, pick.name))
-        ports = max(ports, pick.min_ports(kind, n))
-        notes.append(
-            f"{kind} on the {axis} groups ({n} ranks on a rail) runs {pick.name} (set in "
-            f"workload.json's algorithms): {name}, the default, needs {need} ports per rank "
-            f"({ALGORITHM[name].port_reason}), above the {MAX_PORTS_PER_RANK} a rank gets; "
-            f"{pick.name} needs {pick.min_ports(kind, n)} ({pick.port_reason}). To keep "
-            f"{name}, remove it from workload.json's algorithms and set "
-            f"ocs.ports_per_rank: {need}")
+        if need > MAX_PORTS_PER_RANK and fits:
+            pick = ALGORITHM[fits[0]]
+            chosen.append((kind, axis, pick.name))
+            notes.append(
+                f"{kind} on the {axis} groups ({n} ranks on a rail) runs {pick.name} (set in "
+                f"workload.json's algorithms): {name}, the default, needs {need} ports per "
+                f"rank ({algorithm.port_reason}), more than the {MAX_PORTS_PER_RANK} an "
+                f"import gives a rank; {pick.name} needs {pick.min_ports(kind, n)} "
+                f"({pick.port_reason}). To keep {name}, remove it from workload.json's "
+                f"algorithms and set ocs.ports_per_rank: {need}")
+            name, algorithm, need = pick.name, pick, pick.min_ports(kind, n)
+        if need > 1:  # (above MAX_PORTS_PER_RANK only where no algorithm of the kind fits)
+            needs.append((need, f"{kind} on the {axis} groups ({n} ranks on a rail) runs "
+                                f"{name}: {algorithm.port_reason}"))
+    ports = max((k for k, _ in needs), default=1)
+    if ports > 1:
+        notes.insert(0, f"ocs.ports_per_rank: {ports}: "
+                     + "; ".join(why for k, why in needs if k == ports))
     if chosen:
         keep = tuple(a for a in cfg.algorithms if (a[0], a[1]) not in
                      {(k, ax) for k, ax, _ in chosen})
@@ -126,4 +120,5 @@ def check_job(schedule: Schedule, ports_per_rank: int) -> None:
         # (a JobError's own words: the plan's advice to add ports was already followed)
         why = exc.__cause__ if isinstance(exc.__cause__, JobError) else exc
         raise RailFitError(f"no ports-per-rank or algorithm setting runs this trace on the "
-                           f"rails: {why}; nothing was written") from exc
+                           f"rails: {why} (--gpus-per-server sets which rail each rank is "
+                           "on); nothing was written") from exc
