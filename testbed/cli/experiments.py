@@ -408,7 +408,9 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
 def _exposed_over_overhead(s: dict[str, Any]) -> bool:
     t, base, exposed = (s.get(k) for k in ("iteration_time_s", "baseline_iteration_time_s",
                                            "exposed_reconfig_s"))
-    return None not in (t, base, exposed) and exposed > t - base
+    if t is None or base is None or exposed is None:
+        return False
+    return bool(exposed > t - base)
 
 
 def _repo_path(path: Path) -> str:

@@ -126,8 +126,9 @@ RUNGS: tuple[Rung, ...] = (
 )
 
 #: Settings only the rail-state controller reads (under port-exact they change nothing).
-RAIL_STATE_ONLY = {"rail_state_inflight": JOIN, "rail_state_ack_timeout_s": None,
-                   "rail_state_serialize_per_rank": False, "rail_state_phase_barrier": False}
+RAIL_STATE_ONLY: dict[str, Any] = {"rail_state_inflight": JOIN, "rail_state_ack_timeout_s": None,
+                                   "rail_state_serialize_per_rank": False,
+                                   "rail_state_phase_barrier": False}
 
 
 def _as_run(cfg: ExperimentConfig) -> ExperimentConfig:
