@@ -7,7 +7,9 @@
 #      torchtitan==0.3.0, the version testbed/torchjob/titan_compat.py is pinned to; no triton;
 #      about 470 MB and 25 s), its tokenizer and corpus built in ~/.cache/opus-testbed,
 #   4. Open vSwitch started when it is not running (no systemd needed),
-#   5. the test tools apt may lack: Vagrant and its libvirt plugin (Debian 12: vagrant 2.3.4,
+#   5. `opus-testbed` on the PATH of every new shell: a link in /usr/local/bin to the venv's
+#      entry point (scripts/link-cli.sh),
+#   6. the test tools apt may lack: Vagrant and its libvirt plugin (Debian 12: vagrant 2.3.4,
 #      vagrant-libvirt 0.11.2: 72 packages, 16.5 MB, 11 s on 2026-12-07), so that
 #      tests/testbed/test_vagrant.py runs `vagrant validate`; where apt has no candidate the
 #      step says so and goes on, and that test skips.
@@ -133,4 +135,5 @@ if [ "${OPUS_SKIP_TEST_TOOLS:-0}" != "1" ]; then install_test_tools; fi
 make_venv
 build_titan_assets
 if [ "${OPUS_SKIP_OVS:-0}" != "1" ]; then start_ovs; fi
-log "ready: $VENV/bin/opus-testbed"
+bash scripts/link-cli.sh "$PWD/$VENV/bin/opus-testbed"
+log "ready: opus-testbed ($VENV/bin/opus-testbed)"
