@@ -18,7 +18,13 @@ from pathlib import Path
 from controller.job import JobError, rail_job_ports
 from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig, RunSettings, check_algorithm_ports
+from testbed.experiment.config import (
+    FABRIC,
+    SIM_COSTS,
+    ExperimentConfig,
+    RunSettings,
+    check_algorithm_ports,
+)
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
@@ -37,16 +43,26 @@ class Prepared:
     link_mbps: float
     scale: float
     modeled_iteration_s: float  # on electrical rails (workloads.timing), calibrated if asked
+    #: the cost model the plan is for: ``emulator`` (the emulator's scaled link; an emulated
+    #: run's plan) or ``fabric`` (the modelled rail with the real bytes; sim backend only)
+    costs: str = "emulator"
 
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
-            schedule: Schedule | None = None, verify: bool = False) -> Prepared:
+            schedule: Schedule | None = None, verify: bool = False,
+            costs: str = "emulator") -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
     :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
 
     ``schedule`` replaces the experiment's (benchmarks of one collective:
     :mod:`workloads.micro`; never calibrated); ``verify`` plans carry real data (tests).
+    ``costs`` is the cost model the plan is for (:data:`~testbed.experiment.config.SIM_COSTS`):
+    ``emulator`` plans at the emulator's link with bytes scaled by link / rail rate (what an
+    emulated run replays), ``fabric`` at the modelled ``rail_gbps`` with the real bytes (a
+    simulation of the datacenter; :func:`testbed.simulator.run.prepare_sim`).
     """
+    if costs not in SIM_COSTS:
+        raise ValueError(f"unknown cost model {costs!r}; choose from {', '.join(SIM_COSTS)}")
     if schedule is None:
         cfg, schedule = _calibrated_schedule(cfg)
     check_algorithm_ports(cfg, schedule)
@@ -64,8 +80,11 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
                              f"spare_servers: {spares} spares (each a standby rank process) do "
                              f"not fit beside {world} ranks: {problem.message}; use fewer "
                              "spares")
-    link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
-    scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
+    if costs == FABRIC:
+        link_mbps, scale = cfg.rail_gbps * 1e3, 1.0
+    else:
+        link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
+        scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
     if scale > 1:
         raise RunRefused(f"{cfg.source}: network.link_mbps ({link_mbps}) is above the modelled "
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
@@ -80,7 +99,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
             plan = _rail_state_plan(cfg, plan)
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
-    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs)
 
 
 def _calibrated_schedule(cfg: ExperimentConfig) -> tuple[ExperimentConfig, Schedule]:

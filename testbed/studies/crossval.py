@@ -1,7 +1,9 @@
 """``opus-testbed bench crossval``: one experiment on both backends, iteration times compared.
 
 Runs the config emulated (Mininet, Open vSwitch, real TCP, the Opus service; needs root) and
-simulated (:mod:`testbed.simulator.engine`, the emulator's cost model) from the same prepared plan,
+simulated (:mod:`testbed.simulator.engine`) under the ``emulator`` cost model (its measured
+fixed costs at its scaled link, never the default ``fabric``; ``sim_costs`` in the JSON) from
+the same prepared plan,
 each into its own results directory under a temporary (or given) directory, and compares the
 mean measured iteration time. ``ratio`` is simulated over emulated. Races decide some
 iterations (two lanes of a rank asking at once: whichever intent reaches the controller first
@@ -152,8 +154,10 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     """
     from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
+    from testbed.experiment.config import EMULATOR
     from testbed.experiment.prepare import prepare
     from testbed.metrics.compute import compute_metrics
+    from testbed.simulator.network import COST_MODEL_TEXT
     from testbed.simulator.run import run_simulated, simulate_plan
 
     if os.geteuid() != 0:
@@ -162,7 +166,7 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     cfg = load_experiment(config_path)
     if overrides:
         cfg = cfg.replace(**overrides)
-    prep = prepare(cfg)
+    prep = prepare(cfg, costs=EMULATOR)  # the simulated side models the emulator, not the fabric
     with tempfile.TemporaryDirectory(prefix="opus-crossval-") as tmp:
         base = work_dir if work_dir is not None else Path(tmp)
         say(f"cross-validation of {cfg.source}: emulated run")
@@ -170,7 +174,8 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         prefixes = sorted(p.name for p in (base / "emu" / "emulator").iterdir()
                           if p.is_dir()) if (base / "emu" / "emulator").exists() else []
         costs = measure_costs(base / "emu")
-        say("cross-validation: simulated run")
+        say(f"cross-validation: simulated run (costs {EMULATOR}: "
+            f"{COST_MODEL_TEXT[EMULATOR]})")
         seeds = [cfg.seed + 1 + i for i in range(max(1, sim_seeds))]
         sim = run_simulated(prep, base / "sim", say, seed=seeds[0])
     sim_times = list(sim.get("iteration_times_s") or [])
@@ -186,7 +191,7 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     return {
         "config": str(config_path), "mode": cfg.mode, "semantics": cfg.effective_semantics,
         "switching_delay_ms": cfg.switching_delay_ms, "world_size": prep.schedule.world_size,
-        "link_mbps": prep.link_mbps,
+        "link_mbps": prep.link_mbps, "sim_costs": prep.costs,
         "emu_iteration_s": emu_it, "sim_iteration_s": sim_it,
         "ratio": (sim_it / emu_it) if emu_it and sim_it is not None else None,
         "emu_iteration_times_s": emu.get("iteration_times_s"),
