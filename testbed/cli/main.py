@@ -486,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_export(sub)
     register_compare(sub)
     _add_ocs(sub)
+    from testbed.cli.keys import register as add_keys
+
+    add_keys(sub)
     _add_bench(sub)
     _add_workload(sub)
     _show_defaults(parser)
