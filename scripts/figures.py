@@ -66,6 +66,8 @@ class Figure:
     tolerance: float = 0.0
     #: the output's value times this is the figure (1000: seconds printed as ms)
     scale: float = 1.0
+    #: a second JSON path whose value is subtracted (a difference no output prints)
+    minus: str | None = None
 
     def text(self, value: float | None = None) -> str:
         """The figure as the docs print it."""
@@ -100,7 +102,8 @@ def load(path: Path = LIST) -> tuple[dict[str, Command], list[Figure]]:
                               fmt=entry.get("format", "{}"), json_path=entry.get("json"),
                               regex=entry.get("regex"),
                               tolerance=float(entry.get("tolerance", 0.0)),
-                              scale=float(entry.get("scale", 1.0))))
+                              scale=float(entry.get("scale", 1.0)),
+                              minus=entry.get("minus")))
     return commands, figures
 
 
@@ -210,7 +213,11 @@ def run_command(line: str, out_dir: Path) -> str:
 def extract(fig: Figure, stdout: str) -> float:
     """The figure's value in its command's output."""
     if fig.json_path is not None:
-        return float(json_get(json.loads(stdout), fig.json_path)) * fig.scale
+        data = json.loads(stdout)
+        value = float(json_get(data, fig.json_path))
+        if fig.minus is not None:
+            value -= float(json_get(data, fig.minus))
+        return value * fig.scale
     assert fig.regex is not None
     m = re.search(fig.regex, stdout, re.M)
     if not m:
