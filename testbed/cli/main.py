@@ -154,8 +154,11 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.studies.crossval import run_crossval, run_crossval_points
 
     keep = Path(args.keep) if args.keep else None
+    overrides = ({"time_dilation": args.time_dilation} if args.time_dilation is not None
+                 else None)
     if args.semantics is None and args.delays is None:
-        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds)
+        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds,
+                            overrides=overrides)
     from testbed.experiment.config import load_experiment
 
     cfg = load_experiment(args.config)
@@ -167,7 +170,7 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
                 f"{', '.join(SEMANTICS)}")
     delays = _floats(args.delays) if args.delays is not None else [cfg.switching_delay_ms]
     return run_crossval_points(args.config, semantics, delays, work_dir=keep,
-                               sim_seeds=args.seeds)
+                               sim_seeds=args.seeds, overrides=overrides)
 
 
 def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
@@ -405,6 +408,9 @@ def _add_run_benches(bench: Any) -> None:
                    "rail-state); with --delays, every point is compared (agreement per point)")
     b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
                    "config's)")
+    from testbed.cli.experiments import add_time_dilation
+
+    add_time_dilation(b)  # the simulated run's emulator costs are divided by the factor
     b.set_defaults(bench_fn=_bench_crossval)
     b = bench.add_parser("failover", help="spare-GPU failover: recovery time per switching "
                          "delay, against restarting every rank (emu: root)")

@@ -20,6 +20,7 @@ rank, follow them to their exit, no failover).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -40,6 +41,7 @@ from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_con
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
+from testbed.experiment.dilation import DilationError, to_model_time, wall_link_mbps, wall_settings
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
 from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
@@ -156,7 +158,15 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     if rail_state and cfg.rail_state_phase_barrier and cfg.mode != "baseline":
         raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier is modelled on the sim "
                          "backend only; use --backend sim or set it to false")
-    spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
+    k = prep.time_dilation
+    try:
+        wall_mbps = wall_link_mbps(prep.link_mbps, k)
+    except DilationError as exc:
+        raise RunRefused(f"{cfg.source}: run.time_dilation: {exc}") from exc
+    # the emulator runs the wall-clock settings; the figures come back in model time
+    wall_prep = dataclasses.replace(prep, config=wall_settings(cfg, k),
+                                    modeled_iteration_s=prep.modeled_iteration_s * k)
+    spec = rail_spec(wall_prep.config, cluster.servers, cluster.gpus_per_server, wall_mbps,
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                      if rail_state else 0,
                      spares_per_server=cfg.spares_per_server if spares else 0,
@@ -172,7 +182,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
         modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares),
-        rank_processes=cfg.rank_processes)
+        rank_processes=cfg.rank_processes, time_dilation=k, wall_link_mbps=wall_mbps,
+        dilation=prep.dilation.to_json() if prep.dilation is not None else None)
     spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
     per_server = (f", one process per server ({cluster.gpus_per_server} ranks each)"
                   if cfg.rank_processes == "server" else "")
@@ -182,16 +193,21 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
+    if prep.dilation is not None:
+        say(f"  {prep.dilation.text()}"
+            + (f": the links run at {wall_mbps:.4g} Mbit/s and every modelled time x {k:g} "
+               "on the wall; figures in model time" if k != 1 else ""))
 
     def supervise(run: RailsRun) -> Supervisor:
         sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
-                         prep=prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
+                         prep=wall_prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
                          say=say, fronts=run.fronts)
         run.service.on_rank_lost = sup.on_rank_lost
         return sup
 
     return run_on_rails(prep, spec, job, out, manifest, supervise, say,
-                        heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
+                        heartbeat_timeout_s=wall_prep.config.failover.heartbeat_timeout_s,
+                        time_dilation=k)
 
 
 def run_components(follower: RankFollower | None, net: EmulatedRails | None
@@ -212,10 +228,18 @@ def run_components(follower: RankFollower | None, net: EmulatedRails | None
 
 def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                  manifest: dict[str, Any], start: StartRanks, say: Say,
-                 heartbeat_timeout_s: float = 5.0) -> dict[str, Any]:
+                 heartbeat_timeout_s: float = 5.0, time_dilation: float = 1.0
+                 ) -> dict[str, Any]:
     """Build the rails, start Opus with ``job`` registered (a rank silent for
     ``heartbeat_timeout_s`` is lost), start and follow every rank's process in its host
-    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run."""
+    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run.
+
+    At ``time_dilation`` k the network and ranks were built from the wall-clock settings
+    (``spec``; the ranks' plans); the records, the controller's events and the OCS app's are
+    read back in model time (:func:`~testbed.experiment.dilation.to_model_time`), and judged
+    against ``prep``'s model-time configuration. The controller runs on the wall clock: its
+    decisions take no modelled constant (it orders by time), so with every modelled input
+    k times longer they are the model-time controller's, k times slower."""
     from controller.service import ControllerService
     from emulator.network import emulated_rails
 
@@ -272,11 +296,13 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     finally:
         sampler.stop()
     wall_s = time.monotonic() - t_start
-    records = [r for rank in range(spec.num_ranks)
-               for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
-    events_read = store.read_jsonl(out / "controller-events.jsonl")
+    k = time_dilation
+    records = to_model_time((r for rank in range(spec.num_ranks)
+                             for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")), k)
+    events_read = to_model_time(store.read_jsonl(out / "controller-events.jsonl"), k)
+    # the JSONL files keep the wall clock; the CSVs, plots, summary and export: model time
     seen = Observed(records, events_read, sampler.summary(), wall_s,
-                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec)),
+                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec), k),
                     cgroup.summary(throttling) if cgroup is not None else None)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
@@ -342,7 +368,8 @@ def expected_delay(cfg: RunSettings, spec: RailSpec | None = None) -> ExpectedDe
 
 
 def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, Any]],
-                expected: ExpectedDelay | None = None) -> DarkCheck | None:
+                expected: ExpectedDelay | None = None, time_dilation: float = 1.0
+                ) -> DarkCheck | None:
     """The OCS app's dark periods against the configured delay (``expected``; None: the
     experiment's, :func:`expected_delay`), or None on electrical rails. The switch counts are
     compared only when the controller drives the OCS app directly (a Polatis front may split or
@@ -351,7 +378,8 @@ def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, A
     if cfg.mode == "baseline":
         return None
     log = out / "emulator" / "ocs-events.jsonl"
-    return check_dark_periods(store.read_jsonl(log), expected or expected_delay(cfg),
+    return check_dark_periods(to_model_time(store.read_jsonl(log), time_dilation),
+                              expected or expected_delay(cfg),
                               controller_events, counts_compared=cfg.driver == "emulated",
                               log_found=log.exists())
 

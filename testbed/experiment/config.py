@@ -22,6 +22,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
       start_gate: true          # replayed ranks start together (false: each once loaded)
+      time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -83,6 +84,7 @@ from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTI
 from emulator.cpuquota import validate_setting as validate_quota
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from testbed.experiment import rankprocs
+from testbed.experiment.dilation import AUTO, DilationError, parse_time_dilation
 from testbed.experiment.faults import (
     FAILOVER_KEYS,
     FAULT_KEYS,
@@ -121,7 +123,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
-            "rank_cpu_quota", "start_gate")
+            "rank_cpu_quota", "start_gate", "time_dilation")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -157,6 +159,7 @@ class RunSettings:
     ranks_per_process: str = rankprocs.DEFAULT
     rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
     start_gate: bool = True  # emulated ranks wait for each other before their first op
+    time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
 
     @property
     def switching_delay_ms(self) -> float:
@@ -236,6 +239,10 @@ class RunSettings:
             raise ExperimentError(f"must be one of {', '.join(rankprocs.RANKS_PER_PROCESS)}, "
                                   f"got {self.ranks_per_process!r}", "run.ranks_per_process",
                                   self.source)
+        try:
+            parse_time_dilation(self.time_dilation)
+        except DilationError as exc:
+            raise ExperimentError(str(exc), "run.time_dilation", self.source) from exc
         if not isinstance(self.start_gate, bool):
             raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
                                   "run.start_gate", self.source)
@@ -307,7 +314,8 @@ class RunSettings:
                 "latency_us": self.latency_us, "ovs_per_rail": self.ovs_per_rail,
                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
-                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate}
+                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
+                "time_dilation": self.time_dilation}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -491,6 +499,11 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("run.rank_cpu_quota", str(exc)) from exc
     if "start_gate" in run:
         kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
+    if "time_dilation" in run:
+        try:
+            kwargs["time_dilation"] = parse_time_dilation(run["time_dilation"])
+        except DilationError as exc:
+            raise doc.error("run.time_dilation", str(exc)) from exc
     return kwargs
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from testbed.errors import RunRefused, Say
 from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.dilation import AUTO
 from testbed.results import store
 from testbed.results.baseline import with_baseline
 from testbed.torchjob.config import TorchExperiment
@@ -53,12 +54,29 @@ class Outcome:
     has_baseline: bool
 
 
+def shared_dilation(cfg: ExperimentConfig, backend: str, say: Say) -> ExperimentConfig:
+    """``cfg`` with ``auto`` time dilation resolved for its own (OCS) run, so that the runs
+    set against each other (its baseline, a demo's rows) share the factor: their per-call
+    costs are then alike in model time. Unchanged off the emulator or with a set factor."""
+    if backend != "emu" or cfg.time_dilation != AUTO:
+        return cfg
+    from testbed.experiment.prepare import prepare
+
+    prep = prepare(cfg)
+    if prep.dilation is not None:
+        say(f"{cfg.name}: {prep.dilation.text()}; its baseline runs at it too")
+    return cfg.replace(time_dilation=prep.time_dilation)
+
+
 def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
                    say: Say, baseline: bool = False) -> Outcome:
     """Run ``cfg`` into ``out``; with ``baseline`` (and an OCS mode) the electrical baseline
-    first into ``out/baseline``, then the run into ``out/MODE``, judged against it."""
+    first into ``out/baseline``, then the run into ``out/MODE``, judged against it, at the
+    same time dilation (:func:`shared_dilation`)."""
     if not baseline or cfg.mode == "baseline":
         return Outcome(run_one(cfg, out, backend, say), out, out, False)
+    if isinstance(cfg, ExperimentConfig):
+        cfg = shared_dilation(cfg, backend, say)
     base = run_one(cfg.replace(mode="baseline"), out / "baseline", backend, say)
     run_dir = out / cfg.mode
     summary = with_baseline(run_one(cfg, run_dir, backend, say), base)

@@ -1,0 +1,277 @@
+"""Time dilation of an emulated run: model time stretched by ``k`` on the wall (pure).
+
+A run at dilation ``k`` (DieCast, Gupta et al. NSDI'08; Etalon, Mukerjee et al. NSDI'20) runs
+every modelled time ``k`` times longer on the wall clock: the compute waits, the transfers
+(emulated link rates divided by ``k``, the bytes unchanged), the OCS switching delay, and every
+modelled timeout, heartbeat and injected fault time. The emulator's own costs (OpenFlow round
+trips, ovs-vswitchd, Python, wake-ups, TCP connects) stay as they are, so their share of every
+figure falls by ``k``. Every figure is reported in model time: wall time / ``k``
+(:func:`to_model_time` rewrites the run's records before the metrics see them).
+
+``run.time_dilation: auto`` (the default) takes the smallest ``k`` whose *predicted* bounds
+(:func:`predict_bounds`) stay within half their limits, from the plan's switches and calls per
+model second and this machine's recorded costs (:data:`RECORDED_COSTS`); the verdict still
+judges the run it made. What does not dilate is in ``docs/validation.md`` ("Time dilation").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+AUTO = "auto"
+#: Largest factor ``auto`` picks (and a file may ask for): at 64 the emulated links of the
+#: smallest calibrated rate (2 Mbit/s) would run below :data:`MIN_WALL_LINK_MBPS`.
+MAX_TIME_DILATION = 64.0
+#: The lowest wall-clock link rate the shaping accepts (Mbit/s). HTB takes lower rates, but one
+#: 1514-byte frame at 0.1 Mbit/s already takes 121 ms on the wire, within reach of TCP's 200 ms
+#: minimum retransmission timeout, which does not dilate: below it a lost or delayed ACK would
+#: stall a transfer for a time the model does not have.
+MIN_WALL_LINK_MBPS = 0.1
+
+#: This machine's costs behind ``auto``'s predictions, recorded (never measured at run start).
+#: ``late_base_ms`` and ``late_per_circuit_ms``: how late the OCS app confirms a switch's light
+#: beyond its delay, a fixed part (``opus-testbed bench counters``' barrier, 0.149 ms p50, and
+#: the every-port read, 0.307 ms: docs/performance.md) plus a part per circuit switched, fitted
+#: to the observed lateness: 0.20 ms p50 for tiny.yaml's 2-circuit switches and 0.4-0.6 ms for
+#: emulator-32's ~8-circuit ones (issue 35; validation.md). ``call_ms`` and ``step_ms``: the
+#: fixed costs of one call (a control round trip, 2 x 0.4 ms + 0.7 ms of jitter; a connect,
+#: 1 ms; the finish, 1 ms) and of one step with receptions (1 ms), as the simulator's
+#: ``EMULATOR_COSTS`` calibrated them (testbed/simulator/network.py).
+RECORDED_COSTS: dict[str, float] = {"late_base_ms": 0.15, "late_per_circuit_ms": 0.04,
+                                    "call_ms": 3.5, "step_ms": 1.0}
+
+#: Limits of the testbed's own costs on a run's figures (docs/validation.md, "The testbed's own
+#: costs"): late light (the existing verdict: 1 % of an iteration), and the per-call costs the
+#: emulator adds, on the iteration time and on the overhead (percentage points).
+LATE_LIGHT_LIMIT_PCT = 1.0
+CALL_COST_ITERATION_LIMIT_PCT = 10.0
+CALL_COST_OVERHEAD_LIMIT_PTS = 1.5
+
+
+class DilationError(ValueError):
+    """A time dilation this run cannot have; the message names the reason."""
+
+
+def parse_time_dilation(value: Any) -> float | str:
+    """``auto`` or a factor >= 1 (int or float); raises :class:`DilationError`."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == AUTO:
+            return AUTO
+        try:
+            value = float(text)
+        except ValueError as exc:
+            raise DilationError(f"must be 'auto' or a number >= 1, got {value!r}") from exc
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value):
+        raise DilationError(f"must be 'auto' or a number >= 1, got {value!r}")
+    if not 1 <= value <= MAX_TIME_DILATION:
+        raise DilationError(f"must be in [1, {MAX_TIME_DILATION:g}], got {value:g}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PlanLoad:
+    """What a plan asks of the emulator per iteration, in model time: the modelled iteration,
+    the switches on the busiest rail and their circuits, and the busiest rank's calls and
+    steps with receptions."""
+
+    iteration_s: float
+    switches: int
+    circuits_per_switch: float
+    calls: int
+    steps: int
+    exposed_s: float = 0.0  # the switching an iteration is expected to wait for
+
+
+def plan_load(programs: Mapping[int, Sequence[Any]], modeled_iteration_s: float,
+              delay_ms: float, ranks_per_rail: int, on_demand: bool) -> PlanLoad:
+    """:class:`PlanLoad` of a replay plan's ``programs`` (rank -> PlanOps). A switch is
+    expected at every call whose lane differs from the rank's previous call's (its port moves
+    to another group): a prediction, not a count; half the rail's ports are expected to move
+    at once."""
+    switches = calls = steps = 0
+    for ops in programs.values():
+        rank_calls = [op for op in ops if op.is_call]
+        changes = sum(1 for a, b in itertools.pairwise(rank_calls)
+                      if a.lane != b.lane)
+        switches = max(switches, changes)
+        if len(rank_calls) > calls:
+            calls = len(rank_calls)
+            steps = sum(sum(1 for s in op.steps if s.recvs) for op in rank_calls)
+    exposed = switches * delay_ms / 1e3 if on_demand else 0.0
+    return PlanLoad(modeled_iteration_s, switches, max(1.0, ranks_per_rail / 2), calls, steps,
+                    exposed)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Predicted bounds of the testbed's own costs at one factor, in % of a model-time
+    iteration (late light, per-call costs) and overhead points (per-call costs)."""
+
+    k: float
+    late_light_pct: float
+    call_cost_pct: float
+    call_cost_overhead_pts: float
+
+    def within(self, share: float = 0.5) -> bool:
+        """Whether every bound is within ``share`` of its limit."""
+        return (self.late_light_pct <= share * LATE_LIGHT_LIMIT_PCT
+                and self.call_cost_pct <= share * CALL_COST_ITERATION_LIMIT_PCT
+                and self.call_cost_overhead_pts <= share * CALL_COST_OVERHEAD_LIMIT_PTS)
+
+    def to_json(self) -> dict[str, float]:
+        return {"k": self.k, "late_light_pct": round(self.late_light_pct, 3),
+                "call_cost_pct": round(self.call_cost_pct, 3),
+                "call_cost_overhead_pts": round(self.call_cost_overhead_pts, 3)}
+
+
+def predict_bounds(load: PlanLoad, k: float, costs: Mapping[str, float] = RECORDED_COSTS
+                   ) -> Bounds:
+    """The bounds the testbed's own costs are predicted to put on a run of ``load`` at ``k``:
+    each cost is fixed on the wall, so in model time it is divided by ``k``. The per-call
+    costs move the overhead by what the run's switching-bound calls add beyond the baseline's
+    (the calls are the same; the control round trips that wait on light are not): taken as
+    the control-round-trip share of the per-call cost on the calls that switch."""
+    iteration_ms = 1e3 * (load.iteration_s + load.exposed_s)
+    if iteration_ms <= 0:
+        return Bounds(k, 0.0, 0.0, 0.0)
+    late_ms = load.switches * (costs["late_base_ms"]
+                               + costs["late_per_circuit_ms"] * load.circuits_per_switch)
+    call_ms = load.calls * costs["call_ms"] + load.steps * costs["step_ms"]
+    base_ms = 1e3 * load.iteration_s
+    control_share = 1.5 / costs["call_ms"] if costs["call_ms"] > 0 else 0.0
+    overhead_ms = load.switches * costs["call_ms"] * control_share
+    return Bounds(k, 100 * late_ms / k / iteration_ms, 100 * call_ms / k / iteration_ms,
+                  100 * overhead_ms / k / base_ms if base_ms > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The factor a run uses, how it was chosen, and the predictions behind it."""
+
+    k: float
+    how: str  # "auto" | "file" (the experiment or the command line)
+    predicted: tuple[Bounds, ...] = ()
+    capped: bool = False  # auto found no factor within half the limits up to its cap
+
+    def text(self) -> str:
+        """One line for the run's log: the factor and the figures behind it."""
+        if self.how != AUTO:
+            chosen = next((b for b in self.predicted if b.k == self.k), None)
+            tail = "" if chosen is None else f" (predicted: {_bounds_text(chosen)})"
+            return f"time dilation {self.k:g} (as configured){tail}"
+        tried = "; ".join(f"k={b.k:g}: {_bounds_text(b)}" for b in self.predicted)
+        cap = (f"; no factor up to {self.k:g} keeps them within half their limits: the run "
+               "goes at the cap and the verdict judges it") if self.capped else ""
+        return (f"time dilation {self.k:g} (auto: the smallest factor whose predicted bounds "
+                f"stay within half their limits, {LATE_LIGHT_LIMIT_PCT:g} % late light, "
+                f"{CALL_COST_ITERATION_LIMIT_PCT:g} % per-call costs, "
+                f"{CALL_COST_OVERHEAD_LIMIT_PTS:g} overhead points; {tried}{cap})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k, "how": self.how, "capped": self.capped,
+                "predicted": [b.to_json() for b in self.predicted]}
+
+
+def _bounds_text(b: Bounds) -> str:
+    return (f"late light {b.late_light_pct:.2f} %, per-call costs {b.call_cost_pct:.1f} % of "
+            f"the iteration and {b.call_cost_overhead_pts:.2f} overhead points")
+
+
+#: The factors ``auto`` tries, in order.
+AUTO_FACTORS = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def choose(setting: float | str, load: PlanLoad, costs: Mapping[str, float] = RECORDED_COSTS,
+           max_k: float = AUTO_FACTORS[-1]) -> Choice:
+    """The factor of a run: ``setting`` when it is a number, else the smallest of
+    :data:`AUTO_FACTORS` (up to ``max_k``) whose predicted bounds stay within half their
+    limits (the cap when none does)."""
+    if setting != AUTO:
+        k = float(setting)
+        return Choice(k, "file", (predict_bounds(load, k, costs),))
+    tried: list[Bounds] = []
+    for k in (f for f in AUTO_FACTORS if f <= max_k):
+        tried.append(predict_bounds(load, k, costs))
+        if tried[-1].within(0.5):
+            return Choice(k, AUTO, tuple(tried))
+    return Choice(tried[-1].k, AUTO, tuple(tried), capped=True)
+
+
+def max_factor_for_link(link_mbps: float) -> float:
+    """The largest factor whose wall link rate (``link_mbps / k``) stays shapeable."""
+    return max(1.0, link_mbps / MIN_WALL_LINK_MBPS)
+
+
+def wall_link_mbps(link_mbps: float, k: float) -> float:
+    """The emulated (wall-clock) link rate of a model-time rate at ``k``; refuses rates below
+    :data:`MIN_WALL_LINK_MBPS`."""
+    wall = link_mbps / k
+    if wall < MIN_WALL_LINK_MBPS:
+        raise DilationError(
+            f"time dilation {k:g} runs the {link_mbps:g} Mbit/s links at {wall:.3g} Mbit/s, "
+            f"below the {MIN_WALL_LINK_MBPS:g} Mbit/s the emulator shapes (one frame would "
+            "take longer on the wire than TCP's minimum retransmission timeout, which does not "
+            f"dilate); use a factor <= {max_factor_for_link(link_mbps):g} or faster links "
+            "(network.link_mbps)")
+    return wall
+
+
+def wall_settings(cfg: Any, k: float) -> Any:
+    """``cfg`` (a RunSettings) as the emulator runs it at ``k``: the switching delay, the
+    acknowledgement timeout, the failover timings and the injected faults' times ``k`` times
+    longer. The link rate and the compute are dilated where they are applied (the network's
+    spec, the replayer)."""
+    if k == 1:
+        return cfg
+    from controller.ocs import resolve_switching_delay_ms
+
+    changes: dict[str, Any] = {"ack_timeout_s": cfg.ack_timeout_s * k}
+    if cfg.mode != "baseline":
+        changes["switching_delay"] = resolve_switching_delay_ms(cfg.switching_delay) * k
+    failover = getattr(cfg, "failover", None)
+    if failover is not None:
+        changes["failover"] = dataclasses.replace(
+            failover, **{f.name: getattr(failover, f.name) * k
+                         for f in dataclasses.fields(failover) if f.name.endswith("_s")
+                         and isinstance(getattr(failover, f.name), int | float)})
+    faults = getattr(cfg, "faults", None)
+    if faults:
+        changes["faults"] = tuple(dataclasses.replace(
+            f, at_s=None if f.at_s is None else f.at_s * k, jitter_ms=f.jitter_ms * k)
+            for f in faults)
+    return dataclasses.replace(cfg, **changes)
+
+
+def dilated_costs(costs: Mapping[str, float], k: float) -> dict[str, float]:
+    """A simulator cost table (``testbed.simulator.network``'s ``EMULATOR_COSTS``: seconds,
+    and a goodput ratio) as the emulator's costs look in model time at ``k``: every time
+    divided by ``k``. What ``bench crossval`` sets a dilated emulated run against."""
+    return {key: (value / k if key.endswith("_s") else value) for key, value in costs.items()}
+
+
+def _is_time_key(key: str) -> bool:
+    """Whether a record's field holds a time: ``t``, ``t_*``, ``*_s``, ``*_ms`` (not a rate)."""
+    if key.endswith("_per_s"):
+        return False
+    return key == "t" or key.startswith("t_") or key.endswith(("_s", "_ms"))
+
+
+def to_model_time(records: Iterable[Mapping[str, Any]], k: float) -> list[dict[str, Any]]:
+    """The records with every time field (timestamps and durations alike) divided by ``k``:
+    a timestamp ``t`` becomes ``t / k``, so differences, and durations, are divided by ``k``
+    and every stream converted so still compares with the others."""
+    if k == 1:
+        return [dict(r) for r in records]
+    out = []
+    for rec in records:
+        out.append({key: (value / k if _is_time_key(key) and isinstance(value, int | float)
+                          and not isinstance(value, bool) else value)
+                    for key, value in rec.items()})
+    return out
