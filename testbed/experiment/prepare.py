@@ -11,6 +11,7 @@ request points (:mod:`testbed.plan.requestpoints`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from testbed.experiment.dilation import (
     plan_load,
     wall_link_mbps,
 )
-from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
+from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem, ranks_per_core_cap
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
 from workloads import WorkloadConfigError
@@ -100,14 +101,21 @@ def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s
     (:func:`testbed.experiment.dilation.choose`), never past what the links can be slowed to;
     a factor the links cannot take is refused."""
     cluster = cfg.workload.cluster
+    cores = os.cpu_count() or 1
     load = plan_load(plan.programs, modeled_iteration_s, cfg.switching_delay_ms,
-                     cluster.servers * cfg.effective_ports_per_rank,
-                     on_demand=cfg.mode in ("on-demand", "degree-aware"))
+                     gpus_per_server=cluster.gpus_per_server,
+                     ports_per_rail=cluster.servers * cfg.effective_ports_per_rank,
+                     cores=cores,
+                     ports_per_rank=cfg.effective_ports_per_rank)
+    if cfg.mode == "baseline":  # packet switches: no light to wait for
+        load = dataclasses.replace(load, switches=0.0, exposed_s=0.0)
+    ranks = len(plan.programs) + len(cfg.shape.spares)
     try:
         if cfg.time_dilation != AUTO:
             wall_link_mbps(link_mbps, float(cfg.time_dilation))
-        return choose(cfg.time_dilation, load, max_k=min(AUTO_FACTORS[-1],
-                                                          max_factor_for_link(link_mbps)))
+        return choose(cfg.time_dilation, load,
+                      max_k=min(AUTO_FACTORS[-1], max_factor_for_link(link_mbps)),
+                      min_k=ranks / (ranks_per_core_cap(1.0) * cores))
     except DilationError as exc:
         raise RunRefused(f"{cfg.source}: run.time_dilation: {exc}") from exc
 
