@@ -23,6 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.metrics import callcost
+from testbed.metrics.darktime import ITERATION_LIMIT_PCT, OVERHEAD_LIMIT_PCT
+
 AUTO = "auto"
 #: Largest factor ``auto`` picks (and a file may ask for): at 64 the emulated links of the
 #: smallest calibrated rate (2 Mbit/s) would run below :data:`MIN_WALL_LINK_MBPS`.
@@ -55,10 +58,10 @@ RECORDED_COSTS: dict[str, float] = {"late_base_ms": 0.05, "late_per_circuit_ms":
 #: Limits of the testbed's own costs on a run's figures (docs/validation.md, "The testbed's own
 #: costs"): late light (the existing verdict: 1 % of an iteration), and the per-call costs the
 #: emulator adds, on the iteration time and on the overhead (percentage points).
-LATE_LIGHT_LIMIT_PCT = 1.0
-LATE_LIGHT_EXPOSED_LIMIT_PCT = 5.0
-CALL_COST_ITERATION_LIMIT_PCT = 10.0
-CALL_COST_OVERHEAD_LIMIT_PTS = 1.5
+LATE_LIGHT_LIMIT_PCT = ITERATION_LIMIT_PCT
+LATE_LIGHT_EXPOSED_LIMIT_PCT = OVERHEAD_LIMIT_PCT
+CALL_COST_ITERATION_LIMIT_PCT = callcost.ITERATION_LIMIT_PCT
+CALL_COST_OVERHEAD_LIMIT_PTS = callcost.OVERHEAD_LIMIT_PTS
 
 
 class DilationError(ValueError):

@@ -76,11 +76,19 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     if scale > 1:
         raise RunRefused(f"{cfg.source}: network.link_mbps ({link_mbps}) is above the modelled "
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
+    if check_capacity:  # before planning, at the largest factor the run may get
+        _check_capacity(cfg, world, float(cfg.time_dilation) if cfg.time_dilation != AUTO
+                        else min(AUTO_FACTORS[-1], max_factor_for_link(link_mbps)))
     plan = _plan(cfg, schedule, scale, verify)
     if not check_capacity:
         return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
     choice = choose_dilation(cfg, plan, modeled, link_mbps)
-    k = choice.k
+    _check_capacity(cfg, world, choice.k)
+    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, choice)
+
+
+def _check_capacity(cfg: ExperimentConfig, world: int, k: float) -> None:
+    """Refuse ranks (and spares) this machine cannot host at time dilation ``k``."""
     problem = capacity_problem(world, time_dilation=k)
     if problem is not None:
         raise RunRefused(f"{cfg.source}: cannot emulate this cluster here: "
@@ -92,7 +100,6 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
                          f"spare_servers: {spares} spares (each a standby rank process) do "
                          f"not fit beside {world} ranks: {problem.message}; use fewer "
                          "spares")
-    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, choice)
 
 
 def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s: float,
