@@ -154,8 +154,8 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.studies.crossval import run_crossval, run_crossval_points
 
     keep = Path(args.keep) if args.keep else None
-    overrides = ({"time_dilation": args.time_dilation} if args.time_dilation is not None
-                 else None)
+    overrides = {k: v for k, v in (("time_dilation", args.time_dilation),
+                                   ("mode", args.mode)) if v is not None} or None
     if args.semantics is None and args.delays is None:
         return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds,
                             overrides=overrides)
@@ -423,7 +423,9 @@ def _add_run_benches(bench: Any) -> None:
     b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
                    "config's)")
     from testbed.cli.experiments import add_time_dilation
+    from testbed.experiment.config import MODES
 
+    b.add_argument("--mode", choices=MODES, help="override the config's mode")
     add_time_dilation(b)  # the simulated run's emulator costs are divided by the factor
     b.set_defaults(bench_fn=_bench_crossval)
     b = bench.add_parser("emulation", help="model rank-seconds emulated per wall second at 16, "
