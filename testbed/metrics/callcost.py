@@ -94,7 +94,8 @@ def call_cost_bound(records: Sequence[Mapping[str, Any]], *, warmup: int, link_m
                     scale: float, iteration_s: float | None) -> CallCostBound | None:
     """The bound of a run's ``records`` (model time; the measured iterations only, those from
     ``warmup`` on), or None without calls."""
-    calls = [r for r in records if r.get("ev") == "call" and int(r.get("it", -1)) >= warmup]
+    calls = [r for r in records if r.get("ev") == "call" and int(r.get("it", -1)) >= warmup
+             and all(isinstance(r.get(k), int | float) for k in ("t_intent", "t_ack", "t_end"))]
     if not calls or link_mbps <= 0:
         return None
     control = [float(r["t_ack"]) - float(r["t_intent"]) for r in calls

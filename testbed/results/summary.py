@@ -139,7 +139,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
-               "wall_s": seen.wall_s, **dilation_keys(prep, seen, dark, windows, k),
+               "wall_s": seen.wall_s,
+               **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
                "call_cost_bound": costs.to_summary() if costs is not None else None,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),

@@ -65,6 +65,9 @@ def test_costs_past_the_limit_degrade_the_run_and_say_what_shrinks_them() -> Non
 
 def test_no_calls_no_bound() -> None:
     assert call_cost_bound([], warmup=0, link_mbps=8.0, scale=1.0, iteration_s=1.0) is None
+    unacked = {"ev": "call", "it": 0, "t_intent": None, "t_ack": None, "t_end": None}
+    assert call_cost_bound([unacked], warmup=0, link_mbps=8.0, scale=1.0,
+                           iteration_s=1.0) is None  # a torch job's scale-up call
 
 
 def test_the_overhead_carries_the_difference_of_the_two_runs_bounds() -> None:
