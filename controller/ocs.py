@@ -362,7 +362,7 @@ class PortState(enum.StrEnum):
     LIT = "lit"  # part of a circuit that carries light
     DARK = "dark"  # being switched: no light
     IDLE = "idle"  # no circuit
-    FAILED = "failed"  # the switch reports the port failed (a Polatis port status): no light
+    FAILED = "failed"  # the switch reports the port failed (Polatis status, CALIENT INOC/OUTOC)
 
 
 @dataclass(frozen=True)
@@ -444,6 +444,29 @@ class OcsDriver(abc.ABC):
 
     ``apply_many`` switches several rails as one decision: all requests are checked before any
     rail changes (all-or-nothing), then the rails switch concurrently.
+
+    The contract every driver keeps, whatever its switch does underneath (vendors compared, and
+    set against SAI's OCS object model, in ``docs/hardware.md``):
+
+    * **Ports** are the rail's integers (a rank's duplex NIC port). A driver maps them onto its
+      device's own names (Polatis: ingress ``p`` and egress ``N+p``; CALIENT: the ``p``-th
+      dotted port) and never shows those names here.
+    * **Circuits are duplex.** A :class:`Circuit` ``a <-> b`` carries light both ways, whether
+      the switch builds it from two one-way cross-connects (Polatis pairs) or as one duplex
+      connection (CALIENT ``2WAY``). Half of one (a one-way leftover, a connection reserved but
+      not in service) is not a circuit: :meth:`circuits` leaves it out, :meth:`port_states`
+      reads its ports ``DARK``, and the next request touching them clears it.
+    * **Checks are all-or-nothing, the glass need not be.** A request that breaks the
+      one-to-one rule raises :class:`ReconfigurationRejected` before anything is sent. After
+      that a device may take one command per pair or connection (TL1); a device fault midway
+      raises the driver's device error once the driver has re-read the rail, so
+      :meth:`circuits` then says what is on the glass.
+    * **Break before make.** Removals go first, then additions; ``t_light_s`` is when the switch
+      confirmed that the new circuits carry light (a driver whose switch answers before its
+      mirrors settle polls until the switch says so).
+    * **Dark is a state, not a reading.** Each driver turns its device's signals into
+      :class:`PortState`: ``DARK`` (a monitor below ``dark_below_dbm`` on a Polatis, ``NONE``
+      on a CALIENT, a switch in flight), ``FAILED`` (the device reports the port failed).
     """
 
     @abc.abstractmethod

@@ -146,6 +146,10 @@ class OcsFabric:
         self.core = OcsRails(rails)
         self.rail_of_dpid = {dpid: rail for rail, dpid in dpids.items()}
         self.clock = clock
+        #: a test hook, never set in a run: the app lies in its record (see :data:`LIES`)
+        self.lie = os.environ.get(LIE_ENV, "")
+        if self.lie and self.lie not in LIES:
+            raise ValueError(f"{LIE_ENV} must be one of {', '.join(LIES)}, got {self.lie!r}")
         self._lock = threading.Lock()  # guards the core, datapaths and dark ports
         self._datapaths: dict[int, Any] = {}
         self._ready: dict[int, threading.Event] = {r: threading.Event() for r in self.rails}
@@ -309,6 +313,8 @@ class OcsFabric:
             with self._lock:
                 self._dark[rail] -= touched
         delay_ms = sum(op.delay_ms for op in job.operations if isinstance(op, WaitDelay))
+        if self.lie:  # the record claims the configured delay, whatever the wire saw
+            t_light = t_dark + delay_ms / 1e3
         self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark,
                    "delay_ms": delay_ms})
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
@@ -363,7 +369,8 @@ class OcsFabric:
             after = [self._xid() for _ in ports]
             light = self._batch(datapath, operations[wait + 1:])
             request = _counters_request(after, ports) + light.data
-            _sleep_until(delay.until_s(t_dark_s), self.clock)
+            _sleep_until(t_dark_s + LIES.get(self.lie, 1.0) * (delay.until_s(t_dark_s) - t_dark_s),
+                         self.clock)
             channel.send(request)
             counters |= channel.wait([*after, *light.xids], BARRIER_TIMEOUT_S)
         except ChannelError as exc:
@@ -577,6 +584,14 @@ class _DatapathFlusher:
                 self._client = None
             if self.failures in (1, 100):
                 LOG.warning("datapath flush failed (%s); circuits light late", exc)
+
+
+#: Test hook: ``OPUS_OCS_TEST_LIE=early`` makes the app light after half the delay and
+#: ``late`` after twice it, while its record claims the configured delay: the app's own
+#: record then passes every check, and only an observer it does not control (the wire check,
+#: :mod:`testbed.metrics.wire`) can tell. Never set in a run; the emulation tests use it.
+LIE_ENV = "OPUS_OCS_TEST_LIE"
+LIES = {"early": 0.5, "late": 2.0}
 
 
 #: The last part of a wait is spun, not slept: a sleep to the deadline overshot it by 0.07 ms

@@ -97,6 +97,49 @@ def send(intf: str, interval_us: float, duration_s: float, stream: int,
     return seq
 
 
+def send_many(targets: Sequence[tuple[str, str]], interval_us: float, duration_s: float,
+              stream: int) -> int:
+    """Send probe frames from several interfaces, each in its own network namespace, from one
+    process: ``targets`` are (namespace path, interface); each gets a frame every
+    ``interval_us``, the interfaces taking turns evenly inside the interval. One process and
+    one timer for every port keeps the cost of a run-wide stream low (the wire check's,
+    :mod:`emulator.wirecap`). No real-time priority: the stream must not steal the CPU the
+    switch and the ranks need. Returns the frames sent."""
+    from emulator.netns import enter_netns
+
+    home = "/proc/thread-self/ns/net"
+    home_fd = os.open(home, os.O_RDONLY | os.O_CLOEXEC)
+    socks: list[tuple[socket.socket, bytes]] = []
+    try:
+        for ns_path, intf in targets:
+            enter_netns(ns_path)
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            sock.bind((intf, 0))
+            src = sock.getsockname()[4][:6]
+            socks.append((sock, b"\xff" * 6 + src + PROBE_ETHERTYPE.to_bytes(2, "big")))
+            enter_netns(f"/proc/self/fd/{home_fd}")
+    finally:
+        os.close(home_fd)
+    pad = b"\0" * max(0, 60 - 14 - _PAYLOAD.size)
+    step_s = interval_us / 1e6 / max(len(socks), 1)
+    stop = time.monotonic() + duration_s
+    seq = 0
+    print("sending", flush=True)
+    next_t = time.monotonic()
+    while next_t < stop:
+        sock, header = socks[seq % len(socks)]
+        with contextlib.suppress(OSError):  # a port whose link is down (a fault) is skipped
+            sock.send(header + _PAYLOAD.pack(MAGIC, stream, seq // len(socks), time.time()) + pad)
+        seq += 1
+        next_t += step_s
+        delay = next_t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        elif delay < -0.05:
+            next_t = time.monotonic()  # far behind: do not burst
+    return seq
+
+
 def record(intf: str, out: Path, duration_s: float | None = None) -> int:
     """Record frames on ``intf`` until SIGTERM (or ``duration_s``); write JSON lines to ``out``."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
@@ -179,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--duration-s", type=float, required=True)
     s.add_argument("--stream", type=int, default=1)
     s.add_argument("--dst-mac", default="ff:ff:ff:ff:ff:ff")
+    m = sub.add_parser("send-many", help="send probe frames from several interfaces, each in "
+                       "its own network namespace, from one process")
+    m.add_argument("--target", action="append", required=True, metavar="NETNS:INTF",
+                   help="a namespace path (e.g. /proc/PID/ns/net) and an interface in it")
+    m.add_argument("--interval-us", type=float, default=1000.0)
+    m.add_argument("--duration-s", type=float, required=True)
+    m.add_argument("--stream", type=int, default=1)
     r = sub.add_parser("record", help="record every frame on an interface until SIGTERM")
     r.add_argument("--intf", required=True)
     r.add_argument("--out", required=True, type=Path)
@@ -186,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "send":
         n = send(args.intf, args.interval_us, args.duration_s, args.stream, args.dst_mac)
+        print(json.dumps({"sent": n}), flush=True)
+    elif args.cmd == "send-many":
+        targets = [tuple(t.rsplit(":", 1)) for t in args.target]
+        if any(len(t) != 2 for t in targets):
+            parser.error("--target takes NETNS:INTF")
+        n = send_many(targets, args.interval_us, args.duration_s, args.stream)
         print(json.dumps({"sent": n}), flush=True)
     else:
         n = record(args.intf, args.out, args.duration_s)

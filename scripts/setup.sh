@@ -6,7 +6,9 @@
 #      (the `torch` extra; torch jobs on the rails), and TorchTitan (the `torchtitan` extra:
 #      torchtitan==0.3.0, the version testbed/torchjob/titan_compat.py is pinned to; no triton;
 #      about 470 MB and 25 s), its tokenizer and corpus built in ~/.cache/opus-testbed,
-#   4. Open vSwitch started when it is not running (no systemd needed).
+#   4. Open vSwitch started when it is not running (no systemd needed),
+#   5. `opus-testbed` on the PATH of every new shell: a link in /usr/local/bin to the venv's
+#      entry point (scripts/link-cli.sh).
 # Each step is skipped when already done, so `make test` and `make demo` can call it every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,4 +98,5 @@ install_apt
 make_venv
 build_titan_assets
 if [ "${OPUS_SKIP_OVS:-0}" != "1" ]; then start_ovs; fi
-log "ready: $VENV/bin/opus-testbed"
+bash scripts/link-cli.sh "$PWD/$VENV/bin/opus-testbed"
+log "ready: opus-testbed ($VENV/bin/opus-testbed)"

@@ -131,11 +131,12 @@ def check_offload() -> Check:
 
 
 def check_tools() -> Check:
-    missing = [t for t in ("ip", "tc", "ping", "iperf3") if shutil.which(t) is None]
+    missing = [t for t in ("ip", "tc", "ping", "iperf3", "tcpdump") if shutil.which(t) is None]
     if missing:
-        return Check("tools", False, f"missing: {', '.join(missing)}",
-                     f"apt-get install iproute2 iputils-ping iperf3, or {SETUP_HINT}")
-    return Check("tools", True, "ip, tc, ping, iperf3 present")
+        return Check("tools", False, f"missing: {', '.join(missing)} (tcpdump: the wire check "
+                     "of every emulated run, run.wire_check)",
+                     f"apt-get install iproute2 iputils-ping iperf3 tcpdump, or {SETUP_HINT}")
+    return Check("tools", True, "ip, tc, ping, iperf3, tcpdump present")
 
 
 def check_cpu_quota() -> Check:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from controller.drivers import emulated
+from controller.drivers.calient import config as calient_config
 from controller.drivers.config import OcsConfig, OcsConfigError, read_ocs_mapping
 from controller.drivers.polatis import config as polatis_config
 from controller.ocs import OcsDriver
@@ -47,6 +48,8 @@ REGISTRY: dict[str, DriverEntry] = {e.name: e for e in (
     DriverEntry("polatis-netconf", polatis_config.parse_config, polatis_config.make_driver,
                 hardware=True, protocol="netconf"),
     DriverEntry("polatis-tl1", polatis_config.parse_config, polatis_config.make_driver,
+                hardware=True, protocol="tl1"),
+    DriverEntry("calient-tl1", calient_config.parse_config, calient_config.make_driver,
                 hardware=True, protocol="tl1"),
 )}
 

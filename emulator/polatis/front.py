@@ -30,12 +30,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from controller.drivers.config import DEFAULT_PASSWORD_ENV
 from controller.drivers.polatis.ports import PortMap
 from controller.drivers.polatis.xml import CURRENT_REVISION
-from controller.drivers.registry import HARDWARE_DRIVERS
 from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
 from emulator.polatis.model import Change, DeviceError, PolatisDevice
 from emulator.polatis.netconf_server import NetconfServer
@@ -86,16 +85,31 @@ class EmulatedRailBackend:
         return dict(self.portmap.pairs_of_all(self.driver.circuits(self.portmap.rail)))
 
 
+#: the drivers whose fronts this module serves (:mod:`emulator.fronts` serves every vendor's)
+POLATIS_DRIVERS = ("polatis-netconf", "polatis-tl1")
+
+
+class FrontServer(Protocol):
+    """What :class:`EmulatedFronts` needs of a rail's server (a Polatis or CALIENT agent)."""
+
+    host: str
+    port: int
+    device: Any  # the simulated device: its ``size`` and an :class:`EmulatedRailBackend`
+
+    def stop(self, timeout_s: float = ...) -> None: ...
+
+
 @dataclass
 class EmulatedFronts:
-    """The running fronts: one NETCONF or TL1 server (and device) per rail."""
+    """The running fronts: one management server (and simulated device) per rail."""
 
-    servers: dict[int, NetconfServer | Tl1Server]
+    servers: Mapping[int, FrontServer]
     username: str
     switching_delay_ms: dict[int, float] = field(default_factory=dict)
     driver: str = "polatis-netconf"
 
-    def device(self, rail: int) -> PolatisDevice:
+    def device(self, rail: int) -> Any:
+        """The rail's simulated device (a PolatisDevice, or a CalientDevice)."""
         return self.servers[rail].device
 
     def ocs_config(self, *, password_env: str = DEFAULT_PASSWORD_ENV,
@@ -119,9 +133,9 @@ def emulated_fronts(driver: OcsDriver, ocs_driver: str = "polatis-netconf", *,
                     ) -> Iterator[EmulatedFronts]:
     """Start a front for each (or each listed) OCS rail of ``driver``, speaking the protocol of
     ``ocs_driver`` (``polatis-netconf`` or ``polatis-tl1``); always stops them."""
-    if ocs_driver not in HARDWARE_DRIVERS:
-        raise ValueError(f"no emulated front for driver {ocs_driver!r}; fronts serve "
-                         f"{', '.join(HARDWARE_DRIVERS)}")
+    if ocs_driver not in POLATIS_DRIVERS:
+        raise ValueError(f"no emulated Polatis front for driver {ocs_driver!r}; these fronts "
+                         f"serve {', '.join(POLATIS_DRIVERS)}")
     protocol = ocs_driver.removeprefix("polatis-")
     servers: dict[int, NetconfServer | Tl1Server] = {}
     delays: dict[int, float] = {}

@@ -61,6 +61,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--start-gate", choices=("on", "off"),
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
+    p.add_argument("--wire-check", choices=("on", "off"),
+                   help="override run.wire_check: on, tcpdump captures every OCS port of an "
+                   "emulated run and the verdict judges each switch's dark period and the "
+                   "one-to-one rule from the capture (see docs/validation.md)")
     p.add_argument("--no-spares", action="store_true",
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
@@ -160,6 +164,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["start_gate"] = args.start_gate == "on"
     if getattr(args, "time_dilation", None) is not None:
         changes["time_dilation"] = args.time_dilation
+    if getattr(args, "wire_check", None) is not None:
+        changes["wire_check"] = args.wire_check == "on"
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg
@@ -465,9 +471,12 @@ def _add_run(sub: Any) -> None:
         "experiment (workload: {torch: ...}, or {torchtitan: ...} for TorchTitan's trainer) "
         "trains the script itself, on loopback and then on "
         "the rails, and fails unless every loss is identical (loss_max_abs_diff). Exit status: "
-        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input (nothing "
-        "started), 1 the run failed, 3 fidelity degraded (with --baseline: the run or its "
-        "baseline; the overhead is then marked * and rests_on_degraded names them).")
+        "0 ok (or simulated: --backend sim runs are not judged), 2 bad input: a bad file or "
+        "option, a job the rails cannot carry (each comm group's circuits against the ports "
+        "per rank), a busy --out; every check of both runs comes before the baseline starts, "
+        "so nothing started and nothing was written, 1 the run failed, 3 fidelity degraded "
+        "(with --baseline: the run or its baseline; the overhead is then marked * and "
+        "rests_on_degraded names them).")
     p.add_argument("config", help="experiment YAML (e.g. examples/llama3-8b.yaml)")
     p.add_argument("--out", help="results directory (default results/NAME-MODE-DELAY-TIME); "
                    "must not exist or be empty")

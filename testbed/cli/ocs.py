@@ -1,4 +1,5 @@
-"""``opus-testbed ocs``: run a Polatis simulator, and inspect or drive a lab switch by hand.
+"""``opus-testbed ocs``: run a Polatis or CALIENT simulator, and inspect or drive a lab switch by
+hand.
 
 ``register(subparsers)`` adds the ``ocs`` command to the main parser; the handlers return an exit
 code (0 ok, 1 device or rule error, 2 bad configuration). ``python -m testbed.cli.ocs ...`` runs
@@ -24,9 +25,12 @@ examples:
   opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830
   opus-testbed ocs simulate --protocol tl1 --port 3082 --fail-port 3
   opus-testbed ocs status --protocol tl1 --host 127.0.0.1 --port 3082
+  opus-testbed ocs simulate --driver calient-tl1 --port 3083 --size 32
+  opus-testbed ocs status --driver calient-tl1 --host 127.0.0.1 --port 3083
 --protocol netconf|tl1 and --driver polatis-netconf|polatis-tl1 are the same setting, on
-every action.
+every action; --driver calient-tl1 is a CALIENT switch over TL1.
 """
+CALIENT = "calient-tl1"
 PROTOCOLS = ("netconf", "tl1")
 
 TARGET_HELP = """\
@@ -37,12 +41,20 @@ the switch: --config FILE (a YAML file with an `ocs:` mapping, e.g. the experime
 
 
 def _driver(text: str) -> str:
-    """``--driver polatis-netconf|polatis-tl1`` as its protocol (``netconf``/``tl1``)."""
+    """``--driver polatis-netconf|polatis-tl1`` as its protocol (``netconf``/``tl1``);
+    ``calient-tl1`` stays itself."""
+    if text == CALIENT:
+        return text
     protocol = text.removeprefix("polatis-")
     if protocol not in PROTOCOLS:
         raise argparse.ArgumentTypeError(
-            f"invalid choice {text!r} (choose from polatis-netconf, polatis-tl1)")
+            f"invalid choice {text!r} (choose from polatis-netconf, polatis-tl1, {CALIENT})")
     return protocol
+
+
+def _driver_name(protocol: str | None) -> str:
+    """The ``ocs.driver`` name of ``--protocol``/``--driver`` (default polatis-netconf)."""
+    return CALIENT if protocol == CALIENT else f"polatis-{protocol or 'netconf'}"
 
 
 def _add_protocol(g: Any) -> None:
@@ -50,18 +62,20 @@ def _add_protocol(g: Any) -> None:
     g.add_argument("--protocol", choices=PROTOCOLS, default=None,
                    help="management protocol (default netconf; same as --driver)")
     g.add_argument("--driver", dest="protocol", type=_driver, default=None,
-                   metavar="{polatis-netconf,polatis-tl1}",
-                   help="the same as --protocol, as an experiment file's ocs.driver spells it")
+                   metavar="{polatis-netconf,polatis-tl1,calient-tl1}",
+                   help="the same as --protocol, as an experiment file's ocs.driver spells it; "
+                   "calient-tl1: a CALIENT switch over TL1")
 
 
 def _target_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("switch", TARGET_HELP)
     g.add_argument("--config", metavar="FILE",
-                   help="YAML file holding an `ocs:` mapping (driver polatis-netconf/-tl1)")
+                   help="YAML file holding an `ocs:` mapping (a hardware ocs.driver)")
     _add_protocol(g)
     g.add_argument("--host", help="switch address (one switch, rail 0)")
-    g.add_argument("--port", type=int, help="management port (default 830 NETCONF, 3082 TL1)")
+    g.add_argument("--port", type=int, help="management port (default 830 NETCONF, 3082 "
+                   "Polatis TL1, 3083 CALIENT TL1)")
     g.add_argument("--username", help="login name (default: admin)")
     g.add_argument("--password-env", metavar="NAME",
                    help="environment variable holding the password (default OPUS_OCS_PASSWORD)")
@@ -75,19 +89,22 @@ def _target_parent() -> argparse.ArgumentParser:
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``ocs`` with ``simulate``, ``status``, ``connect`` and ``disconnect``."""
     p = subparsers.add_parser(
-        "ocs", help="Polatis OCS: run a simulator, or inspect and drive a lab switch",
+        "ocs", help="lab OCS (Polatis, CALIENT): run a simulator, or inspect and drive a switch",
         description="Hardware-in-the-loop tools for Polatis optical circuit switches (NETCONF "
-        "or TL1). Rail port p is ingress p and egress N+p of an N x N switch; a circuit a<->b "
-        "is the pairs a->N+b and b->N+a.",
+        "or TL1) and CALIENT ones (TL1, --driver calient-tl1). Polatis: rail port p is ingress "
+        "p and egress N+p of an N x N switch; a circuit a<->b is the pairs a->N+b and b->N+a. "
+        "CALIENT: rail port p is the switch's p-th duplex port (1 = 1.1.1, 9 = 1.2.1); a "
+        "circuit a<->b is one 2WAY connection.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="ocs_command", required=True, metavar="ACTION")
 
     s = sub.add_parser(
-        "simulate", help="run a simulated Polatis switch on 127.0.0.1 until Ctrl-C",
+        "simulate", help="run a simulated Polatis or CALIENT switch on 127.0.0.1 until Ctrl-C",
         description="Run a simulated Polatis N x N switch in the foreground on 127.0.0.1: "
         "NETCONF over SSH (optical-switch YANG) or TL1 over TCP. It validates edits, models "
         "the switching time (touched egress ports read about -60 dBm meanwhile) and can inject "
-        "faults. Stop it with Ctrl-C or SIGTERM.")
+        "faults. --driver calient-tl1 runs a CALIENT switch of N duplex ports over TL1 instead "
+        "(ENT-CRS/ACT-CRS connections; no light reads NONE). Stop it with Ctrl-C or SIGTERM.")
     _add_protocol(s)
     s.add_argument("--port", type=int, default=0,
                    help="TCP port on 127.0.0.1 (default 0: a free port, printed at start)")
@@ -98,8 +115,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--revision", default=None,
                    help="optical-switch YANG revision to announce (default 2017-08-04; an "
                    "earlier one makes the cross-connect list `pairs`)")
-    s.add_argument("--switching-ms", type=float, default=25.0,
-                   help="switching time in ms (default 25, a piezo-beam switch)")
+    s.add_argument("--switching-ms", type=float, default=None,
+                   help="switching time in ms (default 25, a piezo-beam switch; CALIENT 200, "
+                   "a bulk switch on an S320)")
     s.add_argument("--fail-port", type=int, action="append", default=[], metavar="PORT",
                    help="report this device port FAILED (repeatable)")
     s.add_argument("--reply-delay-ms", type=float, default=0.0,
@@ -152,7 +170,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from emulator.polatis.tl1_server import Tl1Server
 
     size = _parse_size(args.size)
+    if args.protocol == CALIENT:
+        return _simulate_calient(args, size)
     args.protocol = args.protocol or "netconf"
+    if args.switching_ms is None:
+        args.switching_ms = 25.0
     try:
         device = PolatisDevice(size, revision=args.revision or CURRENT_REVISION,
                                switching_time_ms=args.switching_ms)
@@ -193,6 +215,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate_calient(args: argparse.Namespace, size: int) -> int:
+    from emulator.calient.model import CalientDevice
+    from emulator.calient.tl1_server import CalientTl1Server
+
+    switching_ms = 200.0 if args.switching_ms is None else args.switching_ms
+    device = CalientDevice(size, switching_time_ms=switching_ms)
+    bad = [p for p in args.fail_port if not 1 <= p <= size]
+    if bad:
+        print(f"opus-testbed ocs: error: --fail-port {bad[0]} is not a port 1..{size}",
+              file=sys.stderr)
+        return 2
+    device.faults.failed_ports.update(args.fail_port)
+    device.faults.reply_delay_s = args.reply_delay_ms / 1e3
+    server = CalientTl1Server(device, port=args.port, username=args.user,
+                              password=args.password)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"opus-testbed ocs: error: cannot listen on 127.0.0.1:{args.port}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
+        info = {"driver": CALIENT, "protocol": "tl1", "host": server.host, "port": server.port,
+                "size": f"{size}x{size}", "username": args.user, "model": device.model,
+                "switching_ms": switching_ms}
+        if args.json:
+            print(json.dumps(info), flush=True)
+        else:
+            print(f"simulated CALIENT {device.model} ({size} ports {device.names[0]}.."
+                  f"{device.names[-1]}, TL1) listening on {server.host}:{server.port}; login "
+                  f"{args.user}; Ctrl-C to stop", flush=True)
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if not args.json:
+        print(f"simulator stopped after {device.edits} edit(s)", file=sys.stderr)
+    return 0
+
+
 def _ocs_config(args: argparse.Namespace) -> Any:
     from controller.drivers.config import OcsConfigError
     from controller.drivers.registry import load_ocs_config, parse_ocs_config
@@ -206,8 +269,7 @@ def _ocs_config(args: argparse.Namespace) -> Any:
         return load_ocs_config(args.config)
     if not args.host:
         raise OcsConfigError("--host", "give --host HOST (or --config FILE)")
-    mapping: dict[str, Any] = {"driver": f"polatis-{args.protocol or 'netconf'}",
-                               "host": args.host}
+    mapping: dict[str, Any] = {"driver": _driver_name(args.protocol), "host": args.host}
     for key, value in (("port", args.port), ("username", args.username),
                        ("password_env", args.password_env),
                        ("credentials_file", args.credentials_file), ("size", args.size),
@@ -232,7 +294,7 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
         cfg = _ocs_config(args)
         if not cfg.is_hardware:
             raise OcsConfigError("ocs.driver", f"driver {cfg.driver} has no switch to talk to; "
-                                 "use polatis-netconf or polatis-tl1")
+                                 "use polatis-netconf, polatis-tl1 or calient-tl1")
         with make_driver(cfg) as driver:
             return body(driver)
     except OcsConfigError as exc:
@@ -260,7 +322,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "circuits": [c.to_json() for c in sorted(view.circuits)],
                 "stray_pairs": [list(p) for p in sorted(view.stray_pairs)],
                 "port_states": {str(p): s.value for p, s in states.items()},
-                "power_dbm": {str(p): v for p, v in sorted(driver.power_dbm(rail).items())},
+                # a reading of no light (-inf, CALIENT's NONE) is null in JSON
+                "power_dbm": {str(p): v if v > float("-inf") else None
+                              for p, v in sorted(driver.power_dbm(rail).items())},
             })
         if args.json:
             print(json.dumps({"rails": rails}, indent=1))

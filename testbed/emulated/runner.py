@@ -43,8 +43,10 @@ from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_
 from testbed.experiment.config import RunSettings
 from testbed.experiment.dilation import DilationError, to_model_time, wall_link_mbps, wall_settings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics.compute import measured_span
 from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
-from testbed.metrics.fidelity import CpuSampler, vswitchd_pids
+from testbed.metrics.fidelity import CpuSampler, cpu_interval_s, vswitchd_pids
+from testbed.metrics.wire import WireVerdict
 from testbed.plan.replay import PlanError
 from testbed.results import store
 from testbed.results.summary import Observed, RunFacts, finish_run
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from controller.service import ControllerService
     from emulator.network import EmulatedRails
     from emulator.topo import RailSpec
+    from emulator.wirecap import WireCapture
 
 POLL_S = 0.5
 
@@ -94,9 +97,9 @@ StartRanks = Callable[[RailsRun], RankFollower]
 @contextlib.contextmanager
 def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                        ) -> Iterator[tuple[OcsDriver, Any]]:
-    """The OCS driver Opus uses, and the Polatis fronts if any: the emulated driver, or a
-    Polatis driver (NETCONF or TL1) talking to a front of that protocol on each emulated rail
-    (the lab driver, against real OVS circuits)."""
+    """The OCS driver Opus uses, and the fronts if any: the emulated driver, or a lab driver
+    (Polatis NETCONF or TL1, CALIENT TL1) talking to a front of that protocol on each emulated
+    rail (the lab driver, against real OVS circuits)."""
     if cfg.driver == "emulated" or cfg.mode == "baseline":
         yield emulated, None
         return
@@ -108,7 +111,7 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
                          f"emulated run drives its own {cfg.driver} fronts on the emulated "
                          "rails; remove them here, and bring a lab switch up with "
                          "`opus-testbed ocs`")
-    from emulator.polatis.front import emulated_fronts
+    from emulator.fronts import emulated_fronts
 
     password = secrets.token_hex(8)
     with emulated_fronts(emulated, cfg.driver, password=password) as fronts:
@@ -210,10 +213,11 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                         time_dilation=k)
 
 
-def run_components(follower: RankFollower | None, net: EmulatedRails | None
-                   ) -> dict[str, list[int]]:
+def run_components(follower: RankFollower | None, net: EmulatedRails | None,
+                   capture: WireCapture | None = None) -> dict[str, list[int]]:
     """The run's parts by process, for the CPU breakdown: the rank processes, this process
-    (the runner and the Opus controller's threads), each ovs-vswitchd, the OCS app."""
+    (the runner and the Opus controller's threads), each ovs-vswitchd, the OCS app, and the
+    wire check's captures and probe sender."""
     parts = {"ranks": follower.pids if follower is not None else [],
              "controller": [os.getpid()]}
     if net is not None and net.instances is not None:  # one Open vSwitch per OCS bridge
@@ -223,6 +227,8 @@ def run_components(follower: RankFollower | None, net: EmulatedRails | None
         parts["ovs-vswitchd"] = vswitchd_pids()
     if net is not None and net.ocs_pid is not None:
         parts["ocs-app"] = [net.ocs_pid]
+    if capture is not None:
+        parts["wire check"] = list(capture.pids)
     return parts
 
 
@@ -250,9 +256,12 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     net: EmulatedRails | None = None
     throttling: Throttling | None = None
     cgroup: RankCgroup | None = None
+    modeled = prep.modeled_iteration_s
+    capture: WireCapture | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
                          + vswitchd_pids(net.vswitchd_pids if net is not None else ()),
-                         components=lambda: run_components(follower, net))
+                         interval_s=cpu_interval_s(modeled * cfg.iterations if modeled else None),
+                         components=lambda: run_components(follower, net, capture))
     try:
         with contextlib.ExitStack() as stack:  # unwinds: controller, OCS driver, network
             try:
@@ -272,6 +281,7 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
                 f"{net.datapath} datapath, {net.ovs} Open vSwitch, {net.vswitchd_priority}"
                 f"{quota})")
+            capture = _start_wire_capture(stack, net, cfg, spec, out, say, time_dilation)
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
@@ -297,15 +307,67 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
         sampler.stop()
     wall_s = time.monotonic() - t_start
     k = time_dilation
-    records = to_model_time((r for rank in range(spec.num_ranks)
-                             for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")), k)
-    events_read = to_model_time(store.read_jsonl(out / "controller-events.jsonl"), k)
+    wall_records = [r for rank in range(spec.num_ranks)
+                    for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
+    wall_events = store.read_jsonl(out / "controller-events.jsonl")
     # the JSONL files keep the wall clock; the CSVs, plots, summary and export: model time
-    seen = Observed(records, events_read, sampler.summary(), wall_s,
-                    _dark_check(out, cfg, events_read, expected_delay(cfg, spec), k),
-                    cgroup.summary(throttling) if cgroup is not None else None)
+    records, events_read = to_model_time(wall_records, k), to_model_time(wall_events, k)
+    expected = expected_delay(cfg, spec)
+    wire = (None if capture is None else
+            wire_verdict(out, capture.out_dir, events_read, expected))
+    seen = Observed(records, events_read,
+                    sampler.summary(measured_span(wall_records, cfg.warmup)),  # wall clock
+                    wall_s, _dark_check(out, cfg, events_read, expected, k),
+                    cgroup.summary(throttling) if cgroup is not None else None, wire)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
+
+
+def wire_skip_reason(cfg: RunSettings, spec: RailSpec, time_dilation: float = 1.0
+                     ) -> str | None:
+    """Why a run has no wire check, or None when it has one."""
+    if not getattr(cfg, "wire_check", False):
+        return "run.wire_check is off"
+    if cfg.mode == "baseline":
+        return "no OCS rail to observe (electrical rails)"
+    if time_dilation != 1:
+        return (f"time dilation {time_dilation:g}: the capture's stamps are the wall clock, "
+                "which the wire check does not read back in model time yet")
+    if getattr(cfg, "faults", ()) or spec.spares:
+        return ("a failover run: a spare that takes over a rank takes its addresses, and "
+                "injected faults take ports down, which the capture does not follow yet")
+    if spec.mode != "ocs":  # rail-state: the data rails are electrical
+        return ("rail-state: the bits switch on shadow rails whose ports carry no frames (with "
+                "the userspace datapath they have no interface to capture)")
+    return None
+
+
+def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: RunSettings,
+                        spec: RailSpec, out: Path, say: Say, time_dilation: float = 1.0
+                        ) -> WireCapture | None:
+    """Start the capture of every OCS port (:mod:`emulator.wirecap`) when the run has one; it
+    stops, and writes its files, when ``stack`` unwinds."""
+    from emulator.wirecap import wire_capture
+
+    skip = wire_skip_reason(cfg, spec, time_dilation)
+    if skip is not None:
+        if getattr(cfg, "wire_check", False) and cfg.mode != "baseline":
+            say(f"  wire check: off ({skip})")
+        return None
+    capture = stack.enter_context(wire_capture(net, out / "wire"))
+    say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "
+        f"{capture.probe_interval_ms:g} ms from every rank port")
+    return capture
+
+
+def wire_verdict(out: Path, capture_dir: Path, controller_events: list[dict[str, Any]],
+                 expected: ExpectedDelay) -> WireVerdict:
+    """The capture's judgement of the run and the app's agreement with it."""
+    from testbed.metrics.wire import agreement, check_wire
+
+    wire = check_wire(capture_dir, controller_events, expected)
+    app = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
+    return WireVerdict(wire, agreement(wire, app))
 
 
 def require_quota(cfg: RunSettings) -> None:

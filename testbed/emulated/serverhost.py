@@ -7,7 +7,7 @@ Started by the supervisor inside the first rank's Mininet host::
 ``SERVER.json`` lists the server's ranks: ``{"ranks": [{"rank": R, "plan": RANK_PLAN.json,
 "netns": "/proc/<host shell pid>/ns/net"}, ...]}``. Each rank runs as
 :mod:`testbed.emulated.replayer` runs it in a process of its own (its lanes as threads), on a
-thread that first enters its own host's network namespace (:mod:`testbed.emulated.netns`), so
+thread that first enters its own host's network namespace (:mod:`emulator.netns`), so
 its listener, its connections to peers and its shims' connections to Opus are all opened there,
 and it writes its own records to its own ``out`` file. Each rank says on standard error (the
 server's log) which namespace its thread is in.
@@ -30,7 +30,7 @@ import threading
 import traceback
 from typing import Any
 
-from testbed.emulated.netns import enter_netns, netns_id
+from emulator.netns import enter_netns, netns_id
 from testbed.emulated.replayer import Replayer
 
 

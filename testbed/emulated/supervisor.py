@@ -51,8 +51,8 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.service import ControllerClient
 from emulator import naming, runstate
+from emulator.netns import netns_path
 from testbed.emulated.gate import RunnerGate
-from testbed.emulated.netns import netns_path
 from testbed.errors import RankFailed, RunError, RunRefused, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared

@@ -9,7 +9,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     ocs:
       switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
       ports_per_rank: 1         # K: ports per GPU on its rail OCS
-      driver: emulated          # emulated | polatis-netconf | polatis-tl1 (see below)
+      driver: emulated          # emulated | polatis-netconf | polatis-tl1 | calient-tl1
       semantics: port-exact     # port-exact | rail-state (see below)
       request_points: auto      # auto | every | phase: which calls ask the controller
     network:
@@ -23,6 +23,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
       start_gate: true          # replayed ranks start together (false: each once loaded)
       time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
+      wire_check: true          # capture the OCS ports and judge the switching from the wire
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -50,9 +51,9 @@ backend only).
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``.
 Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
-directly; ``polatis-netconf`` / ``polatis-tl1`` drive it through a Polatis NETCONF / TL1 front on
-every emulated rail (the lab driver's code path). The sim backend is chosen with ``--backend sim``,
-not with a driver.
+directly; ``polatis-netconf`` / ``polatis-tl1`` / ``calient-tl1`` drive it through a Polatis
+NETCONF / Polatis TL1 / CALIENT TL1 front on every emulated rail (the lab driver's code path).
+The sim backend is chosen with ``--backend sim``, not with a driver.
 ``run.rank_cpu_quota`` (emulated runs): the rank processes share one cgroup with a CPU quota of
 that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RESERVE_CORES`),
 so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);
@@ -123,7 +124,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
-            "rank_cpu_quota", "start_gate", "time_dilation")
+            "rank_cpu_quota", "start_gate", "time_dilation", "wire_check")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -160,6 +161,7 @@ class RunSettings:
     rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
     start_gate: bool = True  # emulated ranks wait for each other before their first op
     time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
+    wire_check: bool = True  # emulated OCS runs: tcpdump on every OCS port (testbed.metrics.wire)
 
     @property
     def switching_delay_ms(self) -> float:
@@ -246,6 +248,9 @@ class RunSettings:
         if not isinstance(self.start_gate, bool):
             raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
                                   "run.start_gate", self.source)
+        if not isinstance(self.wire_check, bool):
+            raise ExperimentError(f"must be true or false, got {self.wire_check!r}",
+                                  "run.wire_check", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -315,7 +320,7 @@ class RunSettings:
                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
-                "time_dilation": self.time_dilation}
+                "time_dilation": self.time_dilation, "wire_check": self.wire_check}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -504,6 +509,8 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             kwargs["time_dilation"] = parse_time_dilation(run["time_dilation"])
         except DilationError as exc:
             raise doc.error("run.time_dilation", str(exc)) from exc
+    if "wire_check" in run:
+        kwargs["wire_check"] = _typed(doc, run["wire_check"], "run.wire_check", bool)
     return kwargs
 
 

@@ -3,7 +3,7 @@
 ``rank`` (one process per rank, each inside its Mininet host) is how runs always went.
 ``server`` starts one process per server that hosts its G ranks as threads
 (:mod:`testbed.emulated.serverhost`), each rank's sockets opened inside its own host's network
-namespace (:mod:`testbed.emulated.netns`): 1/G as many interpreters to load and schedule.
+namespace (:mod:`emulator.netns`): 1/G as many interpreters to load and schedule.
 ``auto`` is ``server`` unless the run has failover (spares, ``--no-spares``' restart, or rank
 or port faults), where it falls back to ``rank``: failover kills, stops (``hang``) and restarts
 a rank's process, and its NIC watchdog exits it, which one process per server cannot do to one

@@ -13,8 +13,13 @@ of the machine, for emulated runs; the virtual clock for simulated ones):
   during which at least one collective waited on light (controller round trips included).
 * **windows** (paper §3.1): per rank, consecutive calls of the same parallelism axis and
   collective kind form a phase; a window is the start of a phase minus the end of the previous
-  phase when their comm-group sets differ. A call starts at its ack (every member joined and
-  the circuits are lit) and ends when its bytes have been delivered.
+  phase when their comm-group sets differ: ``min(start of P2's calls) - max(end of P1's
+  calls)``. A call starts when its slowest member joins (the latest intent of its members)
+  and ends when the rank's bytes have been delivered. Windows are the gaps the *workload*
+  offers: they are measured on the electrical baseline (``mode: baseline``), where no call
+  waits for light. The same gaps measured on a switched run include its waits for light (a
+  call whose circuits are late ends late, and so do the phases after it); they are kept apart
+  as **gaps** (``gaps.csv``, ``gaps*`` keys), never as windows.
 * **throughput**: bytes a rank sent in a ring collective from the moment its last member was
   acknowledged to the rank's end of the call, against the configured link rate; only calls
   whose ideal transfer takes at least ``min_transfer_s`` count. Calls run as several segments
@@ -97,6 +102,15 @@ def iteration_table(records: Sequence[Record], warmup: int) -> list[dict[str, An
     return rows
 
 
+def measured_span(records: Sequence[Record], warmup: int) -> tuple[float, float]:
+    """(start, end) of the measured iterations (after the warm-up) on the run's clock; an
+    empty span (inf, -inf) when none completed."""
+    measured = [row for row in iteration_table(records, warmup) if row["measured"]]
+    if not measured:
+        return (math.inf, -math.inf)
+    return (float(measured[0]["t_start_s"]), float(measured[-1]["t_end_s"]))
+
+
 def exposed_intervals(events: Sequence[Record]) -> list[tuple[float, float, str, int]]:
     """(ready, first ack, group, seq) of call instances whose ack came after the last intent
     (instances are per job: a failover registers the job again, and call numbers restart)."""
@@ -165,23 +179,29 @@ def call_table(records: Sequence[Record], link_mbps: float, scale: float
 
 
 def window_table(calls: Sequence[Mapping[str, Any]], warmup: int) -> list[dict[str, Any]]:
-    """Windows between phases of each rank in the measured iterations (paper §3.1)."""
+    """Windows between phases of each rank in the measured iterations (paper §3.1; see the
+    module docstring): on a baseline run its windows, on a switched run its gaps."""
     by_rank: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    joined: dict[tuple[int, int, str], float] = {}  # a call starts when its last member joins
     for c in calls:
         if int(c["iteration"]) >= warmup and c.get("superseded") in (None, False, "False"):
             by_rank[int(c["rank"])].append(c)
+            key = _instance(c)
+            joined[key] = max(joined.get(key, -math.inf), float(c["t_intent_s"]))
     rows = []
     for rank, cs in sorted(by_rank.items()):
         cs.sort(key=lambda c: float(c["t_ack_s"]))
         phases: list[dict[str, Any]] = []
         for c in cs:
-            key = (AXIS_FAMILY.get(str(c["axis"]), str(c["axis"])),
-                   KIND_FAMILY.get(str(c["kind"]), str(c["kind"])))
-            if not phases or phases[-1]["key"] != key:
-                phases.append({"key": key, "groups": set(), "start": float(c["t_ack_s"]),
+            phase_key = (AXIS_FAMILY.get(str(c["axis"]), str(c["axis"])),
+                         KIND_FAMILY.get(str(c["kind"]), str(c["kind"])))
+            start = joined[_instance(c)]
+            if not phases or phases[-1]["key"] != phase_key:
+                phases.append({"key": phase_key, "groups": set(), "start": start,
                                "end": float(c["t_end_s"]), "bytes": 0})
             ph = phases[-1]
             ph["groups"].add(c["group"])
+            ph["start"] = min(ph["start"], start)
             ph["end"] = max(ph["end"], float(c["t_end_s"]))
             ph["bytes"] += int(c["size_bytes"])
         for a, b in itertools.pairwise(phases):
@@ -191,6 +211,38 @@ def window_table(calls: Sequence[Mapping[str, Any]], warmup: int) -> list[dict[s
                          "window_s": b["start"] - a["end"], "t_s": a["end"],
                          "next_bytes": b["bytes"], "volume_bin": volume_bin(b["bytes"])})
     return rows
+
+
+def _instance(call: Mapping[str, Any]) -> tuple[int, int, str]:
+    """A call instance shared by its members: (epoch, iteration, collective id)."""
+    return (int(call.get("epoch", 0)), int(call["iteration"]), str(call["collective"]))
+
+
+#: The summary keys of :func:`window_figures`, per prefix: count, share over 1 ms, median,
+#: empty count, share at least the switching delay.
+WINDOW_KEYS = {
+    "windows": ("windows", "windows_over_1ms_pct", "window_median_s", "windows_empty",
+                "windows_at_least_delay_pct"),
+    "gaps": ("gaps", "gaps_over_1ms_pct", "gap_median_s", "gaps_empty",
+             "gaps_at_least_delay_pct")}
+
+
+def window_figures(windows: Sequence[Mapping[str, Any]], prefix: str = "windows",
+                   delay_ms: float | None = None) -> dict[str, Any]:
+    """Count, share over 1 ms, median and empty (<= 0) count of ``windows`` (rows with
+    ``window_s``) under the keys of ``prefix`` (:data:`WINDOW_KEYS`: ``windows`` or
+    ``gaps``); with ``delay_ms`` (> 0) also the share at least that long."""
+    wins = sorted(float(w["window_s"]) for w in windows)
+    count, over_1ms, median, empty, at_least = WINDOW_KEYS[prefix]
+    out: dict[str, Any] = {
+        count: len(wins),
+        over_1ms: 100.0 * sum(1 for w in wins if w > 1e-3) / len(wins) if wins else None,
+        median: wins[len(wins) // 2] if wins else None,
+        empty: sum(1 for w in wins if w <= 0.0)}
+    if delay_ms:
+        out[at_least] = (100.0 * sum(1 for w in wins if w >= delay_ms * 1e-3) / len(wins)
+                         if wins else None)
+    return out
 
 
 def volume_bin(size_bytes: int) -> str:
@@ -218,8 +270,10 @@ def _circuit_text(c: Any) -> str:
 
 def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warmup: int,
                     link_mbps: float, scale: float, num_rails: int,
-                    min_transfer_s: float = 0.05) -> RunMetrics:
-    """All tables and the summary figures of one run."""
+                    min_transfer_s: float = 0.05, switched: bool = False) -> RunMetrics:
+    """All tables and the summary figures of one run. ``switched`` (a run with an OCS): its
+    gaps between phases are reported as ``gaps*``, and its ``windows*`` are left empty (None)
+    for the baseline's (:func:`testbed.results.baseline.with_baseline`)."""
     m = RunMetrics()
     m.iterations = iteration_table(records, warmup)
     m.calls = call_table(records, link_mbps, scale)
@@ -250,7 +304,6 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
     times = [float(row["iteration_time_s"]) for row in measured]
     big = [c for c in m.calls if c["ideal_transfer_s"] >= min_transfer_s]
     ratios = sorted(c["achieved_mbps"] / link_mbps for c in big if link_mbps > 0)
-    wins = sorted(float(w["window_s"]) for w in m.windows)
     m.summary = {
         "iteration_time_s": _mean(times),
         "iteration_times_s": times,
@@ -266,11 +319,12 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         "throughput_ratio_median": ratios[len(ratios) // 2] if ratios else None,
         "throughput_ratio_p10": ratios[len(ratios) // 10] if ratios else None,
         "throughput_rated_calls": len(ratios),
-        "windows": len(wins),
-        "windows_over_1ms_pct": (100.0 * sum(1 for w in wins if w > 1e-3) / len(wins)
-                                 if wins else None),
-        "window_median_s": wins[len(wins) // 2] if wins else None,
     }
+    if switched:
+        m.summary.update(window_figures(m.windows, "gaps"))
+        m.summary.update({key: None for key in window_figures([])})
+    else:
+        m.summary.update(window_figures(m.windows))
     return m
 
 

@@ -25,8 +25,12 @@ why and whom it blames (:class:`Verdict`):
   no load explains these; the emulator, the replayer or the controller misbehaved;
 * ``none`` -- the run is ``ok``.
 
-A check with nothing to judge says so: a run without a ring collective long enough to rate
-has its throughput ``unrated`` (``fidelity_unrated``), whatever its verdict.
+A check with nothing to judge says so (``fidelity_unrated``), whatever the verdict: a run
+without a ring collective long enough to rate has its throughput ``unrated``; a run whose
+measured iterations hold fewer than :data:`MIN_CPU_SAMPLES` CPU samples (or whose samples cover
+less than :data:`MIN_CPU_COVERAGE` of them) has its CPU ``unrated``: the CPU rules (saturation,
+steal) judge only from samples taken inside the measured iterations, never from the start-up
+or the warm-up, and never call a run saturated on fewer samples.
 
 A degraded run is never presented as a clean result; the emulation tests never skip on a
 verdict (``tests/emulation/conftest.py``). A simulated run is not judged at all: its verdict is
@@ -145,12 +149,43 @@ def capacity_problem(num_ranks: int, cpus: int | None = None,
 
 @dataclass
 class CpuSample:
+    """One reading of the CPU, over the interval ``(t_start_s, t_s]`` (wall clock, as the
+    ranks' records): the machine's busy and stolen share, the emulator's processes (% of one
+    core), each component's, and whether every process read had been read before
+    (``complete``: a pid's first read only starts its count, so its share there is 0)."""
+
     t_s: float
     machine_pct: float
     emulator_pct: float
     steal_pct: float = 0.0  # time the hypervisor ran other guests (Linux VMs; else 0)
     pressure_total_us: int | None = None  # PSI "some" stall total (None: no PSI)
     component_pct: dict[str, float] = field(default_factory=dict)  # name -> its processes' %
+    t_start_s: float | None = None  # None: unknown (the interval before t_s)
+    complete: bool = True
+
+
+#: The fewest samples inside the measured iterations on which the CPU rules judge. One
+#: interval's burst (a rank's start-up, an import, a flush) lifts one sample to 100 %; with
+#: three, the mean exceeds :data:`CPU_SATURATED_PCT` (92 %) only if every sample exceeds 76 %,
+#: that is when the whole span was busy and not one moment of it. Fewer: ``unrated``.
+MIN_CPU_SAMPLES = 3
+#: The share of the measured iterations the samples must cover (the rest falls between the
+#: span's edges and the first and last whole sample).
+MIN_CPU_COVERAGE = 0.5
+#: Sampling interval bounds (s): at most 0.5 s (long runs); at least 0.1 s, where the kernel's
+#: 10 ms CPU-time ticks still give 5 % resolution per sample on 2 cores.
+CPU_INTERVAL_MAX_S = 0.5
+CPU_INTERVAL_MIN_S = 0.1
+
+
+def cpu_interval_s(measured_s: float | None) -> float:
+    """The sampling interval for a run whose measured iterations should last ``measured_s``
+    (wall seconds, e.g. the modelled step times the iterations): a tenth of it, within
+    [:data:`CPU_INTERVAL_MIN_S`, :data:`CPU_INTERVAL_MAX_S`], so that a short run still gets
+    :data:`MIN_CPU_SAMPLES` whole samples inside its measured iterations when it can."""
+    if not measured_s or measured_s <= 0:
+        return CPU_INTERVAL_MAX_S
+    return min(CPU_INTERVAL_MAX_S, max(CPU_INTERVAL_MIN_S, measured_s / 10.0))
 
 
 def cpu_pressure_total_us(path: Path = PSI_CPU) -> int | None:
@@ -171,7 +206,8 @@ class CpuSampler:
     """Samples machine and emulator CPU every ``interval_s`` in a background thread.
 
     ``pids`` names the emulator's processes (read at every sample, so processes may come and
-    go); a pid's first sample only starts its count, so it is in the sums from the second on.
+    go); the processes known at :meth:`start` are read there, a later pid's first sample only
+    starts its count (that sample is not ``complete``).
     ``components`` (optional) names the run's parts (ranks, controller, each ovs-vswitchd, OCS
     app) by their processes, so the summary can say which part took the CPU.
     """
@@ -183,9 +219,16 @@ class CpuSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
+    _t_last: float | None = None
 
     def start(self) -> CpuSampler:
+        """Start sampling; every process already known is read once now, so that the first
+        sample holds its CPU over the whole first interval."""
         psutil.cpu_times_percent(None)
+        read: dict[int, tuple[float, bool]] = {}
+        for pid in self._all_pids():
+            self._percent(pid, read)
+        self._t_last = time.time()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="cpu-sampler")
         self._thread.start()
         return self
@@ -195,12 +238,17 @@ class CpuSampler:
         if self._thread is not None:
             self._thread.join(5.0)
 
-    def _percent(self, pid: int, read: dict[int, float]) -> float:
-        """``pid``'s CPU % since its previous read (0 at its first), read once per sample."""
+    def _all_pids(self) -> list[int]:
+        parts = self.components() if self.components else {}
+        return [*self.pids(), *(pid for pids in parts.values() for pid in pids)]
+
+    def _percent(self, pid: int, read: dict[int, tuple[float, bool]]) -> tuple[float, bool]:
+        """``pid``'s CPU % since its previous read, and whether there was one (its first read
+        gives 0: it only starts the count); read once per sample."""
         if pid in read:
             return read[pid]
         proc = self._procs.get(pid)
-        pct = 0.0
+        pct, known = 0.0, proc is not None
         try:
             if proc is None:
                 self._procs[pid] = psutil.Process(pid)
@@ -209,52 +257,89 @@ class CpuSampler:
                 pct = proc.cpu_percent(None)
         except psutil.Error:
             self._procs.pop(pid, None)
-        read[pid] = pct
-        return pct
+            known = True  # gone: its share is over, not unknown
+        read[pid] = (pct, known)
+        return read[pid]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            read: dict[int, float] = {}
-            total = sum(self._percent(pid, read) for pid in self.pids())
-            parts = {name: sum(self._percent(pid, read) for pid in pids)
+            read: dict[int, tuple[float, bool]] = {}
+            total = sum(self._percent(pid, read)[0] for pid in self.pids())
+            parts = {name: sum(self._percent(pid, read)[0] for pid in pids)
                      for name, pids in (self.components() if self.components else {}).items()}
             # one read of the machine's counters: busy as psutil.cpu_percent counts it
             times = psutil.cpu_times_percent(None)
             busy = 100.0 - times.idle - getattr(times, "iowait", 0.0)
             steal = float(getattr(times, "steal", 0.0))
-            self.samples.append(CpuSample(time.time(), busy, total, steal,
-                                          cpu_pressure_total_us(), parts))
+            now = time.time()
+            self.samples.append(CpuSample(now, busy, total, steal, cpu_pressure_total_us(),
+                                          parts, self._t_last,
+                                          all(known for _pct, known in read.values())))
+            self._t_last = now
 
-    def summary(self) -> dict[str, Any]:
-        if not self.samples:
-            return {"samples": 0}
-        machine = [s.machine_pct for s in self.samples]
-        emu = [s.emulator_pct for s in self.samples]
-        steal = [s.steal_pct for s in self.samples]
-        return {"samples": len(self.samples), "machine_cpu_mean_pct": sum(machine) / len(machine),
-                "machine_cpu_max_pct": max(machine),
-                "machine_steal_mean_pct": sum(steal) / len(steal),
-                "machine_cpu_pressure_pct": self._pressure_pct(),
-                "emulator_cpu_mean_pct": sum(emu) / len(emu), "cores": os.cpu_count(),
-                **self._components_summary()}
+    def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
+        """The CPU figures the verdict rests on: over the samples that lie wholly inside
+        ``window`` (the measured iterations, wall clock), or over every sample without one.
+        ``rated`` is False, with ``unrated`` saying why and no machine figure, when fewer than
+        :data:`MIN_CPU_SAMPLES` samples or less than :data:`MIN_CPU_COVERAGE` of the window
+        lie inside it: the rules then judge nothing rather than a moment of the run."""
+        taken = len(self.samples)
+        used = self.samples if window is None else [
+            s for s in self.samples if s.t_start_s is not None
+            and window[0] <= s.t_start_s and s.t_s <= window[1]]
+        out: dict[str, Any] = {"samples": len(used), "samples_taken": taken,
+                               "interval_s": self.interval_s, "cores": os.cpu_count()}
+        if window is not None:
+            span = max(0.0, window[1] - window[0])
+            covered = sum(s.t_s - (s.t_start_s or s.t_s) for s in used)
+            out.update(measured_span_s=round(span, 3), covered_s=round(covered, 3))
+            if len(used) < MIN_CPU_SAMPLES or covered < MIN_CPU_COVERAGE * span:
+                out.update(rated=False, unrated=(
+                    f"cpu: {len(used)} sample(s) of {self.interval_s:g} s lie inside the "
+                    f"measured iterations ({span:.2f} s), covering {covered:.2f} s; the CPU "
+                    f"rules need {MIN_CPU_SAMPLES} covering half of them (run more "
+                    "iterations)"))
+                return out
+        if not used:
+            return out
+        machine = [s.machine_pct for s in used]
+        emu = [s.emulator_pct for s in used]
+        steal = [s.steal_pct for s in used]
+        out.update({"rated": True, "machine_cpu_mean_pct": sum(machine) / len(machine),
+                    "machine_cpu_max_pct": max(machine),
+                    "machine_steal_mean_pct": sum(steal) / len(steal),
+                    "machine_cpu_pressure_pct": _pressure_pct(used),
+                    "emulator_cpu_mean_pct": sum(emu) / len(emu),
+                    **_components_summary(used)})
+        return out
 
-    def _components_summary(self) -> dict[str, Any]:
-        """Mean cores per component over every sample (absent from a sample: 0)."""
-        names = sorted({name for s in self.samples for name in s.component_pct})
-        if not names:
-            return {}
-        return {"component_cores_mean": {
-            name: round(sum(s.component_pct.get(name, 0.0) for s in self.samples)
-                        / len(self.samples) / 100.0, 3) for name in names}}
 
-    def _pressure_pct(self) -> float | None:
-        """Share (%) of the sampled time during which some thread waited for a core."""
-        first, last = self.samples[0], self.samples[-1]
-        if first.pressure_total_us is None or last.pressure_total_us is None \
-                or last.t_s <= first.t_s:
-            return None
-        stalled_s = (last.pressure_total_us - first.pressure_total_us) / 1e6
-        return min(100.0, 100.0 * stalled_s / (last.t_s - first.t_s))  # clocks read apart
+def _components_summary(samples: Sequence[CpuSample]) -> dict[str, Any]:
+    """Mean cores per component over the ``complete`` samples (a component absent from a
+    sample counts 0 there), the machine's busy cores over the same samples, and the
+    difference (``other_cores_mean``): other processes, and kernel work (the veths'
+    softirqs) charged to none of the run's processes."""
+    whole = [s for s in samples if s.complete]
+    names = sorted({name for s in whole for name in s.component_pct})
+    if not names:
+        return {}
+    cores = os.cpu_count() or 1
+    parts = {name: round(sum(s.component_pct.get(name, 0.0) for s in whole)
+                         / len(whole) / 100.0, 3) for name in names}
+    machine = sum(s.machine_pct for s in whole) / len(whole) / 100.0 * cores
+    return {"component_cores_mean": parts, "machine_cores_mean": round(machine, 3),
+            "other_cores_mean": round(machine - sum(parts.values()), 3),
+            "component_samples": len(whole)}
+
+
+def _pressure_pct(samples: Sequence[CpuSample]) -> float | None:
+    """Share (%) of the sampled time during which some thread waited for a core."""
+    first, last = samples[0], samples[-1]
+    if first.pressure_total_us is None or last.pressure_total_us is None \
+            or last.t_s <= first.t_s:
+        return None
+    stalled_s = (last.pressure_total_us - first.pressure_total_us) / 1e6
+    return min(100.0, 100.0 * stalled_s / (last.t_s - first.t_s))  # clocks read apart
 
 
 def vswitchd_pids(instances: Sequence[int] = ()) -> list[int]:
@@ -360,6 +445,10 @@ class RunEvidence:
     quota: Mapping[str, Any] | None = None
     iteration_s: float | None = None  # measured, mean
     expected_iteration_s: float | None = None  # modelled step + exposed switching (None: no model)
+    #: what the capture of the OCS ports contradicts (early light, frames at a non-peer, an app
+    #: record the wire disagrees with: :class:`testbed.metrics.wire.WireVerdict`)
+    wire_faults: tuple[str, ...] = ()
+    wire_timing_faults: tuple[str, ...] = ()  # the same, where a busy switch can be the cause
     call_cost: CallCostBound | None = None  # the emulator's per-call costs (None: not measured)
 
 
@@ -401,8 +490,9 @@ def judge(ev: RunEvidence) -> Verdict:
     mean = cpu.get("machine_cpu_mean_pct")
     saturated = mean is not None and mean > CPU_SATURATED_PCT
     if saturated:
-        reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %): "
-                              "lower network.link_mbps or use fewer ranks", timing=True))
+        reasons.append(Reason(MACHINE, f"the machine's CPU was saturated (mean {mean:.0f} %"
+                              f"{_others_words(cpu)}): lower network.link_mbps or use fewer "
+                              "ranks", timing=True))
     steal = cpu.get("machine_steal_mean_pct")
     stolen = steal is not None and steal > CPU_STEAL_PCT
     if stolen:
@@ -428,8 +518,24 @@ def judge(ev: RunEvidence) -> Verdict:
         reasons.append(call_cost_reason(costly, cpu))
     if ev.dark is not None:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
-    unrated = (UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None else ()
+    reasons += [Reason(RUN, text) for text in ev.wire_faults]
+    reasons += [overrun_reason(text, cpu) for text in ev.wire_timing_faults]
+    unrated: tuple[str, ...] = ((UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None
+                                else ())
+    if cpu.get("rated") is False:
+        unrated += (str(cpu.get("unrated") or "cpu: too few samples"),)
     return Verdict("degraded" if reasons else "ok", tuple(reasons), unrated)
+
+
+def _others_words(cpu: Mapping[str, Any]) -> str:
+    """How much of the machine's busy CPU the run's own parts took, when sampled (so that
+    saturation by other processes reads as such): ``; the run's parts took 0.56 of 2.00 busy
+    cores, other processes and kernel work 1.44``."""
+    machine, other = cpu.get("machine_cores_mean"), cpu.get("other_cores_mean")
+    if machine is None or other is None:
+        return ""
+    return (f"; the run's parts took {machine - other:.2f} of {machine:.2f} busy cores, other "
+            f"processes and kernel work {other:.2f}")
 
 
 def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:
@@ -444,6 +550,10 @@ def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:
         if contended:
             text += f" (some thread waited for a core {pressure:.0f} % of the run)"
         return Reason(MACHINE, text, timing=True)
+    if cpu.get("rated") is False:
+        return Reason(RUN, f"{overrun}; the machine's CPU is unrated (too few samples inside "
+                      "the measured iterations), so no load is known to explain it",
+                      timing=True)
     return Reason(RUN, f"{overrun} although the machine's CPU was neither saturated, stolen "
                   "nor contended", timing=True)
 

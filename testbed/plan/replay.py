@@ -203,8 +203,71 @@ class ReplayPlan:
         try:
             return JobSpec(job_id, ports, self.groups, stages, check_ports=not self.electrical)
         except JobError as exc:
-            raise PlanError(f"{exc}. Use more ports per rank (ocs.ports_per_rank), or a "
-                            "parallelism whose groups form rings on the rails") from exc
+            short = port_shortfall(self, ports)
+            raise PlanError(str(exc) if short is None else short.text()) from exc
+
+    def calls_of(self, group_id: str) -> list[PlanOp]:
+        """Every call (of any rank) that runs under ``group_id``, whole or as a segment."""
+        return [op for ops in self.programs.values() for op in ops if op.is_call
+                and any(s.group == group_id for s in op.call_segments)]
+
+
+@dataclass(frozen=True)
+class PortShortfall:
+    """A comm group whose circuits need more ports at a rank than it owns on its rail: which
+    group, rank and peers, the calls that use the group, and the K that carries every group
+    of the job (the setting that fixes it)."""
+
+    group: CommGroup
+    rank: int
+    rail: int
+    peers: tuple[int, ...]
+    owned: int
+    calls: tuple[str, ...]  # "kind (tag)" of the calls that run under the group
+    needed_k: int
+
+    def text(self) -> str:
+        g = self.group
+        shape = ("a ring" if g.kind == "ring" and g.pairs is None else "pairs")
+        uses = ", ".join(self.calls[:3]) + (f" and {len(self.calls) - 3} more"
+                                              if len(self.calls) > 3 else "")
+        peers = " and ".join(str(p) for p in self.peers)
+        return (f"comm group {g.group_id} (axis {g.axis}, ranks "
+                f"{' '.join(str(r) for r in g.ranks)}) runs {uses or 'no call'} as {shape} "
+                f"on the rail, so rank {self.rank} needs {len(self.peers)} circuits on rail "
+                f"{self.rail} at once (to ranks {peers}), but owns {self.owned} port(s) there "
+                f"(ports per rank K={self.owned}). Fix: --ports-per-rank {self.needed_k} on "
+                f"the command line or ocs.ports_per_rank: {self.needed_k} in the experiment "
+                f"file (K={self.needed_k} carries every group of this job), mode: baseline "
+                "(electrical rails), or a parallelism whose groups need fewer circuits per rank")
+
+
+def port_shortfall(plan: ReplayPlan, ports: dict[int, RankPorts]) -> PortShortfall | None:
+    """The first group (in the plan's order) that needs more circuits at a rank than the rank
+    owns ports on its rail, with the K every group fits in; None when every group fits."""
+    rail_of = {r: rp.rail for r, rp in ports.items()}
+    first: tuple[CommGroup, int, int, tuple[int, ...]] | None = None
+    needed = 1
+    for g in plan.groups.values():
+        try:
+            demand = g.demand(rail_of)
+        except (JobError, KeyError):
+            continue  # not a port budget problem (JobSpec says what it is)
+        for rail, edges in demand.items():
+            peers: dict[int, set[int]] = {}
+            for a, b in edges:
+                peers.setdefault(a, set()).add(b)
+                peers.setdefault(b, set()).add(a)
+            for r, ps in sorted(peers.items()):
+                needed = max(needed, len(ps))
+                if first is None and r in ports and len(ps) > len(ports[r].ports):
+                    first = (g, r, rail, tuple(sorted(ps)))
+    if first is None:
+        return None
+    g, r, rail, peers_of_r = first
+    calls = sorted({f"{op.kind} ({op.tag})" if op.tag else op.kind
+                    for op in plan.calls_of(g.group_id)})
+    return PortShortfall(g, r, rail, peers_of_r, len(ports[r].ports), tuple(calls), needed)
 
 
 def scaled_bytes(size_bytes: int, scale: float) -> int:

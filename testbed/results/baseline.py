@@ -11,6 +11,7 @@ its rail-state overheads with the public artifact's run.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from testbed.metrics.degraded import RESTS_ON, degraded_labels
@@ -38,6 +39,27 @@ def with_baseline(summary: dict[str, Any], baseline: Mapping[str, Any]) -> dict[
     for key in ("fidelity", "fidelity_blame", "fidelity_reasons"):
         summary[f"baseline_{key}"] = baseline.get(key)
     summary[RESTS_ON] = degraded_labels([("baseline", baseline), ("run", summary)])
+    return summary
+
+
+def adopt_baseline_windows(run_dir: Path, baseline_dir: Path, summary: dict[str, Any]
+                           ) -> dict[str, Any]:
+    """Give a switched run the windows of its electrical baseline (paper §3.1: the gaps the
+    workload offers; its own gaps hold its waits for light): ``windows.csv`` copied into
+    ``run_dir``, the ``windows*`` figures with the share at least the run's switching delay,
+    and ``windows_cdf.png`` drawn against that delay. Returns ``summary``."""
+    from testbed.metrics.compute import window_figures
+    from testbed.results import plots, store
+
+    if not (baseline_dir / "windows.csv").exists():
+        return summary
+    rows = store.read_csv(baseline_dir / "windows.csv")
+    store.write_csv(run_dir / "windows.csv", rows)
+    delay_ms = summary.get("switching_delay_ms")
+    summary.update(window_figures(rows, delay_ms=delay_ms))
+    plots.window_cdf(rows, run_dir / "windows_cdf.png",
+                     f"{summary.get('name', run_dir.name)}: windows of the electrical "
+                     "baseline (paper §3.1)", delay_ms=delay_ms)
     return summary
 
 

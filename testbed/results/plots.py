@@ -136,27 +136,42 @@ def failover_timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Se
     timeline(calls, compute, circuits, span, ranks, [rail], path, title, marks, highlight)
 
 
-def window_cdf(windows: Sequence[Row], path: Path, title: str) -> None:
-    """CDF of windows, overall and by the volume that follows them (paper Fig. 4)."""
+def window_cdf(windows: Sequence[Row], path: Path, title: str,
+               delay_ms: float | None = None) -> None:
+    """CDF of windows, overall and by the volume that follows them (paper Fig. 4), against
+    the switching delay ``delay_ms`` (a dashed line; none for 0 or None). Empty windows
+    (<= 0: the next phase's last member joined before the previous phase ended) have no
+    place on a log axis: they are counted in the legend, and every curve starts at their
+    share, not drawn at a made-up length."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     groups: dict[str, list[float]] = defaultdict(list)
     for w in windows:
-        groups[str(w["volume_bin"])].append(max(_f(w["window_s"]) * 1e3, 1e-3))
+        groups[str(w["volume_bin"])].append(_f(w["window_s"]) * 1e3)
     allw = sorted(v for vs in groups.values() for v in vs)
+
+    def curve(vs: list[float], color: str | None, label: str) -> None:
+        vs = sorted(vs)
+        empty = sum(1 for v in vs if v <= 0)
+        xs = [v for v in vs if v > 0]
+        if not xs:
+            return
+        ys = [(empty + i + 1) / len(vs) for i in range(len(xs))]
+        note = f", {empty} empty (<= 0)" if empty else ""
+        ax.step(xs, ys, where="post", color=color, label=f"{label} ({len(vs)}{note})")
+
     if allw:
-        ax.step(allw, [(i + 1) / len(allw) for i in range(len(allw))], where="post",
-                color="black", label=f"all ({len(allw)})")
+        curve(allw, "black", "all")
     for label, vs in sorted(groups.items()):
-        vs.sort()
-        ax.step(vs, [(i + 1) / len(vs) for i in range(len(vs))], where="post",
-                label=f"next {label} ({len(vs)})")
-    ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+        curve(vs, None, f"next {label}")
+    if delay_ms:
+        ax.axvline(delay_ms, color="tab:red", lw=1.0, ls="--",
+                   label=f"switching delay {delay_ms:g} ms")
     ax.set_xscale("log")
-    ax.set_xlabel("window (ms, log scale; windows <= 0 drawn at 1 µs)")
-    ax.set_ylabel("CDF")
+    ax.set_xlabel("window (ms, log scale; empty windows counted, not drawn)")
+    ax.set_ylabel("CDF (share of all windows, empty ones included)")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
-    if allw:  # a run of one collective per iteration has no windows: nothing to label
+    if allw or delay_ms:  # a run of one collective per iteration has no windows
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -6,7 +6,7 @@ Layout of ``DIR``::
     summary.json             the figures (:mod:`testbed.metrics.compute`), the fidelity verdict
     controller-events.jsonl  the Opus event log
     ranks/rank*.jsonl        what each rank recorded
-    iterations.csv calls.csv compute.csv windows.csv circuits.csv rails.csv
+    iterations.csv calls.csv compute.csv windows.csv (gaps.csv) circuits.csv rails.csv
     timeline.png windows_cdf.png
 
 A sweep directory has ``sweep.csv``, ``sweep.json``, ``iteration_vs_delay.png`` and one run
@@ -167,9 +167,14 @@ def render_run(run_dir: Path, title: str = "") -> list[Path]:
         plots.failover_timeline(calls, compute, circuits, row, ranks[:9], path,
                                 f"{title}: recovery {i} (rank {row['rank']}, {row['policy']})")
         written.append(path)
-    path = run_dir / "windows_cdf.png"
-    plots.window_cdf(windows, path, f"{title}: windows between phases (paper §3.1)")
-    written.append(path)
+    if (run_dir / "windows.csv").exists():  # a switched run has them from its baseline only
+        path = run_dir / "windows_cdf.png"
+        baseline = summary.get("mode") == "baseline"
+        plots.window_cdf(windows, path, f"{title}: windows " + (
+            "between phases (paper §3.1)" if baseline
+            else "of the electrical baseline (paper §3.1)"),
+            delay_ms=None if baseline else summary.get("switching_delay_ms"))
+        written.append(path)
     return written
 
 

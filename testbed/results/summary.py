@@ -41,6 +41,7 @@ from testbed.metrics.fidelity import (
     overrun_reason,
 )
 from testbed.metrics.startgate import gate_summary
+from testbed.metrics.wire import WireVerdict, wire_text
 from testbed.results import store
 
 
@@ -76,6 +77,7 @@ class Observed:
     wall_s: float = 0.0
     dark: DarkCheck | None = None
     quota: dict[str, Any] | None = None
+    wire: WireVerdict | None = None  # the capture's judgement (None: no wire check)
 
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
@@ -87,14 +89,20 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
     light. An iteration is expected to take the modelled step plus the switching it waited
     for (none without a model)."""
     s = m.summary
-    bound = (overrun_bound(seen.dark.switches, windows, ((a, b) for a, b, _g, _s
-                                                        in exposed_intervals(seen.events)))
-             if seen.dark is not None else None)
+    bound = None
+    if seen.dark is not None:
+        sws = (list(seen.dark.switches) if seen.wire is None
+               else seen.wire.bound_switches(seen.dark.switches))
+        bound = overrun_bound(sws, windows, ((a, b) for a, b, _g, _s
+                                             in exposed_intervals(seen.events)))
     expected = (None if modeled_iteration_s is None
                 else modeled_iteration_s + (s.get("exposed_reconfig_s") or 0.0))
     return RunEvidence(seen.cpu, s["calls"], s["calls_delivered"],
                        s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
-                       bound, seen.quota, s.get("iteration_time_s"), expected, call_cost)
+                       bound, seen.quota, s.get("iteration_time_s"), expected,
+                       wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
+                       wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else (),
+                       call_cost=call_cost)
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
@@ -104,12 +112,14 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     cfg = prep.config
     workload = getattr(cfg, "workload", None)  # a torch job has none
     records, events, cpu, dark = seen.records, seen.events, seen.cpu, seen.dark
+    switched = cfg.mode != "baseline"  # its gaps between phases hold its waits for light
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=prep.link_mbps,
-                        scale=prep.scale, num_rails=num_rails)
+                        scale=prep.scale, num_rails=num_rails, switched=switched)
     compute_rows = [{"rank": r["rank"], "it": r["it"], "op": r["i"], "t_start": r["t_start"],
                      "t_end": r["t_end"]} for r in records if r.get("ev") == "compute"]
     for name, rows in (("iterations", m.iterations), ("calls", m.calls),
-                       ("compute", compute_rows), ("windows", m.windows),
+                       ("compute", compute_rows), ("gaps" if switched else "windows",
+                                                   m.windows),
                        ("circuits", m.circuits), ("rails", m.rails)):
         store.write_csv(out / f"{name}.csv", rows)
     s = m.summary
@@ -139,6 +149,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
+               "wire": seen.wire.to_summary() if seen.wire is not None else None,
                "wall_s": seen.wall_s,
                **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
                "call_cost_bound": costs.to_summary() if costs is not None else None,
@@ -267,13 +278,15 @@ def summary_text(summary: dict[str, Any]) -> str:
         f"reconfigurations    {summary['reconfigurations']} rail switches "
         f"({f('reconfigurations_per_iteration', '{:.1f}')} per measured iteration)",
         f"exposed reconfig    {f('exposed_reconfig_s')} s per iteration waiting on light",
-        f"windows             {summary['windows']} (>1 ms: "
-        f"{f('windows_over_1ms_pct', '{:.0f}')} %, median {f('window_median_s')} s)",
+        f"windows             {windows_text(summary)}",
         f"delivery            {summary['calls_delivered']}/{summary['calls']} calls complete, "
         f"{summary['bytes_received_scaled']}/{summary['bytes_expected_scaled']} bytes",
         f"throughput          {_throughput_text(summary)}",
         f"fidelity            {_fidelity_text(summary)}",
     ]
+    if summary.get("gaps") is not None:
+        lines.insert(-3, f"gaps (this run)     {summary['gaps']} between phases, its waits for "
+                     f"light included (median {f('gap_median_s')} s; not windows)")
     if "recovery" in summary:
         lines.insert(-1, _failover_text(summary))
     if summary["backend"] == "emu":
@@ -282,9 +295,12 @@ def summary_text(summary: dict[str, Any]) -> str:
         lines.insert(-1, "time dilation       " + dilation_text(summary))
         if summary.get("call_cost_bound"):
             lines.insert(-1, "per-call costs      " + call_cost_text(summary))
-        parts = (summary.get("cpu") or {}).get("component_cores_mean")
+        if summary.get("wire") is not None:
+            lines.insert(-1, "wire                " + wire_text(summary["wire"]))
+        cpu = summary.get("cpu") or {}
+        parts = cpu.get("component_cores_mean")
         if parts:
-            lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts))
+            lines.insert(-1, "cpu (cores)         " + cpu_parts_text(parts, cpu))
     if summary.get("rank_cpu_quota") is not None:
         lines.insert(-1, "rank CPU quota      " + quota_text(summary["rank_cpu_quota"]))
     if summary.get("calibrate_step_s") is not None:
@@ -326,10 +342,38 @@ def call_cost_text(summary: dict[str, Any]) -> str:
     return text
 
 
-def cpu_parts_text(cores: dict[str, float]) -> str:
-    """The run's mean CPU per part, largest first: ``ranks 0.52, ovs-vswitchd 0.31, ...``."""
-    return ", ".join(f"{name} {value:.2f}"
+def windows_text(summary: dict[str, Any]) -> str:
+    """The windows line: the electrical baseline's gaps between phases (paper §3.1), against
+    this run's switching delay; n/a for a switched run without its baseline."""
+    count = summary.get("windows")
+    if count is None:
+        return "n/a (measured on the electrical baseline: run with --baseline)"
+    median = summary.get("window_median_s")
+    text = f"{count} on the electrical baseline (median " + (
+        "n/a" if median is None else f"{median:.4f}") + " s"
+    at_least = summary.get("windows_at_least_delay_pct")
+    if at_least is not None:
+        text += (f"; {at_least:.0f} % at least the {summary['switching_delay_ms']:g} ms "
+                 "switching delay")
+    over = summary.get("windows_over_1ms_pct")
+    if over is not None:
+        text += f"; {over:.0f} % over 1 ms"
+    empty = summary.get("windows_empty")
+    if empty:
+        text += f"; {empty} empty (<= 0)"
+    return text + ")"
+
+
+def cpu_parts_text(cores: dict[str, float], cpu: dict[str, Any] | None = None) -> str:
+    """The run's mean CPU per part, largest first: ``ranks 0.52, ovs-vswitchd 0.31, ...``,
+    then the machine's busy cores over the same samples and what no part accounts for."""
+    text = ", ".join(f"{name} {value:.2f}"
                      for name, value in sorted(cores.items(), key=lambda kv: -kv[1]))
+    machine, other = (cpu or {}).get("machine_cores_mean"), (cpu or {}).get("other_cores_mean")
+    if machine is not None and other is not None:
+        text += (f"; machine {machine:.2f} of {(cpu or {}).get('cores')}, of which other "
+                 f"processes and kernel work {other:.2f}")
+    return text
 
 
 #: A measured baseline further than this from the calibration target is pointed out.

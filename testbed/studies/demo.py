@@ -18,7 +18,7 @@ from testbed.errors import Say
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.results import store
 from testbed.results.baseline import against_baseline
-from testbed.studies.run import run_one, shared_dilation
+from testbed.studies.run import check_one, run_one, shared_dilation
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 #: The artifact's experiment, run under rail-state (sim backend) for the demo's last line.
@@ -64,6 +64,12 @@ def run_demo(out: Path, say: Say, delay: float | str | None = None,
     if time_dilation is not None:
         cfg = cfg.replace(time_dilation=time_dilation)
     cfg = shared_dilation(cfg.replace(mode="on-demand"), "emu", say).replace(mode=cfg.mode)
+    delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
+    artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)
+    for _label, mode, semantics in DEMO_RUNS:  # every check before the first run starts
+        check_one(cfg.replace(mode=mode, semantics=semantics), "emu")
+    for _label, mode, semantics in ARTIFACT_RUNS:
+        check_one(artifact_cfg.replace(mode=mode, semantics=semantics), "sim")
     summaries = {label: run_one(cfg.replace(mode=mode, semantics=semantics),
                                 run_dir(out, label), "emu", say)
                  for label, mode, semantics in DEMO_RUNS}
@@ -71,8 +77,6 @@ def run_demo(out: Path, say: Say, delay: float | str | None = None,
     for label, s in summaries.items():  # judged against the baseline on disk too, as printed
         if label != BASELINE:
             store.write_json(run_dir(out, label) / "summary.json", s)
-    delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
-    artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)
     artifact = {label: run_one(artifact_cfg.replace(mode=mode, semantics=semantics),
                                out / "artifact-sim" / label.replace(" ", "-"), "sim", say)
                 for label, mode, semantics in ARTIFACT_RUNS}

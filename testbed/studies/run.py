@@ -9,30 +9,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.errors import RunRefused, Say
+from testbed.errors import RunRefused, Say, require_empty_dir
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.dilation import AUTO
 from testbed.results import store
-from testbed.results.baseline import with_baseline
+from testbed.results.baseline import adopt_baseline_windows, with_baseline
 from testbed.torchjob.config import TorchExperiment
 
+if TYPE_CHECKING:
+    from testbed.experiment.prepare import Prepared
 
-def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
-            say: Say) -> dict[str, Any]:
-    """Run ``cfg`` on ``backend`` (``emu`` or ``sim``) into ``out``; its summary."""
+
+def check_one(cfg: ExperimentConfig | TorchExperiment, backend: str) -> Prepared | None:
+    """Every check of ``cfg`` on ``backend`` that needs nothing started: the schedule, the job
+    (each comm group's circuits against the ports per rank), the algorithms, this machine's
+    capacity; :class:`RunRefused` (or the experiment's error) naming what fails. Returns the
+    prepared run (None for a PyTorch script's, which its runner checks)."""
     if isinstance(cfg, TorchExperiment):
         if backend == "sim":
             raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
                              "its run writes replay.yaml (the captured schedule), which "
                              "`run --backend sim` replays")
+        return None
+    from testbed.experiment.prepare import prepare
+
+    return prepare(cfg, check_capacity=backend == "emu")
+
+
+def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
+            say: Say, prep: Prepared | None = None) -> dict[str, Any]:
+    """Run ``cfg`` on ``backend`` (``emu`` or ``sim``) into ``out``; its summary. ``prep``:
+    :func:`check_one`'s result when the caller checked first."""
+    if isinstance(cfg, TorchExperiment):
+        check_one(cfg, backend)
         from testbed.torchjob.runner import run_torch
 
         return run_torch(cfg, out, say)
-    from testbed.experiment.prepare import prepare
-
-    prep = prepare(cfg, check_capacity=backend == "emu")
+    prep = prep or check_one(cfg, backend)
+    assert prep is not None
     if backend == "sim":
         from testbed.simulator.run import run_simulated
 
@@ -71,14 +87,23 @@ def shared_dilation(cfg: ExperimentConfig, backend: str, say: Say) -> Experiment
 def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
                    say: Say, baseline: bool = False) -> Outcome:
     """Run ``cfg`` into ``out``; with ``baseline`` (and an OCS mode) the electrical baseline
-    first into ``out/baseline``, then the run into ``out/MODE``, judged against it, at the
-    same time dilation (:func:`shared_dilation`)."""
+    first into ``out/baseline``, then the run into ``out/MODE``, judged against it; with
+    ``auto`` time dilation the baseline runs at the factor the run gets."""
     if not baseline or cfg.mode == "baseline":
         return Outcome(run_one(cfg, out, backend, say), out, out, False)
-    if isinstance(cfg, ExperimentConfig):
-        cfg = shared_dilation(cfg, backend, say)
-    base = run_one(cfg.replace(mode="baseline"), out / "baseline", backend, say)
-    run_dir = out / cfg.mode
-    summary = with_baseline(run_one(cfg, run_dir, backend, say), base)
+    base_cfg, run_dir = cfg.replace(mode="baseline"), out / cfg.mode
+    # every check of both runs before either starts: a job the rails cannot carry, or a busy
+    # folder, must not be found after the baseline ran (its folder would block the retry)
+    for path in (out / "baseline", run_dir):
+        require_empty_dir(path)
+    run_prep = check_one(cfg, backend)
+    if run_prep is not None and run_prep.dilation is not None and cfg.time_dilation == AUTO:
+        # the baseline at the run's factor: their per-call costs alike in model time
+        base_cfg = base_cfg.replace(time_dilation=run_prep.time_dilation)
+        say(f"{cfg.name}: {run_prep.dilation.text()}; its baseline runs at it too")
+    base_prep = check_one(base_cfg, backend)
+    base = run_one(base_cfg, out / "baseline", backend, say, base_prep)
+    summary = with_baseline(run_one(cfg, run_dir, backend, say, run_prep), base)
+    adopt_baseline_windows(run_dir, out / "baseline", summary)
     store.write_json(run_dir / "summary.json", summary)
     return Outcome(summary, run_dir, out, True)

@@ -163,6 +163,21 @@ def sweep_dilation(cfg: ExperimentConfig, points: Sequence[Point], say: Say
     return cfg.replace(time_dilation=k)
 
 
+def check_points(cfg: ExperimentConfig, points: Sequence[Point], backend: str) -> None:
+    """Every job check of the sweep before any point runs (:func:`~testbed.studies.run.
+    check_one`): one point per mode and semantics (the delay changes no check), so a job the
+    rails cannot carry is refused (exit 2), not reported as failed points after the baseline
+    ran."""
+    from testbed.studies.run import check_one
+
+    seen: set[tuple[str, str]] = set()
+    for point in points:
+        semantics, mode, _delay = point
+        if (semantics, mode) not in seen:
+            seen.add((semantics, mode))
+            check_one(_point_config(cfg, point), backend)
+
+
 def point_label(point: Point) -> str:
     """``baseline`` or ``[SEMANTICS ]MODE D ms``: how rows, legends and
     ``rests_on_degraded`` name a point."""
@@ -237,6 +252,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     points = sweep_points(modes, delays_ms, semantics)
     for point in points:  # refused combinations stop the sweep before anything runs
         _point_config(cfg, point)
+    check_points(cfg, points, backend)
     if out.exists() and any(out.iterdir()):
         raise SweepError(f"{out} exists and is not empty; choose another --out (nothing was "
                          "changed)")
@@ -259,6 +275,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
             summaries.append(_run_emu_point(cfg, p, run_dir, say))
             say(f"  {point_label(p)}: {_brief(summaries[-1])}")
         judge_overheads(points, summaries, dirs)
+    adopt_windows(points, summaries, dirs)
     rows = sweep_rows(points, summaries, dirs, backend)
     matches = matches_artifact(cfg.workload)
     calibration = sweep_calibration(cfg, points, summaries)
@@ -295,6 +312,20 @@ def sweep_calibration(cfg: ExperimentConfig, points: Sequence[Point],
     return {"calibrate_step_s": target, "compute_scale": cfg.workload.compute_scale,
             "modeled_iteration_s": modeled, "baseline_iteration_time_s": base, "gap_pct": gap,
             "far": gap is not None and abs(gap) > CALIBRATION_GAP_PCT}
+
+
+def adopt_windows(points: Sequence[Point], summaries: Sequence[dict[str, Any]],
+                  dirs: Sequence[Path]) -> None:
+    """Give every switched point the windows of the sweep's baseline, as ``run --baseline``
+    does (:func:`~testbed.results.baseline.adopt_baseline_windows`), on disk too."""
+    from testbed.results.baseline import adopt_baseline_windows
+
+    base = next((d for (_, m, _), d in zip(points, dirs, strict=True) if m == "baseline"), None)
+    if base is None:
+        return
+    for (_, mode, _), s, run_dir in zip(points, summaries, dirs, strict=True):
+        if mode != "baseline" and (run_dir / "summary.json").exists() and "error" not in s:
+            store.write_json(run_dir / "summary.json", adopt_baseline_windows(run_dir, base, s))
 
 
 def judge_overheads(points: Sequence[Point], summaries: Sequence[dict[str, Any]],

@@ -124,8 +124,11 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
                              gpus_per_server=cluster.gpus_per_server, rail_of=spec.rail_of)
         job = JobSpec("train", spec_ports(spec), groups)
     except (GroupError, JobError) as exc:
-        raise RunRefused(f"{exp.source}: {exc}. Use more ports per rank (ocs.ports_per_rank) "
-                         "or a parallelism whose groups form rings on the rails") from exc
+        raise RunRefused(f"{exp.source}: {exc}. Use more ports per rank (--ports-per-rank, "
+                         "ocs.ports_per_rank) or a parallelism whose groups form rings on the "
+                         "rails (found after the loopback reference, in "
+                         f"{out / 'reference'}: a script's groups are known only by running "
+                         "it; the rails were not started)") from exc
     (out / "ranks").mkdir(exist_ok=True)
     manifest = store.start_manifest(
         out, "emu", {**exp.to_json(), "script": str(exp.torch.script),

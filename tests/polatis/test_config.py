@@ -87,5 +87,5 @@ def test_simulated_is_not_a_driver_setting() -> None:
     with pytest.raises(OcsConfigError) as err:
         parse_ocs_config({"driver": "simulated"})
     assert err.value.key == "ocs.driver"
-    assert "must be one of emulated, polatis-netconf, polatis-tl1; got 'simulated'" in str(
-        err.value)
+    assert ("must be one of emulated, polatis-netconf, polatis-tl1, calient-tl1; got "
+            "'simulated'") in str(err.value)

@@ -13,7 +13,7 @@ import pytest
 from controller.drivers.registry import HARDWARE_DRIVERS, make_driver
 from controller.drivers.sim import SimOcsDriver
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
-from emulator.polatis.front import emulated_fronts
+from emulator.fronts import emulated_fronts
 from emulator.polatis.model import DeviceError, EditOp
 
 PASSWORD = "front-test"
@@ -49,9 +49,10 @@ def test_a_polatis_driver_switches_the_ocs_behind_its_front(ocs_driver: str) -> 
             assert rail.circuits(0) == {Circuit(0, 1, 3), Circuit(0, 2, 4)}
             assert driver.known_circuits(0) == rail.circuits(0)
             switches = rail.switches - before
-    # NETCONF sends the rail's whole batch as one edit: one switch. TL1 sends one command per
-    # pair: each circuit goes dark with its first deleted pair and lights with its second
-    # added pair, so the swap of two circuits for two is four switches.
+    # NETCONF sends the rail's whole batch as one edit: one switch. Polatis TL1 sends one
+    # command per pair: each circuit goes dark with its first deleted pair and lights with its
+    # second added pair; CALIENT's CANC-CRS darkens a circuit and ACT-CRS lights one. So the
+    # swap of two circuits for two is four switches over TL1.
     assert switches == (1 if ocs_driver == "polatis-netconf" else 4)
 
 

@@ -52,7 +52,8 @@ def _fake_run_one(degrade: Sequence[str]) -> Callable[..., dict[str, Any]]:
     degraded emulated runs."""
     real = study_run.run_one
 
-    def run_one(cfg: ExperimentConfig, out: Path, _backend: str, say: Any) -> dict[str, Any]:
+    def run_one(cfg: ExperimentConfig, out: Path, _backend: str, say: Any,
+                _prep: Any = None) -> dict[str, Any]:
         summary = real(cfg, out, "sim", say)
         return _degrade(summary) if cfg.mode in degrade else summary
     return run_one

@@ -68,7 +68,8 @@ class DeviceSession(abc.ABC):
 
     @abc.abstractmethod
     def power_dbm(self) -> dict[int, float]:
-        """Measured optical power per device port (empty if the device has no monitors)."""
+        """Measured optical power per device port (empty if the device has no monitors);
+        ``-inf`` where the device says there is no light (a CALIENT ``NONE``)."""
 
     @abc.abstractmethod
     def port_status(self) -> dict[int, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import zmq
 
-from testbed.emulated.netns import enter_netns, netns_id, netns_path, socket_netns_id
+from emulator.netns import enter_netns, netns_id, netns_path, socket_netns_id
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="entering a network namespace needs root and ip(8)")

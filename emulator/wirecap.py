@@ -1,0 +1,201 @@
+"""An observer of the emulated OCS that the OCS app does not control: tcpdump on its ports.
+
+``with wire_capture(net, out_dir) as cap:`` starts one ``tcpdump`` per port of every OCS rail
+bridge, on the switch side (the bridge port interface in the root namespace), writing frame
+heads (:data:`SNAP_BYTES`) with kernel timestamps to ``out_dir/<interface>.pcap``. With
+``probe_interval_ms`` every rank's rail interface also sends a low-rate stream of probe frames
+(:mod:`emulator.probe`), so that a port is observed across a switch even when its rank has
+nothing to send. On the way out the senders and captures are stopped (by pid, SIGTERM: tcpdump
+then flushes its file and prints its counters), and :attr:`WireCapture.ports` and each
+capture's kernel drop count are written to ``out_dir/wire.json``: what the analysis
+(:mod:`testbed.metrics.wire`) needs besides the pcap files, i.e. which port each interface is,
+which rank sits behind it, and its NIC's address (a frame whose source is that address entered
+the switch there; any other left the switch there).
+
+Every process is recorded in the run's record, so ``opus-testbed clean`` stops it after a crash.
+Pure parsing of tcpdump's closing counters is :func:`parse_tcpdump_stats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from emulator import naming, runstate
+
+if TYPE_CHECKING:
+    from emulator.network import EmulatedRails
+
+#: Bytes of each frame kept: Ethernet (14) + IPv4 (20) + TCP (20, + options) heads, and the
+#: probe frames' stream and sequence numbers (14 + 20). Enough to tell frames apart.
+SNAP_BYTES = 64
+#: Default interval of the probe streams that keep idle ports observed (ms): the wire's dark
+#: periods are known to within about this much (:mod:`testbed.metrics.wire`).
+PROBE_INTERVAL_MS = 0.5
+#: The probe frames' stream id (the rank's own number is not needed: the source address says it).
+PROBE_STREAM = 37
+#: Per-capture kernel buffer (KiB): a 100 ms burst at 1 Gbit/s of 64-byte heads fits easily.
+BUFFER_KIB = 4096
+
+
+class WireCaptureError(RuntimeError):
+    """A capture could not be started."""
+
+
+@dataclass(frozen=True)
+class CapturedPort:
+    """One OCS port as the capture sees it."""
+
+    rail: int
+    port: int
+    intf: str  # the bridge port interface (switch side) that tcpdump listens on
+    host: int  # the rank (or spare host) whose NIC is attached
+    mac: str  # that NIC's address
+
+
+@dataclass
+class WireCapture:
+    """What a run's capture recorded (valid after the ``with`` block)."""
+
+    out_dir: Path
+    ports: list[CapturedPort]
+    probe_interval_ms: float | None
+    delays_ms: dict[int, float] = field(default_factory=dict)  # rail -> delay on the wire
+    kernel_drops: dict[str, int] = field(default_factory=dict)  # interface -> frames
+    errors: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # the captures' and the probe sender's
+
+    def to_json(self) -> dict[str, Any]:
+        return {"snap_bytes": SNAP_BYTES, "probe_interval_ms": self.probe_interval_ms,
+                "probe_stream": PROBE_STREAM, "ports": [asdict(p) for p in self.ports],
+                "delays_ms": {str(r): d for r, d in self.delays_ms.items()},
+                "kernel_drops": self.kernel_drops, "errors": self.errors}
+
+
+def captured_ports(net: EmulatedRails) -> list[CapturedPort]:
+    """Every port of every OCS data rail with the NIC behind it (ranks' and spares')."""
+    spec = net.spec
+    return [CapturedPort(p.rail, p.port, naming.bridge_port_intf(net.prefix, p.rail, p.port),
+                         host, _host_mac(spec.num_ranks, host, p.port_index))
+            for host in range(spec.num_hosts) for p in spec.host_ports(host)]
+
+
+def _host_mac(num_ranks: int, host: int, port_index: int) -> str:
+    if host < num_ranks:
+        return naming.rail_mac(host, port_index)
+    return naming.spare_rail_mac(host - num_ranks, port_index)
+
+
+_STATS_RE = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
+
+
+def parse_tcpdump_stats(stderr: str) -> dict[str, int]:
+    """tcpdump's closing counters: ``captured``, ``received by filter``, ``dropped by kernel``."""
+    return {m.group(2): int(m.group(1)) for m in _STATS_RE.finditer(stderr)}
+
+
+def tcpdump_command(intf: str, path: Path) -> list[str]:
+    """The capture of one switch port: frame heads, no name look-ups, nanosecond stamps,
+    each frame handed over at once and written as it comes (without ``--immediate-mode`` the
+    kernel holds frames in its ring for up to a second, and a stop loses them)."""
+    return ["tcpdump", "-i", intf, "-s", str(SNAP_BYTES), "-B", str(BUFFER_KIB), "-n",
+            "-U", "--immediate-mode", "--time-stamp-precision=nano", "-w", str(path)]
+
+
+@contextlib.contextmanager
+def wire_capture(net: EmulatedRails, out_dir: Path, *, probe_interval_ms: float | None =
+                 PROBE_INTERVAL_MS, delays_ms: dict[int, float] | None = None,
+                 ready_timeout_s: float = 10.0) -> Iterator[WireCapture]:
+    """Capture every OCS port of ``net`` into ``out_dir`` while the block runs (see module)."""
+    if shutil.which("tcpdump") is None:
+        raise WireCaptureError("tcpdump is not installed (apt-get install tcpdump), and the wire "
+                               "check needs it; or set run.wire_check: off")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cap = WireCapture(out_dir, captured_ports(net), probe_interval_ms, dict(delays_ms or {}))
+    dumps: dict[str, subprocess.Popen[bytes]] = {}
+    senders: list[subprocess.Popen[Any]] = []
+    try:
+        for port in cap.ports:
+            cmd = tcpdump_command(port.intf, out_dir / f"{port.intf}.pcap")
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            net.record.add_process(proc.pid, " ".join(cmd))
+            cap.pids.append(proc.pid)
+            dumps[port.intf] = proc
+        _wait_listening(dumps, ready_timeout_s)
+        if probe_interval_ms:
+            cmd = [sys.executable, "-m", "emulator.probe", "send-many",
+                   "--interval-us", str(probe_interval_ms * 1e3), "--duration-s", "86400",
+                   "--stream", str(PROBE_STREAM)]
+            for host in range(net.spec.num_ranks):
+                ns = f"/proc/{net.node(host).pid}/ns/net"
+                cmd += [f"--target={ns}:{net.spec.host_rail_intf(net.prefix, host, p.port_index)}"
+                        for p in net.spec.host_ports(host)]
+            sender = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env=_child_env())
+            net.record.add_process(sender.pid, "emulator.probe send-many")
+            cap.pids.append(sender.pid)
+            senders.append(sender)
+            assert sender.stdout is not None
+            if not _ready_line(sender.stdout, b"sending", ready_timeout_s):
+                err = sender.stderr.read().decode()[-300:] if sender.stderr else ""
+                raise WireCaptureError(f"the wire check's probe sender failed: {err}")
+        yield cap
+    finally:
+        for proc in senders:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in senders:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        for proc in dumps.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for intf, proc in dumps.items():
+            try:
+                raw = proc.communicate(timeout=10)[1]
+            except subprocess.TimeoutExpired:
+                runstate.stop_process(proc.pid, "tcpdump")
+                raw = proc.communicate(timeout=5)[1]
+                cap.errors.append(f"{intf}: tcpdump did not stop on SIGTERM")
+            err = raw.decode(errors="replace")
+            stats = parse_tcpdump_stats(err)
+            if "captured" not in stats:
+                cap.errors.append(f"{intf}: tcpdump printed no counters: {err[-200:].strip()}")
+            cap.kernel_drops[intf] = stats.get("dropped by kernel", 0)
+        (out_dir / "wire.json").write_text(json.dumps(cap.to_json(), indent=1))
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    return env
+
+
+def _ready_line(stream: IO[bytes], expected: bytes, timeout_s: float) -> bool:
+    """True when ``stream``'s first line, read within ``timeout_s``, contains ``expected``."""
+    ready, _, _ = select.select([stream], [], [], timeout_s)
+    return bool(ready) and expected in stream.readline()
+
+
+def _wait_listening(dumps: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Wait until every tcpdump said it is listening (its first stderr line), or fail."""
+    deadline = time.monotonic() + timeout_s
+    for intf, proc in dumps.items():
+        assert proc.stderr is not None
+        left_s = max(0.0, deadline - time.monotonic())
+        if not _ready_line(proc.stderr, b"listening on", left_s):
+            proc.terminate()
+            raise WireCaptureError(f"tcpdump on {intf} did not start listening in "
+                                   f"{timeout_s:g} s (exit status {proc.poll()})")

@@ -1,0 +1,580 @@
+"""What the wire saw: each switch's dark period and the one-to-one rule, from the capture alone.
+
+The capture (:mod:`emulator.wirecap`) holds, for every port of every OCS rail, the heads of the
+frames that entered the switch there (their source is the port's own NIC) and of those that
+left it there (any other source), with kernel timestamps. Nothing here reads the OCS app's
+record: the analysis takes the pcap files, the port map (``wire.json``), and from the
+controller's event log only what was *commanded* (which circuits each switch removed and added,
+when the controller asked and when it was told the switch ended). The app's record is read only
+to say how far it agrees with the wire (:func:`agreement`).
+
+* **Forwarding**: a frame that entered at port ``p`` and left at port ``q`` (the same head
+  bytes) crossed the circuit ``{p, q}`` when it entered: the switch forwards a frame as it
+  arrives, and the time to its exit is the exit port's shaped queue, which in a datacenter is
+  the NIC's and the fibre's, past the OCS. A frame that entered and never left was dropped (a
+  dark or unconnected port). Every time below is a time of entry.
+* **Dark period of a switch on the wire**: for a port whose circuit to ``old`` was removed and
+  to ``new`` added by one switch, the dark period began between the last frame across
+  ``{p, old}`` and the first frame of ``p`` that was dropped after it, and ended between the
+  last dropped frame of ``p`` and the first frame across ``{p, new}``. Its estimate is the gap
+  between the two brackets' midpoints. ``upper`` holds however late the switch read its
+  ports: it forwarded a frame between its entry and its exit, so the dark period is at most
+  the first new frame's exit minus the last old frame's entry. ``lower``, the time between
+  the first and the last dropped frame, holds when the switch read those two as promptly as
+  each other (a busy switch may not). The probe streams keep every port busy, so on a quiet
+  machine the brackets are about one probe interval wide. Of a switch's ports, the one with
+  the narrowest brackets gives the switch's figure.
+* **Early light**: a switch is early on the wire when even ``upper`` is shorter than the
+  shortest configured delay (less the clock's slack of :func:`testbed.metrics.darktime
+  .early_slack_ms`), or when a new circuit carried a frame sooner than that after the
+  controller asked for the switch (which precedes the switch going dark): both are certain,
+  since they take each frame's exit (the latest the switch can have forwarded it) for the new
+  circuit and its entry (the earliest) for the old one.
+* **Non-peer frames**: a frame crossing ``{p, q}`` at a time no commanded configuration
+  allowed it (from the controller's request to add it to its being told the removal ended).
+* **Lost frames**: IPv4 frames dropped at a port outside every switch that touched the port
+  (from the request to the confirmation): the ranks send only on lit circuits.
+
+Times are the wall clock (the kernel's capture stamps and the controller's ``time.time()``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.metrics.darktime import ErrorStats, ExpectedDelay, Interval, Switch, early_slack_ms
+
+Record = Mapping[str, Any]
+PROBE_ETHERTYPE = 0x88B5
+IPV4_ETHERTYPE = 0x0800
+#: How far the app's dark period may fall outside the wire's bounds before it disagrees (ms):
+#: the app stamps its light when the switch's barrier reply reaches it, up to a round trip
+#: (0.2-0.5 ms, ``bench counters``) after the circuit carried light.
+AGREEMENT_SLACK_MS = 1.0
+
+
+@dataclass(frozen=True)
+class PortMap:
+    """One captured port: its rail and OpenFlow number, and its NIC's address (bytes)."""
+
+    rail: int
+    port: int
+    intf: str
+    mac: bytes
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured frame head at a port: when, and whether it entered or left the switch."""
+
+    t_s: float
+    rail: int
+    port: int
+    entered: bool
+    head: bytes
+
+    @property
+    def ethertype(self) -> int:
+        return int.from_bytes(self.head[12:14], "big") if len(self.head) >= 14 else 0
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A frame that crossed circuit ``{src, dst}`` of ``rail``: ``t_s`` when it entered the
+    switch (the circuit carried it then), ``t_exit_s`` when it left (later by the shaped link's
+    queue at the exit port, which lies past the switch: up to tens of ms on a busy port)."""
+
+    t_s: float
+    rail: int
+    src: int
+    dst: int
+    t_exit_s: float
+
+
+@dataclass(frozen=True)
+class Commanded:
+    """One switch the controller commanded: what it removed and added, and when it asked
+    (``t_request_s``) and was told the switch ended (``t_end_s``; None: never told)."""
+
+    rail: int
+    t_request_s: float
+    t_end_s: float | None
+    removed: frozenset[frozenset[int]]
+    added: frozenset[frozenset[int]]
+
+    @property
+    def ports(self) -> set[int]:
+        return {p for c in self.removed | self.added for p in c}
+
+
+@dataclass(frozen=True)
+class WireSwitch:
+    """A commanded switch as the wire saw it (times in s; None where unseen)."""
+
+    rail: int
+    t_request_s: float
+    port: int | None = None  # the port whose brackets give the figure
+    dark_lower_s: float | None = None  # dark for certain
+    dark_upper_s: float | None = None  # at least the dark period
+    t_dark_s: float | None = None  # estimated start
+    t_light_s: float | None = None  # estimated light
+    first_light_after_request_s: float | None = None  # earliest new-circuit frame - request
+
+    @property
+    def measured(self) -> bool:
+        """The wire saw both ends of its dark period."""
+        return self.t_dark_s is not None and self.t_light_s is not None
+
+    @property
+    def observed(self) -> bool:
+        """The wire saw its dark period, or at least its first light (a port that was not
+        lit before: only early light can be judged)."""
+        return self.measured or self.first_light_after_request_s is not None
+
+    def as_switch(self, low_ms: float, high_ms: float) -> Switch | None:
+        """The estimate as a :class:`~testbed.metrics.darktime.Switch` (for the late-light
+        bound), or None when the wire did not see both ends."""
+        if self.t_dark_s is None or self.t_light_s is None:
+            return None
+        return Switch(self.rail, self.t_dark_s, self.t_light_s, low_ms, high_ms)
+
+
+def read_port_map(wire_json: Mapping[str, Any]) -> list[PortMap]:
+    return [PortMap(int(p["rail"]), int(p["port"]), str(p["intf"]),
+                    bytes.fromhex(str(p["mac"]).replace(":", "")))
+            for p in wire_json["ports"]]
+
+
+def read_frames(capture_dir: Path, ports: Sequence[PortMap]) -> list[Frame]:
+    """Every frame of every port's pcap file (scapy's reader), tagged entered/left by its
+    source address, in time order."""
+    from scapy.utils import RawPcapReader
+
+    frames: list[Frame] = []
+    for pm in ports:
+        path = capture_dir / f"{pm.intf}.pcap"
+        if not path.exists() or path.stat().st_size <= 24:
+            continue
+        with RawPcapReader(str(path)) as reader:
+            for data, meta in reader:
+                t_s = _stamp(meta)
+                frames.append(Frame(t_s, pm.rail, pm.port, data[6:12] == pm.mac, bytes(data)))
+    frames.sort(key=lambda f: f.t_s)
+    return frames
+
+
+def _stamp(meta: Any) -> float:
+    """A pcap record's time (s), whatever the file's resolution."""
+    if hasattr(meta, "tshigh"):  # pcapng
+        return float(((meta.tshigh << 32) | meta.tslow) / meta.tsresol)
+    usec = float(meta.usec)
+    resolution = 1e9 if usec >= 1e6 or getattr(meta, "nanosecond", False) else 1e6
+    return float(meta.sec) + usec / resolution
+
+
+def forwarding(frames: Iterable[Frame]) -> tuple[list[Crossing], list[Frame], int]:
+    """(crossings, dropped frames, frames that left without having entered) of a capture.
+
+    A frame that left at ``q`` is matched to the earliest unmatched frame with the same head
+    that entered the same rail before it.
+    """
+    pending: dict[tuple[int, bytes], deque[Frame]] = defaultdict(deque)
+    matched: set[int] = set()
+    crossings: list[Crossing] = []
+    unmatched_exits = 0
+    ordered = sorted(frames, key=lambda f: (f.t_s, not f.entered))
+    for f in ordered:
+        key = (f.rail, f.head)
+        if f.entered:
+            pending[key].append(f)
+            continue
+        queue = pending.get(key)
+        if not queue:
+            unmatched_exits += 1
+            continue
+        src = queue.popleft()
+        matched.add(id(src))
+        crossings.append(Crossing(src.t_s, f.rail, src.port, f.port, f.t_s))
+    dropped = [f for f in ordered if f.entered and id(f) not in matched]
+    return crossings, dropped, unmatched_exits
+
+
+def commanded_switches(controller_events: Iterable[Record]) -> list[Commanded]:
+    """The switches the controller commanded (``reconfig_start``, matched to its
+    ``reconfig_end`` by decision and rail), in request order."""
+    ends: dict[tuple[Any, int], float] = {}
+    starts: list[Record] = []
+    for e in controller_events:
+        if e.get("event") == "reconfig_end":
+            ends[(e.get("decision"), int(e["rail"]))] = float(e["t_s"])
+        elif e.get("event") == "reconfig_start" and (e.get("add") or e.get("remove")):
+            starts.append(e)
+    return [Commanded(int(e["rail"]), float(e["t_s"]), ends.get((e.get("decision"),
+                                                                 int(e["rail"]))),
+                      frozenset(frozenset(int(p) for p in c) for c in e.get("remove") or ()),
+                      frozenset(frozenset(int(p) for p in c) for c in e.get("add") or ()))
+            for e in starts]
+
+
+def allowed_intervals(commanded: Sequence[Commanded]
+                      ) -> dict[tuple[int, frozenset[int]], list[Interval]]:
+    """When each circuit may carry light: from the request that adds it to the confirmation of
+    the switch that removes it (open-ended if never removed)."""
+    opened: dict[tuple[int, frozenset[int]], float] = {}
+    out: dict[tuple[int, frozenset[int]], list[Interval]] = defaultdict(list)
+    for c in sorted(commanded, key=lambda c: c.t_request_s):
+        for circuit in c.removed:
+            key = (c.rail, circuit)
+            start = opened.pop(key, None)
+            if start is not None:
+                out[key].append((start, c.t_end_s if c.t_end_s is not None else float("inf")))
+        for circuit in c.added:
+            opened.setdefault((c.rail, circuit), c.t_request_s)
+    for key, start in opened.items():
+        out[key].append((start, float("inf")))
+    return out
+
+
+def non_peer(crossings: Iterable[Crossing], commanded: Sequence[Commanded]) -> list[Crossing]:
+    """Crossings of a circuit at a moment no commanded configuration allowed it. The switch
+    forwarded a frame somewhere between its entry and its exit (a busy switch reads its ports
+    late, and the exit port's queue holds it after), so a crossing is allowed when an
+    allowed interval of its circuit meets that span."""
+    allowed = allowed_intervals(commanded)
+    return [x for x in crossings
+            if not any(a <= x.t_exit_s and x.t_s <= b for a, b in allowed.get(
+                (x.rail, frozenset((x.src, x.dst))), ()))]
+
+
+def _by_circuit(crossings: Iterable[Crossing]
+                ) -> dict[tuple[int, frozenset[int]], list[tuple[float, float]]]:
+    """(entry, exit) of every crossing, per circuit, in entry order."""
+    out: dict[tuple[int, frozenset[int]], list[tuple[float, float]]] = defaultdict(list)
+    for x in crossings:
+        out[(x.rail, frozenset((x.src, x.dst)))].append((x.t_s, x.t_exit_s))
+    for times in out.values():
+        times.sort()
+    return out
+
+
+def _first_crossing(spans: Sequence[tuple[float, float]], t: float) -> tuple[float, float] | None:
+    k = bisect.bisect_left(spans, (t, float("-inf")))
+    return spans[k] if k < len(spans) else None
+
+
+def _last_crossing(spans: Sequence[tuple[float, float]], t: float) -> tuple[float, float] | None:
+    k = bisect.bisect_left(spans, (t, float("-inf")))
+    return spans[k - 1] if k else None
+
+
+def _by_port(frames: Iterable[Frame]) -> dict[tuple[int, int], list[float]]:
+    out: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for f in frames:
+        out[(f.rail, f.port)].append(f.t_s)
+    for times in out.values():
+        times.sort()
+    return out
+
+
+def _first_at_or_after(times: Sequence[float], t: float) -> float | None:
+    k = bisect.bisect_left(times, t)
+    return times[k] if k < len(times) else None
+
+
+def _last_before(times: Sequence[float], t: float) -> float | None:
+    k = bisect.bisect_left(times, t)
+    return times[k - 1] if k else None
+
+
+def wire_switches(crossings: Sequence[Crossing], dropped: Sequence[Frame],
+                  commanded: Sequence[Commanded]) -> list[WireSwitch]:
+    """Every commanded switch as the wire saw it (see the module docstring)."""
+    circuits = _by_circuit(crossings)
+    drops = _by_port(dropped)
+    out = []
+    for c in commanded:
+        first_new = [x for circuit in c.added
+                     if (x := _first_crossing(circuits.get((c.rail, circuit), []),
+                                              c.t_request_s)) is not None]
+        best: tuple[float, int, float, float, float, float] | None = None
+        for port in sorted(c.ports):
+            old = next((cc for cc in c.removed if port in cc), None)
+            new = next((cc for cc in c.added if port in cc), None)
+            if old is None or new is None:
+                continue
+            x_new = _first_crossing(circuits.get((c.rail, new), []), c.t_request_s)
+            if x_new is None:
+                continue
+            x_old = _last_crossing(circuits.get((c.rail, old), []), x_new[0])
+            if x_old is None:
+                continue
+            t_old, t_new = x_old[0], x_new[0]
+            port_drops = drops.get((c.rail, port), [])
+            d_first = _first_at_or_after(port_drops, t_old)
+            d_last = _last_before(port_drops, t_new)
+            if d_first is None or d_first > t_new or d_last is None or d_last < t_old:
+                d_first, d_last = t_new, t_old  # no drop seen between: the brackets meet
+            width = (d_first - t_old) + (t_new - d_last)
+            if best is None or width < best[0]:
+                # upper: the switch forwarded each frame between its entry and its exit, so
+                # its last old and first new decisions lie at most new exit - old entry apart;
+                # lower: dark between the first and last dropped frame (if the switch read
+                # them as late as each other)
+                best = (width, port, max(0.0, d_last - d_first), x_new[1] - t_old,
+                        (t_old + d_first) / 2, (d_last + t_new) / 2)
+        light_after = (min(x[1] for x in first_new) - c.t_request_s) if first_new else None
+        if best is None:
+            out.append(WireSwitch(c.rail, c.t_request_s, first_light_after_request_s=light_after))
+        else:
+            _w, port, lower, upper, t_dark, t_light = best
+            out.append(WireSwitch(c.rail, c.t_request_s, port, lower, upper, t_dark, t_light,
+                                  light_after))
+    return out
+
+
+def lost_frames(dropped: Iterable[Frame], commanded: Sequence[Commanded],
+                t_end_s: float | None = None) -> list[Frame]:
+    """IPv4 frames dropped at a port outside every switch that touched it (request to
+    confirmation; an unconfirmed switch to ``t_end_s``)."""
+    windows: dict[tuple[int, int], list[Interval]] = defaultdict(list)
+    for c in commanded:
+        end = c.t_end_s if c.t_end_s is not None else (t_end_s or float("inf"))
+        for port in c.ports:
+            windows[(c.rail, port)].append((c.t_request_s, end))
+    return [f for f in dropped if f.ethertype == IPV4_ETHERTYPE
+            and not any(a <= f.t_s <= b for a, b in windows.get((f.rail, f.port), ()))]
+
+
+@dataclass(frozen=True)
+class WireCheck:
+    """A run's switching judged from the capture: see the module docstring."""
+
+    expected: ExpectedDelay
+    switches: tuple[WireSwitch, ...] = ()
+    non_peer: tuple[Crossing, ...] = ()
+    lost: int = 0
+    frames: int = 0
+    unmatched_exits: int = 0
+    kernel_drops: int = 0
+    probe_interval_ms: float | None = None
+    scale: float = 1.0  # configured delay x scale = the delay on the wire (time dilation)
+    problems: tuple[str, ...] = ()  # the capture's own (a failed tcpdump): the check is unrated
+
+    def _range_ms(self, rail: int) -> Interval:
+        low, high = self.expected.range_ms(rail)
+        return low * self.scale, high * self.scale
+
+    def as_switches(self) -> list[Switch]:
+        """The measured switches as :class:`Switch` (their estimates), for the late-light
+        bound computed from the wire."""
+        return [s for w in self.switches if (s := w.as_switch(*self._range_ms(w.rail)))]
+
+    def early(self) -> list[WireSwitch]:
+        """Switches whose light came, for certain, before the configured delay had passed."""
+        out = []
+        for w in self.switches:
+            low, _high = self._range_ms(w.rail)
+            limit_s = (low - early_slack_ms(low)) / 1e3
+            if (w.dark_upper_s is not None and w.dark_upper_s < limit_s) or (
+                    w.first_light_after_request_s is not None
+                    and w.first_light_after_request_s < limit_s):
+                out.append(w)
+        return out
+
+    def errors_ms(self) -> list[float]:
+        return [s.error_ms for s in self.as_switches()]
+
+    def run_faults(self) -> list[str]:
+        """Early light on the wire: the run's fault, whatever the machine's load (a switch
+        that forwards on a new circuit sooner than the delay after its request is no OCS)."""
+        early = self.early()
+        if not early:
+            return []
+        w = early[0]
+        seen = (f"dark at most {1e3 * w.dark_upper_s:.2f} ms" if w.dark_upper_s is not None
+                else f"light {1e3 * (w.first_light_after_request_s or 0.0):.2f} ms after "
+                "the request")
+        scaled = f" x {self.scale:g}" if self.scale != 1 else ""
+        return [f"the wire saw {len(early)} of {len(self.switches)} switches light early: "
+                f"{seen} on rail {w.rail} against the configured {self.expected.text()}"
+                f"{scaled}"]
+
+    def timing_faults(self) -> list[str]:
+        """Frames at a non-peer: the run's fault on a quiet machine. Every one seen so far
+        crossed a switch that had held it for 15-30 ms (a switch reading its ports late under
+        a load of 25 or more on two cores), so a busy machine shares the blame, as for an
+        overrun (:func:`testbed.metrics.fidelity.overrun_reason`)."""
+        if not self.non_peer:
+            return []
+        x = self.non_peer[0]
+        return [f"the wire saw {len(self.non_peer)} frames cross a circuit the controller had "
+                f"not commanded: first rail {x.rail} port {x.src} -> {x.dst}, held "
+                f"{1e3 * (x.t_exit_s - x.t_s):.1f} ms by the switch"]
+
+    def to_summary(self) -> dict[str, Any]:
+        measured = [w for w in self.switches if w.measured]
+        return {"switches": len(self.switches), "measured": len(measured),
+                "observed": sum(1 for w in self.switches if w.observed),
+                "error_ms": ErrorStats.of(self.errors_ms()).to_summary(),
+                "early": len(self.early()), "non_peer_frames": len(self.non_peer),
+                "lost_frames": self.lost, "frames": self.frames,
+                "unmatched_exits": self.unmatched_exits, "kernel_drops": self.kernel_drops,
+                "probe_interval_ms": self.probe_interval_ms, "scale": self.scale,
+                "resolution_ms": ErrorStats.of(
+                    1e3 * ((w.dark_upper_s or 0.0) - (w.dark_lower_s or 0.0)) / 2
+                    for w in measured).to_summary(),
+                "problems": list(self.problems)}
+
+
+def check_wire(capture_dir: Path, controller_events: Sequence[Record],
+               expected: ExpectedDelay, *, scale: float = 1.0) -> WireCheck:
+    """Read a run's capture (``capture_dir`` with ``wire.json`` and the pcap files) and judge
+    the commanded switches on it."""
+    meta = json.loads((capture_dir / "wire.json").read_text())
+    ports = read_port_map(meta)
+    # the run's span: its controller's log; the capture also holds the set-up and teardown
+    stamps = [float(e["t_s"]) for e in controller_events if "t_s" in e]
+    frames = [f for f in read_frames(capture_dir, ports)
+              if stamps and min(stamps) <= f.t_s <= max(stamps)]
+    crossings, dropped, unmatched = forwarding(frames)
+    commanded = commanded_switches(controller_events)
+    rails = {p.rail for p in ports}
+    commanded = [c for c in commanded if c.rail in rails]
+    t_end = max((f.t_s for f in frames), default=None)
+    problems = [str(e) for e in meta.get("errors", [])]
+    drops = sum(int(v) for v in meta.get("kernel_drops", {}).values())
+    if drops:
+        problems.append(f"the capture lost {drops} frames in the kernel")
+    return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded)),
+                     tuple(non_peer(crossings, commanded)),
+                     len(lost_frames(dropped, commanded, t_end)), len(frames), unmatched, drops,
+                     meta.get("probe_interval_ms"), scale, tuple(problems))
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far the OCS app's own dark periods agree with the wire's (ms: app - wire)."""
+
+    differences_ms: tuple[float, ...] = ()
+    #: app dark periods longer than the wire's upper bound: reported, not judged (the app
+    #: stamps its light when the switch's confirmation reaches it, which a busy machine
+    #: delays; an app that lights early and says otherwise is early light on the wire)
+    longer: tuple[str, ...] = ()
+    shorter: tuple[str, ...] = ()  # app dark periods shorter than the wire saw dark
+
+    @property
+    def outside(self) -> int:
+        """App dark periods outside the wire's bounds by more than the slack."""
+        return len(self.longer) + len(self.shorter)
+
+    def to_summary(self) -> dict[str, Any]:
+        return {**ErrorStats.of(self.differences_ms).to_summary(), "outside": self.outside,
+                "longer_than_wire": len(self.longer), "shorter_than_wire": len(self.shorter),
+                "slack_ms": AGREEMENT_SLACK_MS}
+
+    def _text(self, examples: Sequence[str], how: str) -> str:
+        return (f"the OCS app's record disagrees with the wire on {len(examples)} of "
+                f"{len(self.differences_ms)} switches ({how}, beyond {AGREEMENT_SLACK_MS:g} "
+                "ms): " + "; ".join(examples[:2]))
+
+    def timing_fault(self) -> str | None:
+        """The app recorded a dark period shorter than the wire's lower bound: the run's
+        fault on a quiet machine, while a busy switch can read its ports late."""
+        return self._text(self.shorter, "it recorded shorter dark periods than the wire "
+                          "saw dark") if self.shorter else None
+
+
+def agreement(wire: WireCheck, ocs_events: Iterable[Record]) -> Agreement:
+    """Match each measured wire switch to the app's ``light`` record of the same rail whose
+    dark period contains the wire's estimated start (nearest ``t_dark_s``), and compare."""
+    lights: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in ocs_events:
+        if e.get("event") == "light":
+            lights[int(e["rail"])].append((float(e["t_dark_s"]), float(e["t_light_s"])))
+    for v in lights.values():
+        v.sort()
+    diffs, longer, shorter = [], [], []
+    for w in wire.switches:
+        if not w.measured or w.t_dark_s is None:
+            continue
+        cands = lights.get(w.rail, [])
+        k = bisect.bisect_right(cands, (w.t_dark_s, float("inf")))
+        if not k:
+            continue
+        t_dark, t_light = cands[k - 1]
+        app_s = t_light - t_dark
+        wire_s = (w.t_light_s or 0.0) - w.t_dark_s
+        diffs.append(1e3 * (app_s - wire_s))
+        lower, upper = w.dark_lower_s or 0.0, w.dark_upper_s or 0.0
+        slack = AGREEMENT_SLACK_MS / 1e3
+        text = (f"rail {w.rail}: app {1e3 * app_s:.2f} ms, wire {1e3 * lower:.2f}-"
+                f"{1e3 * upper:.2f} ms")
+        if app_s > upper + slack:
+            longer.append(text)
+        elif app_s < lower - slack:
+            shorter.append(text)
+    return Agreement(tuple(diffs), tuple(longer), tuple(shorter))
+
+
+@dataclass(frozen=True)
+class WireVerdict:
+    """A run's wire check and the app's agreement with it: what the verdict and the summary
+    take from the capture."""
+
+    check: WireCheck
+    agreement: Agreement
+
+    def run_faults(self) -> list[str]:
+        """Early light on the wire: the run's fault, whatever the load."""
+        return self.check.run_faults()
+
+    def timing_faults(self) -> list[str]:
+        """Frames at a non-peer and an app record shorter than the wire saw dark: blamed like
+        a dark overrun (on the machine when its CPU was busy)."""
+        fault = self.agreement.timing_fault()
+        return self.check.timing_faults() + ([fault] if fault else [])
+
+    def bound_switches(self, app: Sequence[Switch]) -> list[Switch]:
+        """The switches the late-light bound is computed from: the wire's where it measured
+        them, the app's record for the others (an app switch is the wire's when a measured
+        wire switch of its rail began inside its dark period)."""
+        wire = self.check.as_switches()
+        starts: dict[int, list[float]] = defaultdict(list)
+        for s in wire:
+            starts[s.rail].append(s.t_dark_s)
+        for v in starts.values():
+            v.sort()
+        others = [s for s in app
+                  if (t := _first_at_or_after(starts.get(s.rail, []), s.t_dark_s)) is None
+                  or t > s.t_light_s]
+        return sorted(wire + others, key=lambda s: s.t_dark_s)
+
+    def to_summary(self) -> dict[str, Any]:
+        return {**self.check.to_summary(), "app_minus_wire_ms": self.agreement.to_summary()}
+
+
+def wire_text(wire: Mapping[str, Any] | None) -> str:
+    """The summary's line on the wire check (``summary["wire"]``)."""
+    if not wire:
+        return "not checked"
+    if wire.get("skipped"):
+        return f"not checked ({wire['skipped']})"
+    err, agree = wire["error_ms"], wire["app_minus_wire_ms"]
+    text = (f"{wire['switches']} switches: {wire['measured']} dark periods measured, "
+            f"{wire.get('observed', wire['measured'])} observed")
+    if err.get("count"):
+        text += (f", error p50 {err['p50']:+.2f} ms, p99 {err['p99']:+.2f} ms, max "
+                 f"{err['max']:+.2f} ms (+- {wire['resolution_ms']['p50']:.2f} ms)")
+    if agree.get("count"):
+        text += f"; app - wire p50 {agree['p50']:+.2f} ms, p99 {agree['p99']:+.2f} ms"
+    text += (f"; {wire['early']} early, {wire['non_peer_frames']} frames at a non-peer, "
+             f"{wire['lost_frames']} lost outside switches")
+    if wire.get("problems"):
+        text += "; capture problems: " + "; ".join(wire["problems"])
+    return text
