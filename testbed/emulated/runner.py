@@ -256,7 +256,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     net: EmulatedRails | None = None
     throttling: Throttling | None = None
     cgroup: RankCgroup | None = None
-    modeled = prep.modeled_iteration_s
+    modeled = prep.modeled_iteration_s  # model time: the measured iterations take k x on the wall
+    modeled = modeled * time_dilation if modeled else modeled
     capture: WireCapture | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
                          + vswitchd_pids(net.vswitchd_pids if net is not None else ()),
