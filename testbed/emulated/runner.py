@@ -41,7 +41,13 @@ from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_con
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
-from testbed.experiment.dilation import DilationError, to_model_time, wall_link_mbps, wall_settings
+from testbed.experiment.dilation import (
+    DilationError,
+    ModelTimeWire,
+    to_model_time,
+    wall_link_mbps,
+    wall_settings,
+)
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import measured_span
 from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
@@ -282,7 +288,7 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             say(f"  network up in {time.monotonic() - t_start:.1f} s (prefix {net.prefix}, "
                 f"{net.datapath} datapath, {net.ovs} Open vSwitch, {net.vswitchd_priority}"
                 f"{quota})")
-            capture = _start_wire_capture(stack, net, cfg, spec, out, say, time_dilation)
+            capture = _start_wire_capture(stack, net, cfg, spec, out, say)
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
@@ -315,7 +321,7 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     records, events_read = to_model_time(wall_records, k), to_model_time(wall_events, k)
     expected = expected_delay(cfg, spec)
     wire = (None if capture is None else
-            wire_verdict(out, capture.out_dir, events_read, expected))
+            wire_verdict(out, capture.out_dir, wall_events, expected, k))
     seen = Observed(records, events_read,
                     sampler.summary(measured_span(wall_records, cfg.warmup)),  # wall clock
                     wall_s, _dark_check(out, cfg, events_read, expected, k),
@@ -324,16 +330,12 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                       ranks_rail0=spec.ranks_on_rail(0))
 
 
-def wire_skip_reason(cfg: RunSettings, spec: RailSpec, time_dilation: float = 1.0
-                     ) -> str | None:
+def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
     """Why a run has no wire check, or None when it has one."""
     if not getattr(cfg, "wire_check", False):
         return "run.wire_check is off"
     if cfg.mode == "baseline":
         return "no OCS rail to observe (electrical rails)"
-    if time_dilation != 1:
-        return (f"time dilation {time_dilation:g}: the capture's stamps are the wall clock, "
-                "which the wire check does not read back in model time yet")
     if getattr(cfg, "faults", ()) or spec.spares:
         return ("a failover run: a spare that takes over a rank takes its addresses, and "
                 "injected faults take ports down, which the capture does not follow yet")
@@ -344,13 +346,12 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec, time_dilation: float = 1.
 
 
 def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: RunSettings,
-                        spec: RailSpec, out: Path, say: Say, time_dilation: float = 1.0
-                        ) -> WireCapture | None:
+                        spec: RailSpec, out: Path, say: Say) -> WireCapture | None:
     """Start the capture of every OCS port (:mod:`emulator.wirecap`) when the run has one; it
     stops, and writes its files, when ``stack`` unwinds."""
     from emulator.wirecap import wire_capture
 
-    skip = wire_skip_reason(cfg, spec, time_dilation)
+    skip = wire_skip_reason(cfg, spec)
     if skip is not None:
         if getattr(cfg, "wire_check", False) and cfg.mode != "baseline":
             say(f"  wire check: off ({skip})")
@@ -362,13 +363,21 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
 
 
 def wire_verdict(out: Path, capture_dir: Path, controller_events: list[dict[str, Any]],
-                 expected: ExpectedDelay) -> WireVerdict:
-    """The capture's judgement of the run and the app's agreement with it."""
+                 expected: ExpectedDelay, time_dilation: float = 1.0) -> WireVerdict:
+    """The capture's judgement of the run and the app's agreement with it. At time dilation
+    k it judges on the wall clock (``controller_events`` as logged, ``expected`` x k: the
+    wire expects k x the delay) and hands its switches to the late-light bound in model time
+    (:class:`~testbed.experiment.dilation.ModelTimeWire`)."""
     from testbed.metrics.wire import agreement, check_wire
 
-    wire = check_wire(capture_dir, controller_events, expected)
+    k = time_dilation
+    wall = ExpectedDelay(expected.base_ms * k, {r: v * k for r, v in expected.per_rail_ms.items()},
+                         expected.jitter_ms * k)
+    wire = check_wire(capture_dir, controller_events, wall)
     app = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
-    return WireVerdict(wire, agreement(wire, app))
+    if k == 1:
+        return WireVerdict(wire, agreement(wire, app))
+    return ModelTimeWire(wire, agreement(wire, app), k)
 
 
 def require_quota(cfg: RunSettings) -> None:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.metrics import callcost
-from testbed.metrics.darktime import ITERATION_LIMIT_PCT, OVERHEAD_LIMIT_PCT
+from testbed.metrics.darktime import ITERATION_LIMIT_PCT, OVERHEAD_LIMIT_PCT, Switch
+from testbed.metrics.wire import WireVerdict
 
 AUTO = "auto"
 #: Largest factor ``auto`` picks (and a file may ask for): at 64 the emulated links of the
@@ -308,3 +309,28 @@ def to_model_time(records: Iterable[Mapping[str, Any]], k: float) -> list[dict[s
                           and not isinstance(value, bool) else value)
                     for key, value in rec.items()})
     return out
+
+
+def scaled_switch(sw: Switch, factor: float) -> Switch:
+    """``sw`` with its times and delays multiplied by ``factor`` (k: model to wall time)."""
+    rec = sw.recorded_delay_ms
+    return Switch(sw.rail, sw.t_dark_s * factor, sw.t_light_s * factor, sw.low_ms * factor,
+                  sw.high_ms * factor, None if rec is None else rec * factor)
+
+
+@dataclass(frozen=True)
+class ModelTimeWire(WireVerdict):
+    """A dilated run's wire check: judged on the wall clock (the capture's stamps, the
+    controller's events as logged, the delay ``k`` times longer), its switches handed to the
+    late-light bound in model time. Its summary's milliseconds are the wall clock's."""
+
+    time_dilation: float = 1.0
+
+    def bound_switches(self, app: Sequence[Switch]) -> list[Switch]:
+        k = self.time_dilation
+        wall = super().bound_switches([scaled_switch(s, k) for s in app])
+        return [scaled_switch(s, 1 / k) for s in wall]
+
+    def to_summary(self) -> dict[str, Any]:
+        return {**super().to_summary(), "time_dilation": self.time_dilation,
+                "clock": "wall (its ms are wall-clock ms)"}
