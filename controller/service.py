@@ -93,6 +93,8 @@ class ControllerService:
         self._inflight = 0
         self._batcher = RailBatcher()  # decisions waiting for their rails, and in flight
         self.endpoint = ""
+        #: the same socket in-process, for the artifact gateway (:mod:`controller.artifact_gateway`)
+        self.inproc_endpoint = f"inproc://opus-service-{self.controller_id}"
         self.error: BaseException | None = None
 
     # --------------------------------------------------------------- life
@@ -104,6 +106,7 @@ class ControllerService:
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         router.bind(self._bind)
         self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        router.bind(self.inproc_endpoint)
         self._router = router
         pull = self._ctx.socket(zmq.PULL)
         pull.bind(self._wake_addr)
@@ -128,6 +131,11 @@ class ControllerService:
                 self._wake_push = None
         self._ctx.term()
         self.events.close()
+
+    @property
+    def context(self) -> zmq.Context[Any]:
+        """The service's ZeroMQ context (in-process clients must share it)."""
+        return self._ctx
 
     def __enter__(self) -> ControllerService:
         return self.start()

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from textwrap import fill
 from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
@@ -164,6 +165,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["start_gate"] = args.start_gate == "on"
     if getattr(args, "time_dilation", None) is not None:
         changes["time_dilation"] = args.time_dilation
+    if getattr(args, "artifact_port", None) is not None:
+        changes["artifact_port"] = args.artifact_port
     if getattr(args, "wire_check", None) is not None:
         changes["wire_check"] = args.wire_check == "on"
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
@@ -484,6 +487,10 @@ def _add_run(sub: Any) -> None:
                    help="also run the electrical baseline first and report the overhead")
     p.add_argument("--json", action="store_true", help="print summary.json instead of a table")
     p.add_argument("--perfetto", action="store_true", help=PERFETTO_HELP)
+    p.add_argument("--artifact-port", type=int, metavar="PORT",
+                   help="set artifact_protocol.port: the controller also serves the public Opus "
+                   "artifact's line protocol on this TCP port of the run's frontend address (0: "
+                   "a free one) and the emulated ranks speak it (docs/artifact-protocol.md)")
     add_overrides(p)
     p.set_defaults(func=cmd_run)
 
@@ -561,8 +568,14 @@ def _add_ladder(sub: Any) -> None:
 def _add_report(sub: Any) -> None:
     """``report``: redraw the plots of a results directory."""
     p = sub.add_parser("report", help="redraw the plots of a run or sweep directory",
-                       description="Re-render the PNG plots from a results directory's CSV "
-                       "files (a run, or a sweep and its runs).")
+                       description=fill("Re-render the PNG plots from a results directory's CSV "
+                       "files: a run, a sweep and its runs, or run --baseline's folder (its "
+                       "baseline/ and MODE/ runs). Exit 2 if DIR holds none of them (the "
+                       "message names the results folders inside it)."),
+                       epilog="examples:\n"
+                       "  opus-testbed report results/my-sim     # run --baseline's folder\n"
+                       "  opus-testbed report results/my-sweep   # the sweep and its runs\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", help="results directory")
     p.set_defaults(func=cmd_report)
 

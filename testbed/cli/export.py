@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from textwrap import fill
 from typing import Any
 
 from testbed.experiment.dilation import to_model_time
@@ -205,18 +206,35 @@ def export_tree(path: Path, say: Any = None) -> list[dict[str, Any]]:
 
 
 def cmd_export_perfetto(args: argparse.Namespace) -> int:
+    """Export a run, or every run of ``run --baseline``'s folder or of a sweep (each to its own
+    ``trace.json``); exit 2 naming the folders to give when RUN_DIR holds no run."""
+    from testbed.results.folders import RUN, classify, not_a_results_folder
+
     run_dir = Path(args.run_dir)
+    folder = classify(run_dir)
+    if folder is None:
+        print(f"error: {not_a_results_folder(run_dir)}", file=sys.stderr)
+        return 2
+    if folder.kind != RUN and args.out:
+        print(f"error: {run_dir} holds {len(folder.runs)} runs ("
+              + ", ".join(str(p) for p in folder.runs[:4])
+              + (", ..." if len(folder.runs) > 4 else "")
+              + "); --out names one trace file: give one run folder with --out, or none "
+              "(each run's trace goes to its own trace.json)", file=sys.stderr)
+        return 2
     try:
-        result = export_run(run_dir, Path(args.out) if args.out else None, args.ranks)
+        results = [export_run(r, Path(args.out) if args.out else None, args.ranks)
+                   for r in folder.runs]
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result, indent=1))
-    else:
+        print(json.dumps(results[0] if folder.kind == RUN else {"runs": results}, indent=1))
+        return 0
+    for result in results:
         print(f"wrote {result['file']}: {result['events']} events, "
-              f"{result['size_bytes'] / 2**20:.1f} MiB in {result['seconds']:.1f} s; open it in "
-              "https://ui.perfetto.dev (Open trace file) or chrome://tracing")
+              f"{result['size_bytes'] / 2**20:.1f} MiB in {result['seconds']:.1f} s")
+    print("open each in https://ui.perfetto.dev (Open trace file) or chrome://tracing")
     return 0
 
 
@@ -234,12 +252,21 @@ def register(sub: Any) -> None:
     fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
     e = fmt.add_parser(
         "perfetto", help="Chrome trace-event JSON for ui.perfetto.dev or chrome://tracing",
-        description="Write the run's timeline as Chrome trace-event JSON: per server its "
+        description=fill("Write the run's timeline as Chrome trace-event JSON: per server its "
         "ranks' compute, waits for acks and collectives; per OCS rail its switches and each "
         "port's dark periods; the controller's intents, acks (arrows from each intent to its "
         "ack) and decisions (arrows to their switches); iterations (warm-up apart) and "
-        "failures. Times are the run's own records. Exit 2 if RUN_DIR is not a run directory.")
-    e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (opus-testbed run --out)")
+        "failures. Times are the run's own records. RUN_DIR may also be run --baseline's "
+        "folder (its baseline/ and MODE/ runs) or a sweep's: each of its runs gets its own "
+        "trace.json. Exit 2 if RUN_DIR holds no run (the message names the run folders "
+        "inside it)."),
+        epilog="examples:\n"
+        "  opus-testbed export perfetto results/my-sim   # run --baseline's folder: both runs\n"
+        "  opus-testbed export perfetto results/my-sim/provisioning --ranks 0-1 --out t.json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a run directory (opus-testbed run --out), run --baseline's folder or "
+                   "a sweep directory")
     e.add_argument("--out", metavar="FILE", help="trace file (default RUN_DIR/trace.json)")
     e.add_argument("--ranks", type=_ranks_arg, metavar="LIST",
                    help="only these ranks' tracks, ports, intents and acks, e.g. 0-15,128 "

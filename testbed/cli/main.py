@@ -23,6 +23,7 @@ examples:
   opus-testbed sweep examples/llama3-8b.yaml --delays 0,10,100   # paper Fig. 8 (root)
   opus-testbed report results/DIR    # redraw the plots of a run or sweep
   opus-testbed export perfetto results/DIR   # the run as a trace for ui.perfetto.dev
+  opus-testbed compare results/A results/B   # two runs (or sweeps) side by side
   opus-testbed demo                  # baseline vs OCS +/- provisioning (root)
   opus-testbed bench fidelity --json # data-plane dark period vs injected delay (root)
   opus-testbed bench control --json  # OCS app overhead beyond the delay (root)
@@ -498,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_basics(sub)
+    from testbed.cli.compare import register as register_compare
     from testbed.cli.experiments import register as register_experiments
     from testbed.cli.export import register as register_export
     from testbed.cli.traces import register as register_traces
@@ -507,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_traces(sub)
     register_cost(sub)
     register_export(sub)
+    register_compare(sub)
     _add_ocs(sub)
     _add_bench(sub)
     _add_workload(sub)

@@ -13,7 +13,9 @@ Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wrap
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
 the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
 and after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). Inside a call, the steps travel over
+(:mod:`testbed.plan.requestpoints`). With ``artifact`` in the plan (``artifact_protocol``) the
+shims speak the public Opus artifact's line protocol over one TCP connection instead
+(:mod:`controller.artifact_client`). Inside a call, the steps travel over
 :mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
 (only there: the circuits are lit), introduced with the iteration, collective id, sender and
 epoch, filler bytes counted by the receiving rank's listener per (iteration, collective, sender,
@@ -64,6 +66,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from controller.artifact_client import ArtifactRank, ArtifactShim, CommPlan
 from controller.profile import CallProfile
 from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
@@ -82,6 +85,8 @@ CALL_RETRIES = 3
 HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_SILENCE_S = 5.0
 NIC_DOWN_STATUS = 8
+#: a lane's shim: the project's ZeroMQ one, or one that speaks the artifact's protocol
+AnyShim = Shim | ArtifactShim
 _SIOCGIFFLAGS = 0x8913
 _IFF_UP, _IFF_RUNNING = 0x1, 0x40
 
@@ -122,7 +127,7 @@ class Epoch:
         self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
         self.failure: dict[str, Any] | None = None
         self._socks: set[socket.socket] = set()
-        self._shims: list[Shim] = []
+        self._shims: list[AnyShim] = []
         self._lock = threading.Lock()
 
     def track(self, sock: socket.socket) -> None:
@@ -136,7 +141,7 @@ class Epoch:
         with self._lock:
             self._socks.discard(sock)
 
-    def add_shim(self, shim: Shim) -> None:
+    def add_shim(self, shim: AnyShim) -> None:
         with self._lock:
             self._shims.append(shim)
         if self.aborted.is_set():
@@ -195,7 +200,8 @@ class Replayer:
         self._inboxes: dict[int, EpochInbox] = {}
         self._inbox_lock = threading.Lock()
         self.current: Epoch | None = None
-        self._shims: dict[str, Shim] = {}  # per lane, kept across epochs (retargeted)
+        self._shims: dict[str, AnyShim] = {}  # per lane, kept across epochs (retargeted)
+        self._artifact: ArtifactRank | None = None  # the artifact's protocol (``artifact``)
         self._control: dict[str, Any] = {}
         self._control_cv = threading.Condition()
         self.profile = CallProfile()
@@ -251,7 +257,7 @@ class Replayer:
             raise Abort
 
     def _lane(self, ep: Epoch, name: str, ops: list[PlanOp]) -> None:
-        shim: Shim | None = None
+        shim: AnyShim | None = None
         current: tuple[int, PlanOp] | None = None
         try:
             if name != COMPUTE_LANE:
@@ -276,11 +282,25 @@ class Replayer:
                      "tag": failed.tag if failed else "", "lane": name,
                      "error": f"{type(exc).__name__}: {exc}"})
 
-    def _shim(self, ep: Epoch, lane: str) -> Shim:
+    def _artifact_rank(self, ep: Epoch) -> ArtifactRank | None:
+        """The rank's side of the artifact's protocol, when the plan has ``artifact``
+        (:mod:`controller.artifact_client`; its connection checks in every comm of the rank)."""
+        art = self.plan.get("artifact")
+        if art and self._artifact is None:
+            self._artifact = ArtifactRank(
+                str(art["host"]), int(art["port"]), int(art["local_rank"]),
+                {g: CommPlan.from_json(c) for g, c in art["comms"].items()},
+                ack_timeout_s=self.ack_timeout_s, job_id=ep.job, seqs=ep.seqs)
+        return self._artifact
+
+    def _shim(self, ep: Epoch, lane: str) -> AnyShim:
         """The lane's shim, retargeted to ``ep``'s job if an earlier epoch used it: a failover
         then costs no new connection per lane."""
         shim = self._shims.get(lane)
-        if shim is None:
+        artifact = self._artifact_rank(ep)
+        if shim is None and artifact is not None:
+            shim = self._shims[lane] = artifact.shim()
+        elif shim is None:
             shim = self._shims[lane] = Shim(
                 str(self.plan["endpoint"]), ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
                 heartbeat_interval_s=HEARTBEAT_INTERVAL_S * self.time_dilation,
@@ -295,6 +315,8 @@ class Replayer:
             with contextlib.suppress(Exception):  # the end of a rank must not fail on its bye
                 shim.close()
         self._shims.clear()
+        if self._artifact is not None:
+            self._artifact.close()
 
     def _compute(self, ep: Epoch, it: int, op: PlanOp) -> None:
         t0 = time.time()
@@ -305,7 +327,7 @@ class Replayer:
         self.emit(ev="compute", it=it, i=op.index, t_start=t0, t_end=time.time(),
                   **self._epoch_fields(ep))
 
-    def _call(self, ep: Epoch, shim: Shim, it: int, op: PlanOp) -> None:
+    def _call(self, ep: Epoch, shim: AnyShim, it: int, op: PlanOp) -> None:
         t_intent = time.time()
         data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
         moved = [0, 0]  # sent, received
@@ -506,6 +528,9 @@ class Replayer:
             lanes.setdefault(op.lane, []).append(op)
         if ep.start == 0 and ep.number > 0:
             self.profile = CallProfile()  # the profiled iteration runs again
+        artifact = self._artifact_rank(ep)
+        if artifact is not None:  # every comm checks in at start, as process groups are made
+            artifact.connection()
         if self._gated(ep):
             self._pass_gate(ep, [name for name in lanes if name != COMPUTE_LANE])
         threads = [threading.Thread(target=self._lane, args=(ep, name, ops), daemon=True,

@@ -81,6 +81,7 @@ class RailsRun:
     fronts: Any
     out: Path
     say: Say
+    artifact: Any = None  # the ArtifactGateway the ranks speak to (artifact_protocol), or None
 
 
 class RankFollower(Protocol):
@@ -210,7 +211,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     def supervise(run: RailsRun) -> Supervisor:
         sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
                          prep=wall_prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
-                         say=say, fronts=run.fronts)
+                         say=say, fronts=run.fronts, artifact=run.artifact)
         run.service.on_rank_lost = sup.on_rank_lost
         return sup
 
@@ -299,9 +300,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                                         cfg.rail_state_inflight,
                                         cfg.rail_state_serialize_per_rank),
                                     event_log=events, heartbeat_timeout_s=heartbeat_timeout_s)
-            with svc:
+            with svc, artifact_gateway(cfg, svc, job, net, out, say) as gateway:
                 svc.register_job(job)
-                follower = start(RailsRun(net, svc, events, ocs_faults, fronts, out, say))
+                follower = start(RailsRun(net, svc, events, ocs_faults, fronts, out, say,
+                                          gateway))
                 try:
                     follower.launch()
                     sampler.start()
@@ -328,6 +330,37 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                     cgroup.summary(throttling) if cgroup is not None else None, wire)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
+
+
+@contextlib.contextmanager
+def artifact_gateway(cfg: RunSettings, svc: ControllerService, job: JobSpec,
+                     net: EmulatedRails, out: Path, say: Say) -> Iterator[Any]:
+    """The artifact's protocol beside ``svc`` on the run's frontend address
+    (``artifact_protocol.port``; None when off): the network of the run's own namespaces,
+    named trusted here, as the ZeroMQ service's is. Stopped before the service; its counters
+    and refusals go to ``out/artifact-protocol.json``."""
+    port = getattr(cfg, "artifact_port", None)
+    if port is None:
+        yield None
+        return
+    from controller.artifact_gateway import ArtifactGateway
+
+    spec = net.spec
+    servers: list[list[str]] = [[] for _ in range(spec.servers)]
+    for rank in range(spec.num_ranks):
+        servers[spec.server_of(rank)].append(net.frontend_address(rank))
+    front = net.root_frontend_address
+    with ArtifactGateway(svc, job, server_ips=servers, gpus_per_server=spec.gpus_per_server,
+                         host=front, port=port, trusted=[front]) as gateway:
+        say(f"  the artifact's protocol on {gateway.address} (no authentication: the run's "
+            "frontend network only)")
+        try:
+            yield gateway
+        finally:
+            gateway.stop()
+            store.write_json(out / "artifact-protocol.json",
+                             {"address": gateway.address, "counters": gateway.counters,
+                              "refused": gateway.refused})
 
 
 def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from controller.artifact_client import rank_comms
 from controller.drivers.faults import OcsFaults
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
@@ -98,7 +99,7 @@ class Supervisor:
 
     def __init__(self, *, net: Any, endpoint: str, plan: ReplayPlan, job: JobSpec, prep: Prepared,
                  out: Path, events: EventLog, ocs_faults: OcsFaults, say: Say,
-                 fronts: Any = None) -> None:
+                 fronts: Any = None, artifact: Any = None) -> None:
         self.net = net
         self.spec = net.spec
         self.endpoint = endpoint
@@ -111,6 +112,7 @@ class Supervisor:
         self.events = events
         self.ocs_faults = ocs_faults
         self.fronts = fronts
+        self.artifact = artifact  # the artifact protocol's gateway the ranks speak to, or None
         self.say = say
         cfg = self.cfg
         failures = sum(1 for f in cfg.faults if f.kind in RANK_FAULTS or f.kind == "port_failed")
@@ -181,6 +183,11 @@ class Supervisor:
                 "ops": [op.to_json() for op in ops]}
             if self.gate is not None:
                 rank_plan["gate"] = self.gate.paths.to_json()
+            if self.artifact is not None:
+                rank_plan["artifact"] = {
+                    "host": self.artifact.host, "port": self.artifact.port,
+                    "local_rank": rank % self.spec.gpus_per_server,
+                    "comms": {g: c.to_json() for g, c in rank_comms(self.job, rank).items()}}
             block = self._failover_block(rank, rank)
             if block is not None:
                 rank_plan["failover"] = block

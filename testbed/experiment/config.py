@@ -24,6 +24,8 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       start_gate: true          # replayed ranks start together (false: each once loaded)
       time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
       wire_check: true          # capture the OCS ports and judge the switching from the wire
+    artifact_protocol:          # emulated runs: the ranks speak the Opus artifact's protocol
+      port: 1234                # on the run's frontend address (see below)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -69,6 +71,10 @@ Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.s
 (``rank``, the default), one per server hosting its ranks as threads, each in its own host's
 network namespace (``server``; refused with failover), or ``server`` unless the run has
 failover (``auto``). PyTorch jobs always run one process per rank.
+``artifact_protocol.port`` (emulated runs; absent: off): the controller also serves the public
+Opus artifact's line protocol (:mod:`controller.artifact`) on that TCP port (0: a free one) of
+the run's frontend address, and the replayed ranks speak it instead of the project's ZeroMQ
+protocol (:mod:`controller.artifact_client`); refused on the sim backend and with failover.
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -123,6 +129,7 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
+ARTIFACT_KEYS = ("port",)
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
             "rank_cpu_quota", "start_gate", "time_dilation", "wire_check")
 
@@ -162,6 +169,7 @@ class RunSettings:
     start_gate: bool = True  # emulated ranks wait for each other before their first op
     time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
     wire_check: bool = True  # emulated OCS runs: tcpdump on every OCS port (testbed.metrics.wire)
+    artifact_port: int | None = None  # the ranks speak the artifact's protocol on this port
 
     @property
     def switching_delay_ms(self) -> float:
@@ -245,6 +253,11 @@ class RunSettings:
             parse_time_dilation(self.time_dilation)
         except DilationError as exc:
             raise ExperimentError(str(exc), "run.time_dilation", self.source) from exc
+        port = self.artifact_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port <= 65535):
+            raise ExperimentError(f"must be a TCP port (0-65535; 0 picks a free one), got "
+                                  f"{port!r}", "artifact_protocol.port", self.source)
         if not isinstance(self.start_gate, bool):
             raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
                                   "run.start_gate", self.source)
@@ -320,7 +333,8 @@ class RunSettings:
                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
-                "time_dilation": self.time_dilation, "wire_check": self.wire_check}
+                "time_dilation": self.time_dilation, "artifact_port": self.artifact_port,
+                "wire_check": self.wire_check}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,6 +389,10 @@ class ExperimentConfig(RunSettings):
             rankprocs.resolve(self.ranks_per_process, self.failover_trigger)
         except rankprocs.GroupingRefused as exc:
             raise ExperimentError(str(exc), "run.ranks_per_process", self.source) from exc
+        if self.artifact_port is not None and self.failover_trigger is not None:
+            raise ExperimentError(f"the artifact's protocol has no failover, but this run has it "
+                                  f"({self.failover_trigger}); remove artifact_protocol or the "
+                                  "spares and rank faults", "artifact_protocol.port", self.source)
         shape = self.shape
         if self.effective_semantics != PORT_EXACT and (shape.spares or self.faults):
             raise ExperimentError("spares and faults need port-exact semantics (a spare takes "
@@ -511,6 +529,12 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("run.time_dilation", str(exc)) from exc
     if "wire_check" in run:
         kwargs["wire_check"] = _typed(doc, run["wire_check"], "run.wire_check", bool)
+    art = _mapping(doc, top.get("artifact_protocol", {}), "artifact_protocol", ARTIFACT_KEYS)
+    if "port" in art:
+        port = kwargs["artifact_port"] = _typed(doc, art["port"], "artifact_protocol.port", int)
+        if not 0 <= port <= 65535:
+            raise doc.error("artifact_protocol.port", f"must be a TCP port (0-65535; 0 picks a "
+                            f"free one), got {port}")
     return kwargs
 
 

@@ -17,8 +17,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot is imported
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from testbed.results.waits import call_spans, union
 from workloads.layout import AXIS_FAMILY
 
 Row = Mapping[str, Any]
@@ -41,8 +43,11 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
     ``iteration`` is an iterations-table row; with ``iteration: -1`` every call and compute block
     overlapping its ``t_start_s``..``t_end_s`` is drawn, whatever its iteration (a failover's
     span). ``marks`` are vertical lines (time, label, colour); ``highlight`` are dark periods
-    (rail, from, to) drawn in red over the rail's (the circuits moving to a spare). The x range
-    ends at the last thing drawn, not at the window's end (ranks not drawn may end later).
+    (rail, from, to) drawn in :data:`MOVING_COLOR` over the rail's (the circuits moving to a
+    spare). Each call is drawn as its waits (for peers, for light: :mod:`testbed.results.waits`,
+    as thin stripes, the union over the rank's lanes) and its transfer. The x range spans what
+    is drawn (ranks not drawn may end later), within the window; what overlaps its edges is
+    cut there.
     """
     t0, t1 = _f(iteration["t_start_s"]), _f(iteration["t_end_s"])
     it = int(iteration["iteration"])
@@ -51,69 +56,109 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
         return int(row_it) == it if it >= 0 else (b >= t0 and a <= t1)
 
     rows = len(ranks) + len(rails)
-    fig, ax = plt.subplots(figsize=(12, 0.45 * rows + 1.6))
+    fig, ax = plt.subplots(figsize=(13, 0.45 * rows + 2.0))
     ylabels = []
     ends = [t_s - t0 for t_s, _label, _color in marks]  # where something drawn ends
+    starts: list[float] = []  # where something drawn starts, before the iteration's start
+    drawn: list[tuple[list[tuple[float, float]], tuple[float, float], dict[str, Any]]] = []
+
+    def later(bars: list[tuple[float, float]], yrange: tuple[float, float],
+              **style: Any) -> None:
+        """Draw ``bars`` once the x range is known, cut to it."""
+        drawn.append((bars, yrange, style))
+
+    spans = call_spans([c for c in calls if int(c["rank"]) in set(ranks)])
     for y, rank in enumerate(ranks):
         ylabels.append(f"rank {rank}")
-        spans = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
-                 if int(c["rank"]) == rank and shown(c["it"], _f(c["t_start"]), _f(c["t_end"]))]
-        ax.broken_barh(spans, (y - 0.35, 0.7), color="0.85")
-        ends += [a + d for a, d in spans]
+        busy = [(_f(c["t_start"]) - t0, _f(c["t_end"]) - _f(c["t_start"])) for c in compute
+                if int(c["rank"]) == rank and shown(c["it"], _f(c["t_start"]), _f(c["t_end"]))]
+        later(busy, (y - 0.35, 0.7), color="0.85")
+        ends += [a + d for a, d in busy]
         by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        waits = []
-        for c in calls:
+        peers, light = [], []
+        for sp in spans:
+            c = sp.row
             if int(c["rank"]) != rank or not shown(c["iteration"], _f(c["t_intent_s"]),
                                                    _f(c["t_end_s"])):
                 continue
             axis = AXIS_FAMILY.get(str(c["axis"]), str(c["axis"]))
-            a, b = _f(c["t_ack_s"]) - t0, _f(c["t_end_s"]) - t0
-            by_axis[axis].append((a, max(b - a, 1e-4)))
-            w0 = _f(c["t_intent_s"]) - t0
-            if a - w0 > 1e-3:
-                waits.append((w0, a - w0))
-        ax.broken_barh(waits, (y - 0.12, 0.24), color="tab:red", alpha=0.35)
-        ends += [a + d for a, d in waits] + [a + d for v in by_axis.values() for a, d in v]
+            a, b = sp.transfer
+            by_axis[axis].append((a - t0, max(b - a, 1e-4)))
+            peers += [sp.peers] if sp.peers else []
+            light += [sp.light] if sp.light else []
+        for stripe, waits, color in ((-0.14, peers, WAIT_COLORS["peers"]),
+                                     (0.02, light, WAIT_COLORS["light"])):
+            bars = [(a - t0, b - a) for a, b in union(waits) if b - a > 1e-4]
+            later(bars, (y + stripe, 0.12), color=color)
+            ends += [a + d for a, d in bars]
+            starts += [a for a, _d in bars]
+        ends += [a + d for v in by_axis.values() for a, d in v]
+        starts += [a for v in by_axis.values() for a, _d in v] + [a for a, _d in busy]
         for axis, spans_ax in by_axis.items():
-            ax.broken_barh(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
-                           label=axis.upper())
+            later(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
+                  label=f"{axis.upper()} transfer")
     for k, rail in enumerate(rails):
         y = len(ranks) + k
         ylabels.append(f"rail {rail} OCS")
         dark = [(_f(c["t_dark_s"]) - t0, _f(c["t_light_s"]) - _f(c["t_dark_s"]))
                 for c in circuits if int(c["rail"]) == rail and c["t_dark_s"] not in (None, "")
                 and _f(c["t_light_s"]) >= t0 and _f(c["t_dark_s"]) <= t1]
-        ax.broken_barh(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
+        later(dark, (y - 0.35, 0.7), color="black", label="dark (switching)")
         moved = [(a - t0, b - a) for r, a, b in highlight if r == rail]
         ends += [a + d for a, d in [*dark, *moved]]
         if moved:
-            ax.broken_barh(moved, (y - 0.35, 0.7), color="tab:red",
-                           label="dark (circuits moving to the spare)")
+            later(moved, (y - 0.35, 0.7), color=MOVING_COLOR,
+                  label="dark (circuits moving to the spare)")
+    # the x range ends at the last thing drawn (within the window), not past it, and starts
+    # at the first: a rank may start the iteration before the last one ended the previous
+    # (a failover's span starts at its own start); what lies beyond is cut at the edges
+    last = min(t1 - t0, max(ends, default=t1 - t0))
+    lo = min(0.0, min(starts, default=0.0)) if it >= 0 else 0.0
+    hi = last if last > 0 else t1 - t0
+    for bars, (y0, height), style in drawn:
+        cut = [(max(a, lo), min(a + d, hi) - max(a, lo)) for a, d in bars
+               if min(a + d, hi) > max(a, lo)]
+        ax.broken_barh(cut, (y0, height), **style)
     for t_s, label, color in marks:
         ax.axvline(t_s - t0, color=color, lw=1.2, ls="--", label=label)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=False))
     uniq.setdefault("compute", plt.Rectangle((0, 0), 1, 1, color="0.85"))
-    uniq.setdefault("waiting (peers or circuits)", plt.Rectangle((0, 0), 1, 1, color="tab:red",
-                                                          alpha=0.35))
-    ax.legend(uniq.values(), uniq.keys(), loc="upper center", ncol=6, fontsize=8,
-              bbox_to_anchor=(0.5, -0.12))
+    for kind, text in WAIT_LABELS.items():
+        uniq.setdefault(text, plt.Rectangle((0, 0), 1, 1, color=WAIT_COLORS[kind]))
+    ax.legend(uniq.values(), uniq.keys(), loc="upper left", fontsize=8,
+              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_yticks(range(rows), ylabels)
-    # the x range ends at the last thing drawn (within the window), not past it
-    last = min(t1 - t0, max(ends, default=t1 - t0))
-    ax.set_xlim(0, last if last > 0 else t1 - t0)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(-0.6, rows - 0.4)
     ax.set_xlabel(f"time in iteration {it} (s)" if it >= 0 else "time (s)")
     ax.set_title(title)
     ax.invert_yaxis()
-    fig.tight_layout()
+    fig.text(0.01, 0.01, TIMELINE_CAPTION, fontsize=7.5, color="0.3", ha="left", va="bottom",
+             wrap=True)
+    fig.tight_layout(rect=(0.0, 0.06, 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+#: The waits of a call (:mod:`testbed.results.waits`): their colours and legend entries.
+WAIT_COLORS = {"peers": "tab:olive", "light": "tab:red"}
+#: The dark periods of circuits moving to a spare (a failover's span), apart from the waits.
+MOVING_COLOR = "tab:cyan"
+WAIT_LABELS = {"peers": "waiting for peers\n(a member has not called yet)",
+               "light": "waiting for light\n(all in; circuits not lit,\nor the controller's ack)"}
+TIMELINE_CAPTION = (
+    "Bars: compute, and each call's transfer (from its ack, once every member has called). "
+    "Thin stripes: the time some call of the rank waits, for peers (upper) or for light "
+    "(lower); several lanes (DP, PP) may wait at once, and each stripe is their union, so a "
+    "transfer on one lane can cover another lane's wait.")
 
 
 def failover_timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Row],
                       failover: Row, ranks: Sequence[int], path: Path, title: str) -> None:
     """The span of one recovery: the failure, its detection, the circuits moving to the spare
-    (red dark periods), the resumption and the first collective with the spare."""
+    (dark periods in :data:`MOVING_COLOR`), the resumption and the first collective with the
+    spare."""
     t_fail, t_first = _f(failover["t_fail_s"]), failover.get("t_first_s")
     t_end = _f(t_first) if t_first not in (None, "") else _f(failover["t_resume_s"]) + 1.0
     pad = max(0.25, 0.3 * (t_end - t_fail))
@@ -186,7 +231,7 @@ MODE_MARKER = {"on-demand": "o", "provisioning": "s", "degree-aware": "^"}
 LOG_SPAN = 20.0
 
 
-_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 
 
 def sweep_title(name: str, backend: str, semantics: Sequence[str], modes: Sequence[str],
@@ -202,19 +247,21 @@ def sweep_title(name: str, backend: str, semantics: Sequence[str], modes: Sequen
             f"{', '.join(ocs) or 'no OCS mode'} at {span}; 0 ms = electrical baseline")
 
 
-def _scale_x(ax: Any, xs: Sequence[float]) -> None:
-    """Symmetric-log x (linear below 1 ms, so 0 ms is drawn) when the positive delays span
-    more than :data:`LOG_SPAN`; linear otherwise. Limits from the data, with a margin."""
+def scale_delay_axis(ax: Any, xs: Sequence[float]) -> None:
+    """Symmetric-log x when the positive delays span more than :data:`LOG_SPAN`: linear from
+    0 to the smallest delay, as wide as a decade, so that 0 ms (the baseline) and 0.01 ms
+    (silicon photonics) lie a decade apart, logarithmic above; linear otherwise. Limits from
+    the data, with a margin."""
     pos = [x for x in xs if x > 0]
     if pos and max(pos) / min(pos) > LOG_SPAN:
-        ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
-        ax.set_xlim(-0.2 if min(xs) <= 0 else min(pos) / 1.5, max(pos) * 1.5)
+        ax.set_xscale("symlog", linthresh=min(pos), linscale=1.0)
+        ax.set_xlim(-0.4 * min(pos) if min(xs) <= 0 else min(pos) / 1.5, max(pos) * 1.5)
     elif xs:
         pad = 0.05 * ((max(xs) - min(xs)) or 1.0)
         ax.set_xlim(min(xs) - pad, max(xs) + pad)
 
 
-def _scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> None:
+def scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) -> None:
     """Log y (symmetric-log below ``symlog_below``, for overheads that may be <= 0) when the
     data span more than :data:`LOG_SPAN`; linear otherwise. Limits from the data."""
     if not ys:
@@ -233,16 +280,41 @@ def _scale_y(ax: Any, ys: Sequence[float], symlog_below: float | None = None) ->
         ax.set_ylim(min(ys) - pad, max(ys) + pad)
 
 
-def _spaced(delays_ms: Sequence[float]) -> list[float]:
-    """The delays to label on a log axis: 0, then each far enough above the last labelled one
-    for both labels to fit (0.28 decades, 0.4 with four digits: 750 after 500, or 2000 after
-    1000, would print over it)."""
-    out: list[float] = []
-    for d in delays_ms:
-        need = 0.28 if d < 1000 else 0.4
-        if d <= 0 or not out or out[-1] <= 0 or math.log10(d / out[-1]) >= need:
-            out.append(d)
-    return out
+def readable_ticks(ax: Any, values: Sequence[float], pad_px: float = 8.0) -> list[float]:
+    """The values of ``ax``'s x axis (scale and limits set) to label so that no two labels
+    overlap. The ends (0, the smallest and the largest delay) come first, then the powers of
+    ten, then the others, each kept when it sits far enough from every kept one for both
+    labels (their width estimated from the tick font, the axes a tenth narrower than now, as
+    the layout may shrink them)."""
+    fig = ax.figure
+    width_px = 0.9 * ax.get_position().width * fig.get_figwidth() * fig.dpi
+    size = plt.rcParams["xtick.labelsize"]
+    size_pt = (size if isinstance(size, (int, float))
+               else matplotlib.font_manager.FontProperties(size=size).get_size_in_points())
+    char_px = 0.62 * size_pt * fig.dpi / 72.0
+    scale = ax.xaxis.get_transform()
+    lo, hi = (float(v) for v in scale.transform(np.array(ax.get_xlim(), dtype=float)))
+
+    def at(v: float) -> float:
+        return (float(scale.transform(np.array([v], dtype=float))[0]) - lo) / (hi - lo) \
+            * width_px
+
+    def half(v: float) -> float:
+        return 0.5 * len(f"{v:g}") * char_px
+
+    values = sorted(set(values))
+    pos = [v for v in values if v > 0]
+    ends = {v for v in values if v <= 0} | ({pos[0], pos[-1]} if pos else set())
+
+    def rank(v: float) -> tuple[int, float]:
+        decade = v > 0 and math.isclose(math.log10(v), round(math.log10(v)), abs_tol=1e-9)
+        return (0 if v in ends else 1 if decade else 2, v)
+
+    kept: list[float] = []
+    for v in sorted(values, key=rank):
+        if all(abs(at(v) - at(k)) >= half(v) + half(k) + pad_px for k in kept):
+            kept.append(v)
+    return sorted(kept)
 
 
 def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
@@ -316,19 +388,19 @@ def sweep_figure(rows: Sequence[Row], title: str, families: Sequence[Row] = (),
         ax.scatter([x], [y], s=160, facecolors="none", edgecolors="tab:red", linewidths=1.5,
                    zorder=5, label="degraded run (reasons: sweep output)"
                    if ax is left and (ax, x, y) == degraded[0] else None)
-    _scale_y(left, ys_left)
-    _scale_y(right, [*ys_right, 0.0], symlog_below=10.0)
+    scale_y(left, ys_left)
+    scale_y(right, [*ys_right, 0.0], symlog_below=10.0)
     for ax in (left, right):
-        ax.yaxis.set_major_formatter(_PLAIN)
+        ax.yaxis.set_major_formatter(PLAIN)
         ax.yaxis.set_minor_formatter(NullFormatter())
     left.set_ylabel("iteration time (s)")
     right.set_ylabel("overhead vs the baseline (%)")
-    swept = _spaced(sorted(set(xs)))
+    swept = sorted(set(xs))
     for ax in (left, right):
-        _scale_x(ax, xs)
+        scale_delay_axis(ax, xs)
         if ax.get_xscale() == "symlog" and len(swept) <= 12:  # the swept delays, as numbers
-            ax.set_xticks(swept)
-            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.set_xticks(readable_ticks(ax, swept))
+            ax.xaxis.set_major_formatter(PLAIN)
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("OCS switching delay (ms)")
         ax.grid(alpha=0.3, which="both")

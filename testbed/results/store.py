@@ -10,7 +10,8 @@ Layout of ``DIR``::
     timeline.png windows_cdf.png
 
 A sweep directory has ``sweep.csv``, ``sweep.json``, ``iteration_vs_delay.png`` and one run
-directory per point.
+directory per point; ``run --baseline``'s folder holds two runs, ``baseline/`` and ``MODE/``
+(:mod:`testbed.results.folders`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import psutil
 
 from testbed.errors import RunError
 from testbed.results import plots
+from testbed.results.folders import SWEEP, classify, not_a_results_folder
 
 PACKAGES = ("opus-testbed", "os-ken", "pyzmq", "numpy", "matplotlib", "psutil", "PyYAML",
             "ncclient", "asyncssh")
@@ -195,13 +197,12 @@ def render_sweep(sweep_dir: Path) -> list[Path]:
 
 
 def report(path: Path) -> list[Path]:
-    """Redraw the plots of a run or a sweep directory (and of the sweep's runs)."""
-    if (path / "sweep.csv").exists():
-        written = render_sweep(path)
-        for sub in sorted(p for p in path.iterdir() if (p / "summary.json").exists()):
-            written += render_run(sub)
-        return written
-    if (path / "summary.json").exists():
-        return render_run(path)
-    raise FileNotFoundError(f"{path} is neither a run directory (summary.json) nor a sweep "
-                            "directory (sweep.csv)")
+    """Redraw the plots of a run, a sweep (and its runs), or ``run --baseline``'s folder (both
+    its runs); :class:`FileNotFoundError` naming the folders inside otherwise."""
+    folder = classify(path)
+    if folder is None:
+        raise FileNotFoundError(not_a_results_folder(path))
+    written = render_sweep(path) if folder.kind == SWEEP else []
+    for run_dir in folder.runs:
+        written += render_run(run_dir)
+    return written

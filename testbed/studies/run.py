@@ -27,6 +27,10 @@ def check_one(cfg: ExperimentConfig | TorchExperiment, backend: str) -> Prepared
     (each comm group's circuits against the ports per rank), the algorithms, this machine's
     capacity; :class:`RunRefused` (or the experiment's error) naming what fails. Returns the
     prepared run (None for a PyTorch script's, which its runner checks)."""
+    if cfg.artifact_port is not None and (backend == "sim" or isinstance(cfg, TorchExperiment)):
+        raise RunRefused(f"{cfg.source}: artifact_protocol makes the replayed ranks of an "
+                         "emulated run speak the artifact's protocol; the sim backend and a "
+                         "PyTorch job have no such ranks (remove artifact_protocol)")
     if isinstance(cfg, TorchExperiment):
         if backend == "sim":
             raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "

@@ -210,7 +210,8 @@ def test_run_refuses_a_quota_without_a_cgroup_cpu_controller(
 
 def test_report_on_a_directory_without_results_fails_clearly(tmp_path: Path) -> None:
     res = run_cli("report", str(tmp_path))
-    assert res.returncode != 0 and "neither a run directory" in res.stderr
+    assert res.returncode == 2 and "is not a run, a sweep or a run --baseline folder: it " \
+        "holds no summary.json (a run), no sweep.csv (a sweep)" in res.stderr
 
 
 def test_demo_shows_degree_aware_and_the_paper_model_with_its_rail_state_figures() -> None:

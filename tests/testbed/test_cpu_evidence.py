@@ -125,7 +125,9 @@ def test_processes_known_at_start_are_counted_from_the_first_sample() -> None:
         burner.wait(10)
     first = sampler.samples[0]
     assert first.complete and first.t_start_s is not None and first.t_start_s < first.t_s
-    assert first.component_pct["ranks"] > 20.0 and first.emulator_pct > 20.0
+    # before the fix a pid's first read gave exactly 0.0; a busy loop gets some CPU whatever
+    # the machine's load (19.6 % of a core was seen under a load of 40)
+    assert first.component_pct["ranks"] > 1.0 and first.emulator_pct > 1.0
 
 
 def _wait_for(condition: Any, timeout_s: float = 15.0) -> None:
