@@ -28,8 +28,9 @@ from testbed.metrics.darktime import ITERATION_LIMIT_PCT, OVERHEAD_LIMIT_PCT, Sw
 from testbed.metrics.wire import WireVerdict
 
 AUTO = "auto"
-#: Largest factor ``auto`` picks (and a file may ask for): at 64 the emulated links of the
-#: smallest calibrated rate (2 Mbit/s) would run below :data:`MIN_WALL_LINK_MBPS`.
+#: Largest factor a file may ask for; the links' floor (:data:`MIN_WALL_LINK_MBPS`) refuses any
+#: factor past ``link_mbps / 0.1`` first (20 at the smallest calibrated rate, 2 Mbit/s), and
+#: ``auto`` stops at :data:`AUTO_FACTORS`' last.
 MAX_TIME_DILATION = 64.0
 #: The lowest wall-clock link rate the shaping accepts (Mbit/s). HTB takes lower rates, but one
 #: 1514-byte frame at 0.1 Mbit/s already takes 121 ms on the wire, within reach of TCP's 200 ms
