@@ -8,8 +8,9 @@ dilation ``k`` they shrink by ``k`` in model time (:mod:`testbed.experiment.dila
 
 Measured from the ranks' records (model time):
 
-* **control round trip**: ``t_ack - t_intent`` of the calls that did not wait for a switch
-  (the controller answered at once); its median;
+* **control round trip**: the intent's way to the controller plus the ack's way back, from
+  the controller's own ``intent`` and ``ack`` records (:func:`control_round_trips_s`: no
+  waiting for light or for peers in it); its median;
 * **transport excess**: ``t_end - t_ack`` minus the call's ideal transfer time (the scaled
   bytes it sends at the configured link rate), on the calls whose ideal transfer is short
   (:data:`SHORT_CALL_S`: what is left is connect, framing and finish, not the link, whose
@@ -90,16 +91,40 @@ def _excess_text(excess_ms: Mapping[str, float]) -> str:
 SHORT_CALL_S = 2e-3
 
 
+def control_round_trips_s(calls: Sequence[Mapping[str, Any]],
+                          events: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Each call's control round trip without any waiting the model has: its intent's way to
+    the controller (the controller's ``intent`` record's time minus the rank's ``t_intent``)
+    plus the ack's way back (the rank's ``t_ack`` minus the controller's ``ack`` record's time;
+    one machine, one clock). Without the controller's records: ``t_ack - t_intent`` of the
+    calls that did not switch (an upper bound: such a call may still wait for its peers)."""
+    at: dict[tuple[str, tuple[Any, Any, Any]], float] = {}
+    for e in events:
+        if e.get("event") in ("intent", "ack") and "t_s" in e:
+            at[(str(e["event"]), (e.get("rank"), e.get("group"), e.get("seq")))] = float(
+                e["t_s"])
+    out = []
+    for r in calls:
+        key = (r.get("rank"), r.get("lane"), r.get("seq"))
+        if ("intent", key) in at and ("ack", key) in at:
+            out.append((at[("intent", key)] - float(r["t_intent"]))
+                       + (float(r["t_ack"]) - at[("ack", key)]))
+    if out:
+        return out
+    return [float(r["t_ack"]) - float(r["t_intent"]) for r in calls if not r.get("reconfigured")]
+
+
 def call_cost_bound(records: Sequence[Mapping[str, Any]], *, warmup: int, link_mbps: float,
-                    scale: float, iteration_s: float | None) -> CallCostBound | None:
+                    scale: float, iteration_s: float | None,
+                    events: Sequence[Mapping[str, Any]] = ()) -> CallCostBound | None:
     """The bound of a run's ``records`` (model time; the measured iterations only, those from
-    ``warmup`` on), or None without calls."""
+    ``warmup`` on; ``events``: the controller's, for the control round trips), or None without
+    calls."""
     calls = [r for r in records if r.get("ev") == "call" and int(r.get("it", -1)) >= warmup
              and all(isinstance(r.get(k), int | float) for k in ("t_intent", "t_ack", "t_end"))]
     if not calls or link_mbps <= 0:
         return None
-    control = [float(r["t_ack"]) - float(r["t_intent"]) for r in calls
-               if not r.get("reconfigured")]
+    control = control_round_trips_s(calls, events)
     control_ms = 1e3 * statistics.median(control) if control else None
     short: dict[str, list[float]] = defaultdict(list)
     for r in calls:

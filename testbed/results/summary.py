@@ -127,7 +127,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                if r["measured"]]
     k = float(getattr(prep, "time_dilation", 1.0))
     costs = (call_cost_bound(records, warmup=cfg.warmup, link_mbps=prep.link_mbps,
-                             scale=prep.scale, iteration_s=s.get("iteration_time_s"))
+                             scale=prep.scale, iteration_s=s.get("iteration_time_s"),
+                             events=events)
              if backend == "emu" else None)
     evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, costs)
     bound: OverrunBound | None = evidence.overrun

@@ -77,3 +77,14 @@ def test_the_overhead_carries_the_difference_of_the_two_runs_bounds() -> None:
     assert overhead_exceeded(0.5) is None
     assert overhead_exceeded(OVERHEAD_LIMIT_PTS + 0.1) is not None
     assert overhead_effect_pts(run, {"iteration_time_s": 2.0}) is None
+
+
+def test_the_control_round_trip_is_read_from_the_controllers_records() -> None:
+    """The intent's way there and the ack's way back; the controller's wait between them (for
+    light, for the group's other members) is the model's, not the emulator's cost."""
+    recs = [dict(_call(0, 1, 10.0, ctl_s=0.1, extra_s=1e-3, nbytes=1000), lane="g", seq=3)]
+    events = [{"event": "intent", "rank": 0, "group": "g", "seq": 3, "t_s": 10.0004},
+              {"event": "ack", "rank": 0, "group": "g", "seq": 3, "t_s": 10.0994}]
+    b = call_cost_bound(recs, warmup=1, link_mbps=LINK_MBPS, scale=SCALE, iteration_s=1.0,
+                        events=events)
+    assert b is not None and b.control_ms == pytest.approx(1.0)  # 0.4 + 0.6 ms, not 100
