@@ -7,9 +7,10 @@ Event names: ``job_registered``, ``intent``, ``speculative_intent``, ``decision`
 rail, circuits left over, error), ``state_restored`` (those circuits taken back once a later
 undo freed their ports), ``ack``, ``complete``, ``collective_done``, ``provisioned``,
 ``reconfig_avoided``, ``mispredict``, ``rank_lost``, ``rank_rejoined``, ``orphaned_decision``
-(a switch that ended after its job was unregistered), ``error``; the emulated runner adds
-``gate_released`` (``run.start_gate``: every rank had loaded). The testbed turns them into
-metrics; :func:`read_events` reads a log back.
+(a switch that ended after its job was unregistered), ``error``, ``client_refused`` (a client
+without a valid CURVE key: ``reason``, ``peer`` where known; :mod:`controller.curve`); the
+emulated runner adds ``gate_released`` (``run.start_gate``: every rank had loaded). The
+testbed turns them into metrics; :func:`read_events` reads a log back.
 """
 
 from __future__ import annotations

@@ -485,6 +485,14 @@ class OcsDriver(abc.ABC):
     def apply_many(self, reconfs: Sequence[Reconfiguration]) -> list[ApplyResult]:
         """Reconfigure several rails as one decision; raises ReconfigurationRejected."""
 
+    def switch_connections(self, rail: int) -> frozenset[tuple[int, int]]:
+        """Every cross-connect on ``rail``'s switch as a pair of its ports (rail numbering),
+        other users' included, one-way ones too: what :class:`controller.drivers.guard.PortGuard`
+        reads before a run's first edit. The default, the driver's own circuits, is right for
+        a driver that sees the whole switch; a driver that hides ports it does not drive
+        (a lab switch shared by several users) must override it."""
+        return frozenset(c.ports for c in self.circuits(rail))
+
     def apply(
         self,
         rail: int,

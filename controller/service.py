@@ -12,6 +12,12 @@ Shims send heartbeats; a shim that stops (its process died) is declared lost aft
 are refused (``peer_lost``) until the rank shows up again (a new session: a shim's hello,
 heartbeat or request). Bad input is answered with an error to its sender and logged; the
 service keeps serving everyone else.
+
+Clients are authenticated with ZeroMQ CURVE (:mod:`controller.curve`) whenever the service
+binds an address outside loopback and ``trusted_networks`` (the run's own frontend network):
+without ``curve_keys`` it then refuses to start (:class:`~controller.curve.AuthRequired`). A
+client without an authorized key never gets past the handshake; each refusal is logged and
+written to the event log as ``client_refused``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,14 @@ import zmq
 from controller.batching import Batch, RailBatcher
 from controller.clock import Clock, WallClock
 from controller.core import CoreConfig, OpusCore, Output
+from controller.curve import (
+    AuthRequired,
+    ClientKeys,
+    CurveServer,
+    ServerKeys,
+    client_socket,
+    needs_auth,
+)
 from controller.events import EventLog
 from controller.job import JobError, JobSpec
 from controller.ocs import ApplyResult, OcsDriver
@@ -54,7 +68,14 @@ class _Session:
 
 
 class ControllerService:
-    """Serve shims on ``bind`` (``tcp://HOST:PORT``; port 0 picks a free one)."""
+    """Serve shims on ``bind`` (``tcp://HOST:PORT``; port 0 picks a free one).
+
+    ``curve_keys``: authenticate clients (required unless ``bind`` is loopback or inside
+    ``trusted_networks``: else :class:`~controller.curve.AuthRequired`); ``client_keys``:
+    the service's own client key, for :meth:`register_job`; ``bind_device``: hold the socket
+    to one interface (``SO_BINDTODEVICE``, root), so that only packets arriving there reach
+    it.
+    """
 
     def __init__(
         self,
@@ -67,8 +88,22 @@ class ControllerService:
         heartbeat_timeout_s: float = 5.0,
         max_workers: int = 8,
         on_rank_lost: Callable[[str, int, float], None] | None = None,
+        curve_keys: ServerKeys | None = None,
+        client_keys: ClientKeys | None = None,
+        trusted_networks: Sequence[str] = (),
+        bind_device: str | None = None,
     ) -> None:
+        if curve_keys is None and needs_auth(bind, trusted_networks):
+            raise AuthRequired(
+                f"the Opus service would bind {bind}, outside loopback and the run's own "
+                "network, without authentication: make keys with `opus-testbed keys` and give "
+                "them to the service (curve_keys), or bind 127.0.0.1")
         self.driver = driver
+        self.curve_keys = curve_keys
+        self.client_keys = client_keys
+        self.trusted_networks = tuple(trusted_networks)
+        self.bind_device = bind_device
+        self._curve: CurveServer | None = None
         self.clock: Clock = clock or WallClock()
         rails = driver.describe()
         self.core = OpusCore(rails, config,
@@ -104,6 +139,11 @@ class ControllerService:
         router = self._ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if self.bind_device is not None:
+            router.setsockopt(zmq.BINDTODEVICE, self.bind_device.encode())
+        if self.curve_keys is not None:
+            self._curve = CurveServer(self._ctx, self.curve_keys, self._refused)
+            self._curve.secure(router)
         router.bind(self._bind)
         self.endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
         router.bind(self.inproc_endpoint)
@@ -129,6 +169,8 @@ class ControllerService:
             if self._wake_push is not None:
                 self._wake_push.close(0)
                 self._wake_push = None
+        if self._curve is not None:
+            self._curve.stop()
         self._ctx.term()
         self.events.close()
 
@@ -145,8 +187,19 @@ class ControllerService:
 
     def register_job(self, job: JobSpec, timeout_s: float = 5.0) -> None:
         """Register a job through the service's own protocol (same path as a remote client)."""
-        with ControllerClient(self.endpoint, timeout_s=timeout_s) as client:
+        with ControllerClient(self.endpoint, timeout_s=timeout_s,
+                              curve=self.client_keys) as client:
             client.register_job(job)
+
+    @property
+    def clients_refused(self) -> int:
+        """Handshakes refused by CURVE so far (every retry counted; the log is rate-limited)."""
+        return self._curve.refused if self._curve is not None else 0
+
+    def _refused(self, reason: str, peer: str) -> None:
+        """A client refused by CURVE (called from the authenticator's threads)."""
+        self.events.write([{"event": "client_refused", "t_s": self.clock.now(),
+                            "peer": peer or None, "reason": reason}])
 
     # --------------------------------------------------------------- loop
 
@@ -367,12 +420,14 @@ class ControllerService:
 class ControllerClient:
     """A small synchronous client for the runner: register jobs, read counters."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, endpoint: str, timeout_s: float = 5.0, *,
+                 curve: ClientKeys | None = None) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        client_socket(self._sock, curve)
         self._sock.connect(endpoint)
         self._req = 0
 

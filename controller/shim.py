@@ -36,6 +36,7 @@ from typing import Any
 
 import zmq
 
+from controller.curve import ClientKeys, client_socket
 from controller.profile import CallProfile, CallSignature
 from controller.protocol import ProtocolError, decode, encode
 
@@ -81,8 +82,10 @@ class Shim:
         controller_silence_s: float = 5.0,
         profile: CallProfile | None = None,
         seqs: dict[str, int] | None = None,
+        curve: ClientKeys | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.curve = curve  # CURVE client keys, for a service that requires them
         self.job_id = job_id
         self.rank = rank
         self.ack_timeout_s = ack_timeout_s
@@ -210,6 +213,7 @@ class Shim:
         if self._sock is None:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
+            client_socket(sock, self.curve)
             sock.connect(self.endpoint)
             self._sock = sock
             try:
@@ -300,6 +304,7 @@ class Shim:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # no backlog of stale heartbeats while disconnected
+        client_socket(sock, self.curve)
         sock.connect(self.endpoint)
         try:
             while not self._closed.is_set():

@@ -140,6 +140,12 @@ def frontend_root_address(slot: int) -> str:
     return f"198.18.{slot}.254"
 
 
+def frontend_network(slot: int) -> str:
+    """The run's frontend subnet: its hosts and the root namespace's end, nothing else (the
+    "run's own namespaces" of :mod:`controller.curve`)."""
+    return f"198.18.{slot}.0/24"
+
+
 def rail_mac(rank: int, port_index: int) -> str:
     return f"02:0f:{rank >> 8:02x}:{rank & 0xFF:02x}:{port_index:02x}:01"
 

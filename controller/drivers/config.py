@@ -13,6 +13,9 @@
       size: 16                     # N of N x N (or "16x16"); a switch of another size is refused
       ports: [1, 2, 3, 4]          # the rail's ports (default 1..N)
       dark_below_dbm: -40          # monitor reading under which a circuit is dark; null: no check
+      host_key_fingerprint: "SHA256:..."   # NETCONF: the switch's SSH host key (or known_hosts:
+      known_hosts: ~/.opus/known_hosts     #   FILE; or insecure_skip_host_key: true), see
+                                           #   controller.drivers.hostkey
       rails:                       # instead of host: one entry per rail, same keys + `rail`
         - {rail: 0, host: 10.0.0.7}
         - {rail: 1, host: 10.0.0.8, size: 32}
@@ -24,6 +27,11 @@ refused, and every error is an :class:`OcsConfigError` (a ``ValueError``) naming
 ``ocs.rails[1].port``. A credentials file is YAML with ``password`` (and optionally ``username``)
 and must not be readable by group or others (as ssh demands of keys). Passwords are read only
 when a driver is made (:func:`resolve_credentials`), never stored in the parsed config.
+
+The host-key keys (``host_key_fingerprint``, ``known_hosts``, ``insecure_skip_host_key``)
+are parsed here for every hardware driver; the registry refuses them for a driver whose
+protocol has no host key (TL1 over TCP). ``ports`` are the ports the run owns on a shared
+switch (:mod:`controller.drivers.guard`).
 
 Which parser and factory a driver name takes, and whether it is hardware, is
 :mod:`controller.drivers.registry`'s table (which also reads and parses whole mappings).
@@ -38,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.drivers.hostkey import HostKeyPolicy, parse_fingerprint
 from controller.ocs import resolve_switching_delay_ms
 
 DEFAULT_PASSWORD_ENV = "OPUS_OCS_PASSWORD"
@@ -46,7 +55,11 @@ DEFAULT_TIMEOUT_S = 10.0
 
 _DEVICE_KEYS = ("host", "port", "username", "password_env", "credentials_file", "timeout_s",
                 "size", "ports", "switching_delay", "dark_below_dbm")
-_SOFT_KEYS = ("driver", "switching_delay")  # all that a software driver takes here
+#: how a NETCONF switch's SSH host key is checked (controller.drivers.hostkey)
+HOST_KEY_KEYS = ("host_key_fingerprint", "known_hosts", "insecure_skip_host_key")
+_DEVICE_KEYS_ALL = (*_DEVICE_KEYS, *HOST_KEY_KEYS)
+_SOFT_KEYS = ("driver", "switching_delay")
+_NOT_PINNED = HostKeyPolicy()  # all that a software driver takes here
 
 
 class OcsConfigError(ValueError):
@@ -73,6 +86,7 @@ class DeviceConfig:
     switching_delay: float | str
     dark_below_dbm: float | None
     key: str
+    host_key: HostKeyPolicy = _NOT_PINNED
 
     def to_json(self) -> dict[str, object]:
         """Without secrets (there are none here: passwords are read at connect time)."""
@@ -81,7 +95,8 @@ class DeviceConfig:
                 "credentials_file": str(self.credentials_file) if self.credentials_file
                 else None, "timeout_s": self.timeout_s, "size": self.size,
                 "ports": list(self.ports) if self.ports is not None else None,
-                "switching_delay": self.switching_delay, "dark_below_dbm": self.dark_below_dbm}
+                "switching_delay": self.switching_delay, "dark_below_dbm": self.dark_below_dbm,
+                **self.host_key.to_json()}
 
 
 @dataclass(frozen=True)
@@ -131,10 +146,10 @@ def parse_devices(driver: str, data: Mapping[str, Any], key: str, base_dir: Path
     """A hardware driver's settings: one switch (``host``) or one per rail (``rails``);
     relative ``credentials_file`` paths use ``base_dir``."""
     for k in data:
-        if k not in (*_DEVICE_KEYS, "driver", "rails"):
+        if k not in (*_DEVICE_KEYS_ALL, "driver", "rails"):
             raise OcsConfigError(f"{key}.{k}", f"unknown key (known: driver, rails, "
-                                 f"{', '.join(_DEVICE_KEYS)})")
-    top = {k: v for k, v in data.items() if k in _DEVICE_KEYS}
+                                 f"{', '.join(_DEVICE_KEYS_ALL)})")
+    top = {k: v for k, v in data.items() if k in _DEVICE_KEYS_ALL}
     rails = data.get("rails")
     if rails is None:
         if "host" not in data:
@@ -153,9 +168,9 @@ def parse_devices(driver: str, data: Mapping[str, Any], key: str, base_dir: Path
             if not isinstance(entry, Mapping):
                 raise OcsConfigError(where, "must be a mapping (rail, host, ...)")
             for k in entry:
-                if k not in (*_DEVICE_KEYS, "rail"):
+                if k not in (*_DEVICE_KEYS_ALL, "rail"):
                     raise OcsConfigError(f"{where}.{k}", "unknown key (known: rail, "
-                                         f"{', '.join(_DEVICE_KEYS)})")
+                                         f"{', '.join(_DEVICE_KEYS_ALL)})")
             devices.append(_device({"rail": i, **top, **entry}, where, base_dir, defaults))
         seen: dict[int, str] = {}
         for d in devices:
@@ -235,7 +250,38 @@ def _device(d: Mapping[str, Any], key: str, base_dir: Path | None,
                              f"got {dark!r}")
     return DeviceConfig(int(rail), host.strip(), int(port), username, password_env, cred_path,
                         float(timeout_s), size, port_tuple, delay,
-                        float(dark) if dark is not None else None, key)
+                        float(dark) if dark is not None else None, key,
+                        _host_key(d, key, base_dir))
+
+
+def _host_key(d: Mapping[str, Any], key: str, base_dir: Path | None) -> HostKeyPolicy:
+    """The host-key keys of one device: at most one way of checking."""
+    given = [k for k in HOST_KEY_KEYS if d.get(k) not in (None, False)]
+    if len(given) > 1:
+        raise OcsConfigError(f"{key}.{given[1]}", f"give one of {', '.join(HOST_KEY_KEYS)}, "
+                             f"not {' and '.join(given)}")
+    fingerprint = d.get("host_key_fingerprint")
+    if fingerprint is not None:
+        if not isinstance(fingerprint, str):
+            raise OcsConfigError(f"{key}.host_key_fingerprint", "must be a string such as "
+                                 f"'SHA256:...', got {fingerprint!r}")
+        try:
+            return HostKeyPolicy(fingerprint=parse_fingerprint(fingerprint))
+        except ValueError as exc:
+            raise OcsConfigError(f"{key}.host_key_fingerprint", str(exc)) from None
+    known = d.get("known_hosts")
+    if known is not None:
+        if not isinstance(known, str) or not known:
+            raise OcsConfigError(f"{key}.known_hosts", f"must be a path, got {known!r}")
+        path = Path(known).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return HostKeyPolicy(known_hosts=path)
+    skip = d.get("insecure_skip_host_key", False)
+    if not isinstance(skip, bool):
+        raise OcsConfigError(f"{key}.insecure_skip_host_key", f"must be true or false, got "
+                             f"{skip!r}")
+    return HostKeyPolicy(insecure_skip=skip)
 
 
 def _is_int(v: Any) -> bool:

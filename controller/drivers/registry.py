@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from controller.drivers import emulated
 from controller.drivers.calient import config as calient_config
 from controller.drivers.config import OcsConfig, OcsConfigError, read_ocs_mapping
+from controller.drivers.guard import PortGuard
+from controller.drivers.hostkey import HostKeyPolicy
 from controller.drivers.polatis import config as polatis_config
 from controller.ocs import OcsDriver
 
@@ -70,7 +72,20 @@ def parse_ocs_config(data: Any, *, key: str = "ocs", base_dir: Path | None = Non
         raise OcsConfigError(f"{key}.driver", f"must be one of {', '.join(DRIVERS)}; "
                              f"got {name!r}")
     cfg = entry.parse(entry.name, data, key, base_dir)
+    if entry.protocol != "netconf":  # only an SSH transport has a host key to check
+        for dev in cfg.devices:
+            policy = dev.host_key
+            if policy.pinned or policy.insecure_skip:
+                raise OcsConfigError(f"{dev.key}.{_host_key_setting(policy)}", "applies to "
+                                     f"NETCONF (SSH) only; {entry.name} speaks "
+                                     f"{entry.protocol} over plain TCP, which has no host key")
     return replace(cfg, is_hardware=entry.hardware, protocol=entry.protocol)
+
+
+def _host_key_setting(policy: HostKeyPolicy) -> str:
+    if policy.fingerprint is not None:
+        return "host_key_fingerprint"
+    return "known_hosts" if policy.known_hosts is not None else "insecure_skip_host_key"
 
 
 def load_ocs_config(path: str | Path) -> OcsConfig:
@@ -81,11 +96,17 @@ def load_ocs_config(path: str | Path) -> OcsConfig:
 
 def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
                 env: Mapping[str, str] | None = None, base_dir: Path | None = None,
-                clock: Callable[[], float] = time.time) -> OcsDriver:
-    """A connected driver for an ``ocs:`` config (parsed or raw) that names a switch.
+                clock: Callable[[], float] = time.time, claim: bool = True,
+                restore_on_close: bool = True) -> PortGuard:
+    """A connected driver for an ``ocs:`` config (parsed or raw) that names a switch, inside
+    a :class:`~controller.drivers.guard.PortGuard` that keeps it to the config's ``ports``:
+    it has read the switch, and (``claim``) refused to start if another user's cross-connect
+    uses one of them; ``restore_on_close``: closing it puts back what it found there.
+    The vendor's driver is ``.inner``.
 
     Raises :class:`OcsConfigError` for a driver the runner builds (emulated) and for bad
-    settings, and the driver's own errors when a switch cannot be reached or refuses.
+    settings, :class:`~controller.drivers.guard.PortConflict`, and the driver's own errors
+    when a switch cannot be reached or refuses.
     """
     cfg = ocs_config if isinstance(ocs_config, OcsConfig) else parse_ocs_config(
         ocs_config, base_dir=base_dir)
@@ -94,4 +115,9 @@ def make_driver(ocs_config: OcsConfig | Mapping[str, Any], *,
         makers = " / ".join(n for n, e in REGISTRY.items() if e.make is not None)
         raise OcsConfigError("ocs.driver", f"make_driver builds {makers}; driver {cfg.driver} "
                              "is built by the runner")
-    return entry.make(cfg, env=env, clock=clock)
+    driver = entry.make(cfg, env=env, clock=clock)
+    try:
+        return PortGuard(driver, claim=claim, restore_on_close=restore_on_close)
+    except BaseException:
+        driver.close()
+        raise

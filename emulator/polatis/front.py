@@ -114,14 +114,19 @@ class EmulatedFronts:
 
     def ocs_config(self, *, password_env: str = DEFAULT_PASSWORD_ENV,
                    timeout_s: float = 30.0) -> dict[str, Any]:
-        """An ``ocs:`` mapping for :attr:`driver` pointing at these fronts."""
+        """An ``ocs:`` mapping for :attr:`driver` pointing at these fronts (a NETCONF
+        front's host key pinned, as a lab switch's must be)."""
         rails = []
         for rail, server in sorted(self.servers.items()):
             pm = server.device.backend
             assert isinstance(pm, EmulatedRailBackend)
-            rails.append({"rail": rail, "host": server.host, "port": server.port,
-                          "size": server.device.size, "ports": list(pm.portmap.ports),
-                          "switching_delay": self.switching_delay_ms.get(rail, 0.0)})
+            entry: dict[str, Any] = {
+                "rail": rail, "host": server.host, "port": server.port,
+                "size": server.device.size, "ports": list(pm.portmap.ports),
+                "switching_delay": self.switching_delay_ms.get(rail, 0.0)}
+            if isinstance(server, NetconfServer):  # the front's own key, pinned
+                entry["host_key_fingerprint"] = server.host_key_fingerprint
+            rails.append(entry)
         return {"driver": self.driver, "username": self.username,
                 "password_env": password_env, "timeout_s": timeout_s, "rails": rails}
 

@@ -7,6 +7,12 @@ hello, then ``]]>]]>`` framing or chunked framing once both sides announce base:
 replace, delete, remove; atomic: a refused edit changes nothing), ``lock``/``unlock`` (accepted),
 ``close-session``, ``kill-session``. Faults from ``device.faults`` apply to every session: slow
 replies, and a session dropped right after an applied edit, before its reply.
+
+Host key: stable, so that clients can pin it (``host_key_fingerprint``). By default every
+server of one process presents the same Ed25519 key (:func:`process_host_key`, made once);
+``host_key=PATH`` loads the key from an OpenSSH private key file, or creates it there (mode
+600) if absent, so a simulator keeps its key across restarts (``opus-testbed ocs simulate
+--host-key FILE``). :attr:`NetconfServer.host_key_fingerprint` is what a client pins.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+import os
+import threading
+from pathlib import Path
 from typing import Any
 
 import asyncssh
 from lxml import etree
 
+from controller.drivers.hostkey import fingerprint_sha256
 from controller.drivers.polatis.xml import NC_NS, capability
 from emulator.polatis.datastore import parse_edit, render, rpc_error, subtree_filter
 from emulator.polatis.framing import FrameError, Framer, encode
@@ -36,6 +46,37 @@ _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_
 
 def _nc(tag: str) -> str:
     return f"{{{NC_NS}}}{tag}"
+
+
+_PROCESS_KEY: asyncssh.SSHKey | None = None
+_PROCESS_KEY_LOCK = threading.Lock()
+
+
+def process_host_key() -> asyncssh.SSHKey:
+    """The Ed25519 host key every simulator of this process presents unless given another."""
+    global _PROCESS_KEY
+    with _PROCESS_KEY_LOCK:
+        if _PROCESS_KEY is None:
+            _PROCESS_KEY = asyncssh.generate_private_key("ssh-ed25519")
+        return _PROCESS_KEY
+
+
+def load_host_key(path: str | Path) -> asyncssh.SSHKey:
+    """The host key in ``path`` (OpenSSH private key), created there with mode 600 if absent."""
+    path = Path(path).expanduser()
+    if path.exists():
+        return asyncssh.read_private_key(str(path))
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key.export_private_key("openssh"))
+    return key
+
+
+def host_key_fingerprint(key: asyncssh.SSHKey) -> str:
+    """OpenSSH's ``SHA256:...`` fingerprint of ``key``'s public half."""
+    return fingerprint_sha256(key.public_data)
 
 
 class _Drop(Exception):
@@ -61,6 +102,7 @@ class _Auth(asyncssh.SSHServer):
         return True
 
     def validate_password(self, username: str, password: str) -> bool:
+        self._owner.password_attempts += 1
         ok_user = hmac.compare_digest(username.encode(), self._owner.username.encode())
         ok_pass = hmac.compare_digest(password.encode(), self._owner.password.encode())
         return ok_user and ok_pass
@@ -70,17 +112,31 @@ class NetconfServer(BackgroundServer):
     """NETCONF over SSH for one :class:`PolatisDevice`."""
 
     def __init__(self, device: PolatisDevice, *, host: str = "127.0.0.1", port: int = 0,
-                 username: str = "admin", password: str = "root", base11: bool = True) -> None:
+                 username: str = "admin", password: str = "root", base11: bool = True,
+                 host_key: asyncssh.SSHKey | str | Path | None = None) -> None:
         super().__init__(host, port)
         self.device = device
+        self.host_key = (process_host_key() if host_key is None else
+                         host_key if isinstance(host_key, asyncssh.SSHKey) else
+                         load_host_key(host_key))
         self.username = username
         self.password = password
         self.base11 = base11
         self.sessions_opened = 0
+        self.password_attempts = 0  # logins tried: a client that refused our key sends none
         self._ids = itertools.count(1)
         self._acceptor: Any = None
         self._conns: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def host_key_fingerprint(self) -> str:
+        """What a client pins (``ocs.host_key_fingerprint``)."""
+        return host_key_fingerprint(self.host_key)
+
+    @property
+    def host_key_type(self) -> str:
+        return str(self.host_key.get_algorithm())
 
     def capabilities(self) -> list[str]:
         caps = [BASE_10, *([BASE_11] if self.base11 else []), *EXTRA_CAPABILITIES,
@@ -88,9 +144,8 @@ class NetconfServer(BackgroundServer):
         return caps
 
     async def _start(self) -> int:
-        key = asyncssh.generate_private_key("ssh-ed25519")
         self._acceptor = await asyncssh.create_server(
-            lambda: _Auth(self), self.host, self.port, server_host_keys=[key],
+            lambda: _Auth(self), self.host, self.port, server_host_keys=[self.host_key],
             process_factory=self._process, encoding=None, allow_scp=False,
             agent_forwarding=False, x11_forwarding=False, line_editor=False)
         return int(self._acceptor.get_port())

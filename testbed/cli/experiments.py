@@ -15,6 +15,7 @@ from testbed.errors import Say, say_stderr
 from testbed.experiment.config import (
     DEFAULT_SWEEP_DELAYS,
     MODES,
+    SIM_COSTS,
     ExperimentConfig,
     RunSettings,
     load_experiment,
@@ -82,6 +83,17 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
+    add_costs(p)
+
+
+def add_costs(p: argparse.ArgumentParser) -> None:
+    """``--costs``: the sim backend's cost model (overrides ``sim.costs``)."""
+    p.add_argument("--costs", choices=SIM_COSTS,
+                   help="override sim.costs, the sim backend's cost model: fabric (the "
+                   "default: the modelled rails at rail_gbps with the real bytes, per-hop "
+                   "latency, dark for exactly the switching delay, the controller's decision "
+                   "time) or emulator (the emulator's measured costs at its scaled link, for "
+                   "cross-validation)")
 
 
 TIME_DILATION_HELP = (
@@ -169,6 +181,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["artifact_port"] = args.artifact_port
     if getattr(args, "wire_check", None) is not None:
         changes["wire_check"] = args.wire_check == "on"
+    if getattr(args, "costs", None) is not None:
+        changes["sim_costs"] = args.costs
     if getattr(args, "no_spares", False) and isinstance(cfg, ExperimentConfig):
         changes["no_spares"] = True  # a torch job has no spares (nor faults) to go without
     return cfg.replace(**changes) if changes else cfg
@@ -562,6 +576,7 @@ def _add_ladder(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print ladder.json")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
+    add_costs(p)
     p.set_defaults(func=cmd_ladder)
 
 

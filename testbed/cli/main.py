@@ -184,7 +184,8 @@ def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
         _refuse(f"opus-testbed: error: --mirror on simulates rail 0 only, got --rails "
                 f"{args.rails}")
     return run_sim_benches([int(g) for g in args.gpus.split(",") if g.strip()], mode=args.mode,
-                           switching_delay_ms=args.delay, mirror=mirror, rails=args.rails)
+                           switching_delay_ms=args.delay, mirror=mirror, rails=args.rails,
+                           costs=args.costs)
 
 
 def _bench_alltoall(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,7 +267,8 @@ def _bench_failover(args: argparse.Namespace) -> dict[str, Any]:
                               tuple(_floats(args.delays)),
                               no_spares_delay_ms=None if args.no_spares_delay < 0
                               else args.no_spares_delay, backend=args.backend,
-                              work_dir=Path(args.keep) if args.keep else None)
+                              work_dir=Path(args.keep) if args.keep else None,
+                              costs=args.costs)
 
 
 def _bench_emulation(args: argparse.Namespace) -> dict[str, Any]:
@@ -451,6 +453,9 @@ def _add_run_benches(bench: Any) -> None:
     b.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu (root; the sim's prediction is reported beside it) or sim only")
     b.add_argument("--keep", metavar="DIR", help="keep the runs' results under DIR")
+    from testbed.cli.experiments import add_costs
+
+    add_costs(b)
     b.set_defaults(bench_fn=_bench_failover)
     b = bench.add_parser("ranks", help="two emulated runs' timing rank by rank (e.g. one "
                          "process per rank against one per server)",
@@ -471,6 +476,10 @@ def _add_run_benches(bench: Any) -> None:
                    "of one rail)")
     b.add_argument("--rails", type=int, default=1,
                    help="simulate every rank of rails 0..N-1 (1..8; default 1: rail 0)")
+    b.add_argument("--costs", choices=("fabric", "emulator"), default="fabric",
+                   help="cost model: fabric (the modelled 400 Gbit/s rails, real bytes, the "
+                   "controller's decision time) or emulator (the emulator's fixed costs at "
+                   "a 1000 Mbit/s scaled link)")
     b.set_defaults(bench_fn=_bench_sim)
     _add_collective_benches(bench)
 
@@ -511,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_export(sub)
     register_compare(sub)
     _add_ocs(sub)
+    from testbed.cli.keys import register as add_keys
+
+    add_keys(sub)
     _add_bench(sub)
     _add_workload(sub)
     _show_defaults(parser)

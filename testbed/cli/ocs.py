@@ -18,15 +18,16 @@ from typing import Any
 
 EPILOG = """\
 examples:
-  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16
-  export OPUS_OCS_PASSWORD=root
-  opus-testbed ocs status --host 127.0.0.1 --port 8830 --size 16 --json
-  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830
-  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830
+  opus-testbed ocs simulate --protocol netconf --port 8830 --size 16x16 --host-key sim.key
+  export OPUS_OCS_PASSWORD=root      # the simulator prints the host key fingerprint to pin:
+  opus-testbed ocs status --host 127.0.0.1 --port 8830 --host-key-fingerprint SHA256:... --json
+  opus-testbed ocs connect 1 2 --host 127.0.0.1 --port 8830 --ports 1-4   # + the same pin
+  opus-testbed ocs disconnect 1 2 --host 127.0.0.1 --port 8830 --ports 1-4
   opus-testbed ocs simulate --protocol tl1 --port 3082 --fail-port 3
   opus-testbed ocs status --protocol tl1 --host 127.0.0.1 --port 3082
   opus-testbed ocs simulate --driver calient-tl1 --port 3083 --size 32
   opus-testbed ocs status --driver calient-tl1 --host 127.0.0.1 --port 3083
+  opus-testbed ocs plan examples/tiny.yaml
 --protocol netconf|tl1 and --driver polatis-netconf|polatis-tl1 are the same setting, on
 every action; --driver calient-tl1 is a CALIENT switch over TL1.
 """
@@ -83,11 +84,20 @@ def _target_parent() -> argparse.ArgumentParser:
                    help="YAML file with `password` (and `username`), mode 600")
     g.add_argument("--size", help="expected size N or NxN; a switch of another size is refused")
     g.add_argument("--timeout-s", type=float, help="per-request timeout in seconds (default 10)")
+    g.add_argument("--ports", help="the rail ports this command may touch, e.g. 1-4,9 (default: "
+                   "every port); a circuit of another user on one of them is refused")
+    g.add_argument("--host-key-fingerprint", metavar="SHA256:...",
+                   help="NETCONF: the switch's SSH host key fingerprint (a first connection "
+                   "without a pin is refused and prints the fingerprint offered)")
+    g.add_argument("--known-hosts", metavar="FILE",
+                   help="NETCONF: an OpenSSH known_hosts file holding the switch's key")
+    g.add_argument("--insecure-skip-host-key", action="store_true", default=None,
+                   help="NETCONF: do not check the switch's host key (warned on every use)")
     return p
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``ocs`` with ``simulate``, ``status``, ``connect`` and ``disconnect``."""
+    """Add ``ocs`` with ``simulate``, ``status``, ``connect``, ``disconnect`` and ``plan``."""
     p = subparsers.add_parser(
         "ocs", help="lab OCS (Polatis, CALIENT): run a simulator, or inspect and drive a switch",
         description="Hardware-in-the-loop tools for Polatis optical circuit switches (NETCONF "
@@ -124,6 +134,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="delay every reply (a slow device)")
     s.add_argument("--no-base11", action="store_true",
                    help="NETCONF: announce base:1.0 only (end-of-message framing)")
+    s.add_argument("--host-key", metavar="FILE",
+                   help="NETCONF: the SSH host key (OpenSSH private key), created there (mode "
+                   "600) if absent, so clients can keep their pin across restarts (default: a "
+                   "new key per simulator process)")
     s.add_argument("--json", action="store_true",
                    help="print the listening address as one JSON line")
     s.set_defaults(func=cmd_simulate)
@@ -148,6 +162,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         s.add_argument("--rail", type=int, default=0, help="rail (default 0)")
         s.add_argument("--json", action="store_true", help="print the result as JSON")
         s.set_defaults(func=cmd_connect if name == "connect" else cmd_disconnect)
+
+    s = sub.add_parser(
+        "plan", help="list what a run will do to the switch, without touching it",
+        description="Play the experiment's first iteration on the virtual clock (the sim "
+        "backend's engine and the same Opus core) and list, per rail, the ports the run owns "
+        "and every cross-connect it makes and removes, in order. No switch is contacted.")
+    s.add_argument("config", metavar="CONFIG", help="experiment file (YAML)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_plan)
     return p
 
 
@@ -186,7 +209,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     server: BackgroundServer
     if args.protocol == "netconf":
         server = NetconfServer(device, port=args.port, username=args.user,
-                               password=args.password, base11=not args.no_base11)
+                               password=args.password, base11=not args.no_base11,
+                               host_key=args.host_key)
     else:
         server = Tl1Server(device, port=args.port, username=args.user, password=args.password)
     try:
@@ -196,15 +220,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     try:
+        fingerprint = getattr(server, "host_key_fingerprint", None)
         info = {"protocol": args.protocol, "host": server.host, "port": server.port,
                 "size": f"{size}x{size}", "username": args.user, "revision": device.revision,
-                "switching_ms": args.switching_ms}
+                "switching_ms": args.switching_ms, "host_key_fingerprint": fingerprint}
         if args.json:
             print(json.dumps(info), flush=True)
         else:
             print(f"simulated Polatis {size}x{size} ({args.protocol}, revision "
                   f"{device.revision}) listening on {server.host}:{server.port}; login "
                   f"{args.user}; Ctrl-C to stop", flush=True)
+            if fingerprint:
+                print(f"SSH host key {fingerprint}: pin it with host_key_fingerprint: "
+                      f"\"{fingerprint}\" (or --host-key-fingerprint)", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
@@ -273,14 +301,39 @@ def _ocs_config(args: argparse.Namespace) -> Any:
     for key, value in (("port", args.port), ("username", args.username),
                        ("password_env", args.password_env),
                        ("credentials_file", args.credentials_file), ("size", args.size),
-                       ("timeout_s", args.timeout_s)):
+                       ("timeout_s", args.timeout_s), ("ports", _port_list(args.ports)),
+                       ("host_key_fingerprint", args.host_key_fingerprint),
+                       ("known_hosts", args.known_hosts),
+                       ("insecure_skip_host_key", args.insecure_skip_host_key)):
         if value is not None:
             mapping[key] = value
     return parse_ocs_config(mapping, key="ocs (command line)")
 
 
-def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
+def _port_list(text: str | None) -> list[int] | None:
+    """``--ports 1-4,9`` as ``[1, 2, 3, 4, 9]``."""
     from controller.drivers.config import OcsConfigError
+
+    if text is None:
+        return None
+    ports: list[int] = []
+    try:
+        for part in text.split(","):
+            a, sep, b = part.strip().partition("-")
+            ports.extend(range(int(a), int(b) + 1) if sep else [int(a)])
+    except ValueError:
+        raise OcsConfigError("--ports", f"must be ports and ranges such as 1-4,9, got "
+                             f"{text!r}") from None
+    return ports
+
+
+def _with_driver(args: argparse.Namespace, body: Callable[[Any], int], *,
+                 claim: bool = True) -> int:
+    """Run ``body`` with the configured switch's driver (a port guard: ``claim`` refuses a
+    switch where another user's cross-connect uses one of ``--ports``; a hand-made edit
+    stays when the command ends)."""
+    from controller.drivers.config import OcsConfigError
+    from controller.drivers.guard import PortConflict
     from controller.drivers.polatis.errors import PolatisError
     from controller.drivers.registry import make_driver
     from controller.ocs import ReconfigurationRejected
@@ -295,13 +348,16 @@ def _with_driver(args: argparse.Namespace, body: Callable[[Any], int]) -> int:
         if not cfg.is_hardware:
             raise OcsConfigError("ocs.driver", f"driver {cfg.driver} has no switch to talk to; "
                                  "use polatis-netconf, polatis-tl1 or calient-tl1")
-        with make_driver(cfg) as driver:
+        with make_driver(cfg, claim=claim, restore_on_close=False) as driver:
             return body(driver)
     except OcsConfigError as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
         return 2
-    except (PolatisError, ReconfigurationRejected) as exc:
+    except (PolatisError, ReconfigurationRejected, PortConflict) as exc:
         print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        if "host_key_fingerprint" in str(exc) and not args.config:
+            print("  on the command line: --host-key-fingerprint SHA256:..., --known-hosts FILE "
+                  "or --insecure-skip-host-key", file=sys.stderr)
         if "SSH protocol banner" in str(exc):
             print("  the port does not speak SSH: if it is a TL1 port, add --protocol tl1",
                   file=sys.stderr)
@@ -325,6 +381,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 # a reading of no light (-inf, CALIENT's NONE) is null in JSON
                 "power_dbm": {str(p): v if v > float("-inf") else None
                               for p, v in sorted(driver.power_dbm(rail).items())},
+                "conflicts": [list(c) for c in driver.conflicts.get(rail, [])],
             })
         if args.json:
             print(json.dumps({"rails": rails}, indent=1))
@@ -338,6 +395,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             if r["stray_pairs"]:
                 stray = ", ".join(f"{i}->{e}" for i, e in r["stray_pairs"])
                 print(f"  one-way pairs (cleared when their ports are next set): {stray}")
+            if r["conflicts"]:
+                taken = ", ".join(f"{a}<->{b}" for a, b in r["conflicts"])
+                print(f"  cross-connects joining --ports to other ports (another user's?): "
+                      f"{taken}; an edit here is refused while they stand")
             counts: dict[str, list[str]] = {}
             for port, state in r["port_states"].items():
                 counts.setdefault(state, []).append(port)
@@ -345,7 +406,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                                           for state, ports in sorted(counts.items())))
         return 0
 
-    return _with_driver(args, body)
+    return _with_driver(args, body, claim=False)
 
 
 def _apply(args: argparse.Namespace, connect: bool) -> int:
@@ -376,6 +437,21 @@ def cmd_connect(args: argparse.Namespace) -> int:
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
     return _apply(args, connect=False)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from testbed.errors import RunRefused
+    from testbed.experiment.config import load_experiment
+    from testbed.studies.ocsplan import ocs_plan, plan_text
+    from workloads.errors import WorkloadConfigError
+
+    try:
+        plan = ocs_plan(load_experiment(args.config))
+    except (WorkloadConfigError, RunRefused) as exc:
+        print(f"opus-testbed ocs: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan, indent=1) if args.json else plan_text(plan))
+    return 0
 
 
 # --- standalone entry point ----------------------------------------------------------------

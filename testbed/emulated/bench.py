@@ -8,7 +8,9 @@ the experiment on the emulator and reports, over the run's failovers, ``recovery
 the first collective completed with the spare) at p50 and p99, how it splits into detection,
 rewiring and restart (each component's share of the summed recovery time), the heartbeat-only
 detection time, the iteration time before and after, whether every byte after the resumptions
-arrived, the fidelity verdict, and the sim backend's prediction for the same run. The target
+arrived, the fidelity verdict, and the sim backend's prediction for the same run (under the
+``emulator`` cost model, a cross-validation of the emulated run, unless ``--costs`` names one;
+``--backend sim`` alone runs the file's ``sim.costs``, ``fabric`` by default). The target
 is p50 <= 1 s + the switching delay; LUMION (arXiv 2505.23105) restarts a job about 1 s after
 a GPU fails by splicing a spare into its rack-scale optical fabric. At one delay the same run
 with ``--no-spares`` (the first two failures) shows the alternative: every rank restarts from
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunError, Say, say_stderr
-from testbed.experiment.config import ExperimentConfig, load_experiment
+from testbed.experiment.config import EMULATOR, ExperimentConfig, load_experiment
 from testbed.experiment.prepare import prepare
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "failover-16.yaml"
@@ -75,21 +77,25 @@ def recovery_figures(summary: dict[str, Any], delay_ms: float) -> dict[str, Any]
 
 
 def _run(cfg: ExperimentConfig, out: Path, backend: str, say: Say) -> dict[str, Any]:
-    prep = prepare(cfg, check_capacity=backend == "emu")
-    if backend == "sim":
-        from testbed.simulator.run import run_simulated
+    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
+        from testbed.simulator.run import prepare_sim, run_simulated
 
-        return run_simulated(prep, out, say)
+        return run_simulated(prepare_sim(cfg), out, say)
     from testbed.emulated.runner import run_emulated
 
-    return run_emulated(prep, out, say)
+    return run_emulated(prepare(cfg), out, say)
 
 
 def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.0, 25.0, 100.0),
                        *, no_spares_delay_ms: float | None = 25.0, backend: str = "emu",
-                       work_dir: Path | None = None, say: Say = say_stderr) -> dict[str, Any]:
-    """Run the benchmark (see the module docstring); returns the JSON-ready result."""
+                       work_dir: Path | None = None, say: Say = say_stderr,
+                       costs: str | None = None) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring); returns the JSON-ready result.
+    ``costs`` overrides the file's ``sim.costs`` (the simulated runs' cost model; beside
+    emulated runs the prediction is the ``emulator`` model's unless ``costs`` is given)."""
     cfg = load_experiment(config)
+    if costs is not None:
+        cfg = cfg.replace(sim_costs=costs)
     own = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="opus-bench-failover-")) if work_dir is None else work_dir
     t0 = time.monotonic()
@@ -103,9 +109,14 @@ def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.
                 row = recovery_figures(summary, delay)
             except RunError as exc:
                 row = {"delay_ms": delay, "error": str(exc)}
-            if backend == "emu":
-                sim = _run(point, root / f"sim-{delay:g}ms", "sim", lambda _m: None)
-                row["sim_recovery_p50_s"] = recovery_figures(sim, delay)["recovery_p50_s"]
+            if backend == "emu":  # beside an emulated run: the emulator's costs by default
+                predict = point if costs is not None else point.replace(sim_costs=EMULATOR)
+                row["sim_costs"] = predict.sim_costs
+                try:
+                    sim = _run(predict, root / f"sim-{delay:g}ms", "sim", lambda _m: None)
+                    row["sim_recovery_p50_s"] = recovery_figures(sim, delay)["recovery_p50_s"]
+                except RunError as exc:
+                    row["sim_recovery_p50_s"], row["sim_error"] = None, str(exc)
             results.append(row)
         no_spares = None
         if no_spares_delay_ms is not None:

@@ -37,6 +37,7 @@ from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
 from controller.ocs import OcsDriver
 from controller.railstate import RAIL_STATE
+from emulator import naming
 from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
@@ -122,8 +123,10 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
 
     password = secrets.token_hex(8)
     with emulated_fronts(emulated, cfg.driver, password=password) as fronts:
+        # the fronts, and the rails behind them, are the run's alone and go with it: nothing
+        # of another user's to restore at teardown
         driver = make_driver(fronts.ocs_config(password_env="OPUS_FRONT_PASSWORD"),
-                             env={"OPUS_FRONT_PASSWORD": password})
+                             env={"OPUS_FRONT_PASSWORD": password}, restore_on_close=False)
         try:
             yield driver, fronts
         finally:
@@ -294,7 +297,10 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
             events = EventLog(out / "controller-events.jsonl")
+            # the service binds the root end of the run's own frontend network: the run's
+            # hosts are its only other members, so no CURVE keys (controller.curve)
             svc = ControllerService(driver, bind=f"tcp://{net.root_frontend_address}:0",
+                                    trusted_networks=(naming.frontend_network(net.slot),),
                                     config=CoreConfig.for_mode(
                                         cfg.mode, cfg.effective_semantics,
                                         cfg.rail_state_inflight,

@@ -26,6 +26,8 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       wire_check: true          # capture the OCS ports and judge the switching from the wire
     artifact_protocol:          # emulated runs: the ranks speak the Opus artifact's protocol
       port: 1234                # on the run's frontend address (see below)
+    sim:
+      costs: fabric             # fabric | emulator: the sim backend's cost model (see below)
 
 Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
 ``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
@@ -75,6 +77,9 @@ failover (``auto``). PyTorch jobs always run one process per rank.
 Opus artifact's line protocol (:mod:`controller.artifact`) on that TCP port (0: a free one) of
 the run's frontend address, and the replayed ranks speak it instead of the project's ZeroMQ
 protocol (:mod:`controller.artifact_client`); refused on the sim backend and with failover.
+``sim.costs`` (sim backend; ``--costs`` overrides it): ``fabric`` (the default) simulates the
+modelled datacenter, ``emulator`` the emulator's measured costs at its scaled link, for
+cross-validation (:mod:`testbed.simulator.network`).
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -130,6 +135,11 @@ REQUEST_POINTS = ("auto", "every", "phase")
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
 ARTIFACT_KEYS = ("port",)
+SIM_KEYS = ("costs",)
+#: ``sim.costs`` values (:data:`testbed.simulator.network.COST_MODELS`; named here so that the
+#: file's checks need no simulator import).
+FABRIC, EMULATOR = "fabric", "emulator"
+SIM_COSTS = (FABRIC, EMULATOR)
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
             "rank_cpu_quota", "start_gate", "time_dilation", "wire_check")
 
@@ -170,6 +180,7 @@ class RunSettings:
     time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
     wire_check: bool = True  # emulated OCS runs: tcpdump on every OCS port (testbed.metrics.wire)
     artifact_port: int | None = None  # the ranks speak the artifact's protocol on this port
+    sim_costs: str = FABRIC  # the sim backend's cost model: fabric | emulator
 
     @property
     def switching_delay_ms(self) -> float:
@@ -264,6 +275,9 @@ class RunSettings:
         if not isinstance(self.wire_check, bool):
             raise ExperimentError(f"must be true or false, got {self.wire_check!r}",
                                   "run.wire_check", self.source)
+        if self.sim_costs not in SIM_COSTS:
+            raise ExperimentError(f"must be one of {', '.join(SIM_COSTS)}, got "
+                                  f"{self.sim_costs!r}", "sim.costs", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -334,7 +348,7 @@ class RunSettings:
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
                 "time_dilation": self.time_dilation, "artifact_port": self.artifact_port,
-                "wire_check": self.wire_check}
+                "wire_check": self.wire_check, "sim_costs": self.sim_costs}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -535,6 +549,13 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         if not 0 <= port <= 65535:
             raise doc.error("artifact_protocol.port", f"must be a TCP port (0-65535; 0 picks a "
                             f"free one), got {port}")
+    sim = _mapping(doc, top.get("sim", {}), "sim", SIM_KEYS)
+    if "costs" in sim:
+        costs = _typed(doc, sim["costs"], "sim.costs", str)
+        if costs not in SIM_COSTS:
+            raise doc.error("sim.costs", f"must be one of {', '.join(SIM_COSTS)}, got "
+                            f"{costs!r}")
+        kwargs["sim_costs"] = costs
     return kwargs
 
 

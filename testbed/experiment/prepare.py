@@ -19,7 +19,13 @@ from pathlib import Path
 from controller.job import JobError, rail_job_ports
 from controller.railstate import RAIL_STATE, bit_op_of
 from testbed.errors import RunRefused
-from testbed.experiment.config import ExperimentConfig, RunSettings, check_algorithm_ports
+from testbed.experiment.config import (
+    FABRIC,
+    SIM_COSTS,
+    ExperimentConfig,
+    RunSettings,
+    check_algorithm_ports,
+)
 from testbed.experiment.dilation import (
     AUTO,
     AUTO_FACTORS,
@@ -48,6 +54,9 @@ class Prepared:
     link_mbps: float  # in model time; the emulated links run at link_mbps / time_dilation
     scale: float
     modeled_iteration_s: float  # on electrical rails (workloads.timing), calibrated if asked
+    #: the cost model the plan is for: ``emulator`` (the emulator's scaled link; an emulated
+    #: run's plan) or ``fabric`` (the modelled rail with the real bytes; sim backend only)
+    costs: str = "emulator"
     dilation: Choice | None = None  # emulation: the time dilation and why (None: 1, the sim)
 
     @property
@@ -57,7 +66,8 @@ class Prepared:
 
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
-            schedule: Schedule | None = None, verify: bool = False) -> Prepared:
+            schedule: Schedule | None = None, verify: bool = False,
+            costs: str = "emulator") -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
     :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
 
@@ -65,14 +75,23 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     (:mod:`testbed.experiment.dilation`), which the capacity check takes into account.
     ``schedule`` replaces the experiment's (benchmarks of one collective:
     :mod:`workloads.micro`; never calibrated); ``verify`` plans carry real data (tests).
+    ``costs`` is the cost model the plan is for (:data:`~testbed.experiment.config.SIM_COSTS`):
+    ``emulator`` plans at the emulator's link with bytes scaled by link / rail rate (what an
+    emulated run replays), ``fabric`` at the modelled ``rail_gbps`` with the real bytes (a
+    simulation of the datacenter; :func:`testbed.simulator.run.prepare_sim`).
     """
+    if costs not in SIM_COSTS:
+        raise ValueError(f"unknown cost model {costs!r}; choose from {', '.join(SIM_COSTS)}")
     if schedule is None:
         cfg, schedule = _calibrated_schedule(cfg)
     check_algorithm_ports(cfg, schedule)
     modeled = modeled_step_s(schedule, cfg.timing_model)
     world = schedule.world_size
-    link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
-    scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
+    if costs == FABRIC:
+        link_mbps, scale = cfg.rail_gbps * 1e3, 1.0
+    else:
+        link_mbps = cfg.link_mbps or calibrated_link_mbps(world)
+        scale = link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
     if scale > 1:
         raise RunRefused(f"{cfg.source}: network.link_mbps ({link_mbps}) is above the modelled "
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
@@ -81,10 +100,10 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
                         else min(AUTO_FACTORS[-1], max_factor_for_link(link_mbps)))
     plan = _plan(cfg, schedule, scale, verify)
     if not check_capacity:
-        return Prepared(cfg, schedule, plan, link_mbps, scale, modeled)
+        return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs)
     choice = choose_dilation(cfg, plan, modeled, link_mbps)
     _check_capacity(cfg, world, choice.k)
-    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, choice)
+    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs, choice)
 
 
 def _check_capacity(cfg: ExperimentConfig, world: int, k: float) -> None:

@@ -106,9 +106,10 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
-               num_rails: int, ranks_rail0: list[int], backend: str = "emu"
-               ) -> dict[str, Any]:
-    """Metrics, fidelity verdict, tables, summary and plots of a finished run."""
+               num_rails: int, ranks_rail0: list[int], backend: str = "emu",
+               costs: str | None = None) -> dict[str, Any]:
+    """Metrics, fidelity verdict, tables, summary and plots of a finished run; ``costs`` is a
+    simulation's cost model (``fabric`` or ``emulator``; None for an emulated run)."""
     cfg = prep.config
     workload = getattr(cfg, "workload", None)  # a torch job has none
     records, events, cpu, dark = seen.records, seen.events, seen.cpu, seen.dark
@@ -126,16 +127,16 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     windows = [(float(r["t_start_s"]), float(r["t_end_s"])) for r in m.iterations
                if r["measured"]]
     k = float(getattr(prep, "time_dilation", 1.0))
-    costs = (call_cost_bound(records, warmup=cfg.warmup, link_mbps=prep.link_mbps,
-                             scale=prep.scale, iteration_s=s.get("iteration_time_s"),
-                             events=events)
-             if backend == "emu" else None)
-    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, costs)
+    call_costs = (call_cost_bound(records, warmup=cfg.warmup, link_mbps=prep.link_mbps,
+                                  scale=prep.scale, iteration_s=s.get("iteration_time_s"),
+                                  events=events)
+                  if backend == "emu" else None)
+    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs)
     bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
     verdict = judge(evidence) if backend == "emu" else SIMULATED
     expected_iterations = cfg.total_iterations
-    summary = {"name": cfg.name, "backend": backend, "mode": cfg.mode,
+    summary = {"name": cfg.name, "backend": backend, "costs": costs, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
                "semantics": cfg.effective_semantics,
                "request_points": cfg.effective_request_points,
@@ -153,7 +154,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "wire": seen.wire.to_summary() if seen.wire is not None else None,
                "wall_s": seen.wall_s,
                **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
-               "call_cost_bound": costs.to_summary() if costs is not None else None,
+               "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,
                "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
                                      if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
@@ -267,7 +268,8 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines = [
         f"== {summary['name']}: {summary['mode']} "
         f"({summary['switching_delay_ms']:g} ms switching, K={summary['ports_per_rank']}, "
-        f"{summary.get('semantics', 'port-exact')}, {summary['backend']}) ==",
+        f"{summary.get('semantics', 'port-exact')}, {summary['backend']}"
+        + (f", costs {summary['costs']}" if summary.get("costs") else "") + ") ==",
         f"iteration time      {f('iteration_time_s')} s  (mean of {summary['iterations']} after "
         f"{summary['warmup']} warm-up; each: "
         + ", ".join(f"{t:.3f}" for t in summary.get("iteration_times_s", [])) + ")",
@@ -417,8 +419,15 @@ def _failover_text(summary: dict[str, Any]) -> str:
 
 def _throughput_text(summary: dict[str, Any]) -> str:
     """The collectives' rates against the link rate, or ``unrated`` when no call was long
-    enough to rate (the sim backend's runs are not rated either: a modelled network)."""
-    link = f"the configured {summary['link_mbps']:g} Mbit/s"
+    enough to rate (the sim backend's runs are not rated either: a modelled network). A
+    simulation's rate is the modelled one: the rail's under ``fabric``, the emulator's scaled
+    link under ``emulator``."""
+    if summary.get("costs") == "fabric":
+        link = f"the modelled {summary['link_mbps'] / 1e3:g} Gbit/s rail"
+    elif summary.get("costs") == "emulator":
+        link = f"the modelled emulator link, {summary['link_mbps']:g} Mbit/s"
+    else:
+        link = f"the configured {summary['link_mbps']:g} Mbit/s"
     median = summary.get("throughput_ratio_median")
     if median is None:
         return f"unrated: no ring collective long enough to rate against {link}"

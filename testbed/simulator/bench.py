@@ -3,9 +3,11 @@
 Parallelism of the Llama 3 paper for that model: TP 8 inside a server (with SP), PP 16, no CP,
 FSDP over the rest (8 at 1024 GPUs, 128 at 16384), 16 micro-batches of one 8192-token
 sequence, 1F1B. Rails: one per local GPU (8), two ports per GPU and rail (a DP or PP ring needs
-two circuits per GPU), 400 Gbit/s per GPU, 25 ms switching, provisioning. The network model is
-the modelled fabric alone (:data:`testbed.simulator.network.IDEAL_COSTS`): no emulator overheads at
-this scale. One warm-up iteration (the profiling one) and one measured iteration run.
+two circuits per GPU), 400 Gbit/s per GPU, 25 ms switching, provisioning. The cost model is
+``fabric`` by default (:data:`testbed.simulator.network.FABRIC_COSTS`: the real bytes at
+400 Gbit/s, the controller's decision time; ``--costs emulator``: the emulator's fixed costs at a
+1000 Mbit/s scaled link). One warm-up iteration (the profiling one) and one measured iteration
+run.
 
 What is simulated. In the replay model rails are independent: scale-up (TP) collectives are
 timed compute, every network group is rail-aligned and the controller plans each rail on its
@@ -15,7 +17,12 @@ own, so rail 0 alone gives the same times as all eight rails. At 1024 GPUs every
 rail 0 (:class:`~testbed.simulator.engine.Mirror`): the controller still sees every intent and
 completion of all 2048 ranks and switches all their circuits, but transfers are simulated for
 the 16 only. ``--mirror off`` runs all 2048 ranks of rail 0; ``--rails N`` runs every rank of
-rails ``0..N-1``. ``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran;
+rails ``0..N-1``. Mirroring is not exact (:data:`MIRROR_ERROR`, in the JSON of a mirrored run
+as ``mirror_error``): it holds every replica of a stage in lockstep with its representative,
+while in the full rail replicas whose requests reach the rail's OCS together are split across
+consecutive switches (a rail takes one request at a time: :mod:`controller.batching`), so some
+run a switching delay behind the others until a collective that joins them.
+``ranks_simulated``, ``ranks_mirrored`` and ``rails_simulated`` say what ran;
 ``cpu_s`` is the process's CPU time, which a loaded machine does not stretch as it does
 ``wall_s``.
 
@@ -44,7 +51,7 @@ from testbed.metrics.compute import compute_metrics
 from testbed.plan.replay import PlanError, Planner, ReplayPlan
 from testbed.simulator.engine import Mirror, PlanSimulation
 from testbed.simulator.gcpause import collector_paused
-from testbed.simulator.network import IDEAL_COSTS, network_model
+from testbed.simulator.network import FABRIC, costs_of, network_model
 from workloads.builder import generate_schedule
 from workloads.config import WorkloadConfig
 from workloads.hardware import Cluster, get_gpu
@@ -53,9 +60,26 @@ from workloads.parallel import ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel, simulate
 
+#: How far a mirrored run's iteration time was from the same run without mirrors (fabric
+#: costs; docs/validation.md, section 10.3): an empirical bound, not a proven one.
+MIRROR_ERROR: dict[str, Any] = {
+    "mechanism": "mirrored replicas of a stage move in lockstep with their representative; in "
+                 "the full rail, replicas whose requests reach the rail's OCS together are "
+                 "split across consecutive switches (one request at a time per rail), so some "
+                 "run a switching delay behind the others until a collective joins them",
+    "measured_pct": {"2048 GPUs, provisioning, 1 ms": 0.09,
+                     "2048 GPUs, provisioning, 25 ms": -2.21,
+                     "2048 GPUs, provisioning, 100 ms": -0.24,
+                     "2048 GPUs, on-demand, 25 ms": 0.73,
+                     "4096 GPUs, provisioning, 25 ms": -2.48,
+                     "16384 GPUs, provisioning, 25 ms": -2.14},
+    "bound_pct": 3.0,
+    "bound_basis": "the largest measured |mirrored / unmirrored - 1| (2.5 %), rounded up; "
+                   "measured, not proven: check other sizes, modes and delays with --mirror off",
+}
 GPUS_PER_SERVER = 8
 RAIL_GBPS = 400.0
-LINK_MBPS = 1000.0  # only sets the byte scale (4e-6 x 250): times are real bytes at 400 Gbit/s
+LINK_MBPS = 1000.0  # the emulator's link under --costs emulator (bytes x 2.5e-6)
 
 
 def bench_experiment(gpus: int, *, mode: str = "provisioning",
@@ -90,12 +114,13 @@ class BenchPlan:
 
 
 def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
-               rails: int = 1) -> BenchPlan:
+               rails: int = 1, scale: float | None = None) -> BenchPlan:
     """The plans of every rank of rails ``0..rails-1``, or (``mirror``) of one pipeline chain
     of rail 0 standing for the other ranks of the rail (see the module docstring).
 
     One :class:`testbed.plan.replay.Planner` lowers the simulated ranks and names the mirrored
-    ranks' lanes, so the plans are :func:`testbed.plan.replay.build_plan`'s.
+    ranks' lanes, so the plans are :func:`testbed.plan.replay.build_plan`'s. ``scale`` is the
+    byte scale (default: ``network.link_mbps`` over the rail rate; 1: the real bytes).
     """
     if mirror and rails != 1:
         raise ValueError("mirrored runs simulate rail 0 only")
@@ -105,7 +130,9 @@ def plan_bench(cfg: ExperimentConfig, schedule: Schedule, *, mirror: bool,
     per_stage = schedule.world_size // cfg.workload.parallel.pp
     simulated = ([s * per_stage for s in range(cfg.workload.parallel.pp)] if mirror
                  else controlled)
-    planner = Planner(schedule, scale=cfg.link_mbps * 1e6 / (cfg.rail_gbps * 1e9),
+    if scale is None:
+        scale = cfg.link_mbps * 1e6 / (cfg.rail_gbps * 1e9)
+    planner = Planner(schedule, scale=scale,
                       rail_gbps=cfg.rail_gbps, latency_s=cfg.latency_us * 1e-6,
                       ports_per_rank=cfg.effective_ports_per_rank,
                       electrical=cfg.packet_switched)
@@ -144,37 +171,40 @@ def _mirrors(schedule: Schedule, planner: Planner, plan: ReplayPlan, mirrored: I
 
 def run_sim_bench(gpus: int, *, mirror: bool | None = None, rails: int = 1,
                   mode: str = "provisioning", switching_delay_ms: float = 25.0,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, costs: str = FABRIC) -> dict[str, Any]:
     """``{"gpus", "wall_s", "cpu_s", "peak_rss_mb", "windows_per_iteration", ...}`` for one
     size.
 
     ``mirror`` (default: above 1024 GPUs, on one rail) simulates one pipeline chain of rail 0
     standing for the whole rail instead of every rank of rail 0 (see the module docstring);
-    ``rails`` simulates every rank of rails ``0..rails-1`` (without mirrors).
+    ``rails`` simulates every rank of rails ``0..rails-1`` (without mirrors); ``costs`` is the
+    cost model (``fabric``: real bytes at 400 Gbit/s; ``emulator``: the emulator's costs at
+    :data:`LINK_MBPS` with the bytes scaled).
     """
     with collector_paused():  # planning, run and metrics allocate millions of acyclic objects
         return _sim_bench(gpus, mirror=mirror, rails=rails, mode=mode,
-                          switching_delay_ms=switching_delay_ms, seed=seed)
+                          switching_delay_ms=switching_delay_ms, seed=seed, costs=costs)
 
 
 def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
-               switching_delay_ms: float, seed: int) -> dict[str, Any]:
+               switching_delay_ms: float, seed: int, costs: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     cfg = bench_experiment(gpus, mode=mode, switching_delay_ms=switching_delay_ms)
     schedule = generate_schedule(cfg.workload)
-    scale = LINK_MBPS * 1e6 / (RAIL_GBPS * 1e9)
+    link_mbps = RAIL_GBPS * 1e3 if costs == FABRIC else LINK_MBPS
+    scale = link_mbps * 1e6 / (RAIL_GBPS * 1e9)
     mirror = gpus > 1024 and rails == 1 if mirror is None else mirror
-    bench = plan_bench(cfg, schedule, mirror=mirror, rails=rails)
+    bench = plan_bench(cfg, schedule, mirror=mirror, rails=rails, scale=scale)
     t_plan = time.perf_counter() - t0
-    net = network_model(LINK_MBPS, cfg.latency_us, IDEAL_COSTS)
+    net = network_model(link_mbps, cfg.latency_us, costs_of(costs))
     sim = PlanSimulation(bench.plan.programs, bench.job, mode=cfg.mode,
                          switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
                          network=net, gpus_per_server=GPUS_PER_SERVER, seed=seed,
                          mirrors=bench.mirrors)
     records, events = sim.run()
     t_sim = time.perf_counter() - t0 - t_plan
-    m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=LINK_MBPS, scale=scale,
+    m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=link_mbps, scale=scale,
                         num_rails=rails)
     rank0_windows = [w for w in m.windows if int(w["rank"]) == 0]
     wall_s = time.perf_counter() - t0
@@ -188,7 +218,7 @@ def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "windows_per_iteration": len(rank0_windows) / cfg.iterations,
         "parallelism": f"TP8(SP) PP16 FSDP{gpus // 128}, 16 micro-batches x 8192 tokens",
-        "mode": cfg.mode, "switching_delay_ms": cfg.switching_delay_ms,
+        "mode": cfg.mode, "switching_delay_ms": cfg.switching_delay_ms, "costs": costs,
         "ports_per_rank": cfg.effective_ports_per_rank,
         "iteration_time_s": s["iteration_time_s"], "modeled_no_switching_s": round(modeled, 3),
         "reconfigurations_per_iteration": s["reconfigurations_per_iteration"],
@@ -202,6 +232,7 @@ def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
         "method": ("one pipeline chain of rail 0 standing for its DP rings" if mirror else
                    f"every rank of rails 0..{rails - 1}") + "; rails are independent in the replay "
                   "model",
+        "mirror_error": MIRROR_ERROR if mirror else None,
         "events": sim.counters["events"], "flows": sim.counters["flows"],
         "controller_intents": sim.core.counters["intents"],
     }

@@ -32,7 +32,16 @@ them on any machine (``measured_costs`` in its JSON), and its module
   calls' mean durations, so it follows the mean of per-call fits, not their median.
 
 These grow with the load of the machine. :data:`IDEAL_COSTS` sets them all to zero: the modelled
-fabric alone (``network.latency_us`` per hop, full line rate), which the scale benchmark uses.
+fabric alone (``network.latency_us`` per hop, full line rate).
+
+Cost models (:data:`COST_MODELS`, ``sim.costs`` in an experiment file, ``--costs`` on the command
+line). ``fabric`` (the default) is the datacenter being modelled: the file's ``rail_gbps`` with
+the real bytes (:func:`testbed.simulator.run.prepare_sim`), ``latency_us`` per hop, an OCS dark
+for exactly the switching delay, and the controller's decision time, :data:`FABRIC_DECISION_S`
+per reconfiguration (charged after the light, as the emulator's driver overhead is: a call
+waits the decision plus the dark period, and the ports stay dark for the delay alone).
+``emulator`` is :data:`EMULATOR_COSTS` at the emulator's scaled link (bytes x link / rail rate):
+the emulator's machinery, for cross-validation (``opus-testbed bench crossval``) only.
 """
 
 from __future__ import annotations
@@ -84,12 +93,41 @@ EMULATOR_COSTS: dict[str, float] = {
     "finish_s": 1.0e-3,
     "switch_overhead_s": 4.5e-3,
 }
-#: The modelled fabric alone.
+#: The modelled fabric alone, with no controller time.
 IDEAL_COSTS: dict[str, float] = {**dict.fromkeys(EMULATOR_COSTS, 0.0), "goodput": 1.0}
+#: The controller's decision time per reconfiguration under ``fabric``: the pure core's time per
+#: intent, 1 / 126k intents/s (``bench_core`` with provisioning on a quiet machine,
+#: docs/performance.md), rounded up to 8 us. A constant, not a timing of this process: a
+#: simulated figure must not depend on the load of the machine that computes it. Messages
+#: between the ranks and the controller cost nothing (a datacenter's frontend hop is a few us
+#: beside it; the emulator's 0.4 ms + jitter is ZeroMQ on a loaded 2-core machine).
+FABRIC_DECISION_S = 8e-6
+#: The datacenter being modelled: the fabric and the controller's decisions.
+FABRIC_COSTS: dict[str, float] = {**IDEAL_COSTS, "switch_overhead_s": FABRIC_DECISION_S}
+
+FABRIC = "fabric"
+EMULATOR = "emulator"
+#: ``sim.costs`` / ``--costs`` name -> the fixed costs of :func:`network_model`.
+COST_MODELS: dict[str, Mapping[str, float]] = {FABRIC: FABRIC_COSTS, EMULATOR: EMULATOR_COSTS}
+#: What each cost model is, in the words of a run's header and summary.
+COST_MODEL_TEXT: dict[str, str] = {
+    FABRIC: "the modelled fabric: line rate, per-hop latency, dark for the switching delay, "
+            f"{FABRIC_DECISION_S * 1e6:g} us per controller decision",
+    EMULATOR: "the emulator's measured fixed costs at its scaled link (cross-validation)",
+}
+
+
+def costs_of(name: str) -> Mapping[str, float]:
+    """The fixed costs of cost model ``name`` (``fabric`` or ``emulator``)."""
+    try:
+        return COST_MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown cost model {name!r}; choose from "
+                         f"{', '.join(COST_MODELS)}") from None
 
 
 def network_model(link_mbps: float, latency_us: float,
-                  costs: Mapping[str, float] = EMULATOR_COSTS) -> NetworkModel:
+                  costs: Mapping[str, float] = FABRIC_COSTS) -> NetworkModel:
     """The model for links of ``link_mbps`` and ``latency_us`` with ``costs`` (as above)."""
     return NetworkModel(
         link_bps=link_mbps * 1e6,

@@ -14,11 +14,33 @@ from typing import Any
 
 from controller.job import JobError, rail_job_ports
 from testbed.errors import RunError, Say, require_empty_dir, say_stderr
-from testbed.experiment.prepare import Prepared
+from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.prepare import Prepared, prepare
 from testbed.results import store
 from testbed.results.summary import Observed, finish_run
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
-from testbed.simulator.network import NetworkModel, network_model
+from testbed.simulator.network import COST_MODEL_TEXT, NetworkModel, costs_of, network_model
+
+
+def prepare_sim(cfg: ExperimentConfig, costs: str | None = None, **options: Any) -> Prepared:
+    """``cfg`` prepared for the sim backend under cost model ``costs`` (default: the file's
+    ``sim.costs``); ``options`` go to :func:`prepare` (no capacity check: a virtual clock)."""
+    return prepare(cfg, check_capacity=False, costs=costs or cfg.sim_costs, **options)
+
+
+def sim_network(prep: Prepared) -> NetworkModel:
+    """The network of ``prep`` under the cost model it was prepared for (``prep.costs``): the
+    fabric's costs at the modelled rail, or the emulator's at its scaled link."""
+    return network_model(prep.link_mbps, prep.config.latency_us, costs_of(prep.costs))
+
+
+def link_text(prep: Prepared) -> str:
+    """The links a simulation runs on, for its header: the modelled rail and the real bytes
+    under ``fabric``, the emulator's scaled link under ``emulator``."""
+    if prep.scale == 1.0:
+        return f"rails {prep.config.rail_gbps:g} Gbit/s per port, real bytes"
+    return (f"links {prep.link_mbps:g} Mbit/s (the emulator's; bytes x {prep.scale:.3g} of "
+            f"{prep.config.rail_gbps:g} Gbit/s)")
 
 
 def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
@@ -29,7 +51,7 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     ports = rail_job_ports(range(prep.schedule.world_size), cluster.gpus_per_server,
                            cfg.effective_ports_per_rank)
     job = prep.plan.job("train", ports)
-    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    net = network or sim_network(prep)
     spares = cfg.shape.spares
     if cfg.faults or spares:
         from testbed.simulator.failover import FailoverSimulation
@@ -55,9 +77,9 @@ def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None
                   ) -> tuple[list[Record], list[dict[str, Any]]]:
     """(rank records, controller events) of ``prep`` run on the virtual clock.
 
-    ``network`` defaults to the emulator's model (:func:`network_model` with
-    :data:`EMULATOR_COSTS`) at the run's link rate; ``seed`` (default: the config's
-    ``run.seed``) seeds the simulated OCS.
+    ``network`` defaults to :func:`sim_network` (the cost model ``prep`` was prepared for:
+    the emulator's for :func:`prepare`'s default, the fabric's for :func:`prepare_sim`'s);
+    ``seed`` (default: the config's ``run.seed``) seeds the simulated OCS.
     """
     return build_simulation(prep, seed=seed, network=network).run()
 
@@ -70,19 +92,19 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
     cluster = cfg.workload.cluster
     world = prep.schedule.world_size
     rails = cluster.gpus_per_server
-    net = network or network_model(prep.link_mbps, cfg.latency_us)
+    net = network or sim_network(prep)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
     manifest = store.start_manifest(
         out, "sim", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
-        network_model=asdict(net), seed=seed or cfg.seed)
+        network_model=asdict(net), costs=prep.costs, seed=seed or cfg.seed)
     say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
         f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, "
-        f"{cfg.effective_semantics}, links "
-        f"{prep.link_mbps:g} Mbit/s (bytes x {prep.scale:.3g}), {cfg.warmup}+{cfg.iterations} "
-        f"iterations; results in {out}")
+        f"{cfg.effective_semantics}, {link_text(prep)}, costs {prep.costs} "
+        f"({COST_MODEL_TEXT[prep.costs]}), {cfg.warmup}+{cfg.iterations} iterations; "
+        f"results in {out}")
     t0 = time.monotonic()
     try:
         sim = build_simulation(prep, seed=seed, network=net)
@@ -109,4 +131,4 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
     return finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
                              num_rails=rails,
                              ranks_rail0=[r for r in range(world) if r % rails == 0],
-                             backend="sim")
+                             backend="sim", costs=prep.costs)

@@ -1,7 +1,9 @@
 """``opus-testbed bench crossval``: one experiment on both backends, iteration times compared.
 
 Runs the config emulated (Mininet, Open vSwitch, real TCP, the Opus service; needs root) and
-simulated (:mod:`testbed.simulator.engine`, the emulator's cost model) from the same prepared plan,
+simulated (:mod:`testbed.simulator.engine`) under the ``emulator`` cost model (its measured
+fixed costs at its scaled link, never the default ``fabric``; ``sim_costs`` in the JSON) from
+the same prepared plan,
 each into its own results directory under a temporary (or given) directory, and compares the
 mean measured iteration time. ``ratio`` is simulated over emulated. Races decide some
 iterations (two lanes of a rank asking at once: whichever intent reaches the controller first
@@ -152,10 +154,16 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     """
     from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
+    from testbed.experiment.config import EMULATOR, FABRIC
     from testbed.experiment.dilation import dilated_costs
     from testbed.experiment.prepare import prepare
     from testbed.metrics.compute import compute_metrics
-    from testbed.simulator.network import EMULATOR_COSTS, network_model
+    from testbed.simulator.network import (
+        COST_MODEL_TEXT,
+        EMULATOR_COSTS,
+        FABRIC_COSTS,
+        network_model,
+    )
     from testbed.simulator.run import run_simulated, simulate_plan
 
     if os.geteuid() != 0:
@@ -164,7 +172,7 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     cfg = load_experiment(config_path)
     if overrides:
         cfg = cfg.replace(**overrides)
-    prep = prepare(cfg)
+    prep = prepare(cfg, costs=EMULATOR)  # the simulated side models the emulator, not the fabric
     with tempfile.TemporaryDirectory(prefix="opus-crossval-") as tmp:
         base = work_dir if work_dir is not None else Path(tmp)
         say(f"cross-validation of {cfg.source}: emulated run")
@@ -172,10 +180,11 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         prefixes = sorted(p.name for p in (base / "emu" / "emulator").iterdir()
                           if p.is_dir()) if (base / "emu" / "emulator").exists() else []
         costs = measure_costs(base / "emu")
-        say("cross-validation: simulated run")
+        say(f"cross-validation: simulated run (costs {EMULATOR}: "
+            f"{COST_MODEL_TEXT[EMULATOR]}; its times / {prep.time_dilation:g}, the run's time "
+            "dilation)")
         seeds = [cfg.seed + 1 + i for i in range(max(1, sim_seeds))]
-        # the emulator's fixed costs in model time at the run's dilation (issue 34's fabric
-        # model, where present, is the prediction the emulated figure is also set against)
+        # the emulator's fixed costs in model time at the run's dilation
         k = prep.time_dilation
         net = network_model(prep.link_mbps, cfg.latency_us,
                             dilated_costs(EMULATOR_COSTS, k))
@@ -187,14 +196,27 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
                                      link_mbps=prep.link_mbps, scale=prep.scale,
                                      num_rails=cfg.workload.cluster.gpus_per_server
                                      ).summary["iteration_times_s"]
+    # the datacenter's figure (issue 34's fabric model): what the testbed still adds beside it
+    fabric = prepare(cfg, check_capacity=False, costs=FABRIC)
+    records, events = simulate_plan(fabric, seed=seeds[0], network=network_model(
+        fabric.link_mbps, cfg.latency_us, FABRIC_COSTS))
+    fabric_it = compute_metrics(records, events, warmup=cfg.warmup,
+                                link_mbps=fabric.link_mbps, scale=fabric.scale,
+                                num_rails=cfg.workload.cluster.gpus_per_server
+                                ).summary.get("iteration_time_s")
     emu_times = list(emu.get("iteration_times_s") or [])
     emu_it = statistics.mean(emu_times) if emu_times else None
     sim_it = statistics.mean(sim_times) if sim_times else None
     return {
         "config": str(config_path), "mode": cfg.mode, "semantics": cfg.effective_semantics,
         "switching_delay_ms": cfg.switching_delay_ms, "world_size": prep.schedule.world_size,
-        "link_mbps": prep.link_mbps, "time_dilation": prep.time_dilation,
+        "link_mbps": prep.link_mbps, "sim_costs": prep.costs,
+        "time_dilation": prep.time_dilation,
+        "sim_costs_divided_by": prep.time_dilation,
         "emu_call_cost_bound": emu.get("call_cost_bound"),
+        "fabric_iteration_s": fabric_it,
+        "emu_minus_fabric_pct": (100.0 * (emu_it / fabric_it - 1.0)
+                                 if emu_it and fabric_it else None),
         "emu_iteration_s": emu_it, "sim_iteration_s": sim_it,
         "ratio": (sim_it / emu_it) if emu_it and sim_it is not None else None,
         "emu_iteration_times_s": emu.get("iteration_times_s"),

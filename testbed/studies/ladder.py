@@ -223,11 +223,10 @@ def ladder_rests_on(rungs: Sequence[dict[str, Any]]) -> list[str]:
 
 def _no_controller_baseline(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
     """The summary of the baseline with no call asking the controller (sim backend)."""
-    from testbed.experiment.prepare import prepare
     from testbed.plan.requestpoints import with_request_points
-    from testbed.simulator.run import run_simulated
+    from testbed.simulator.run import prepare_sim, run_simulated
 
-    prep = prepare(cfg.replace(mode="baseline"), check_capacity=False)
+    prep = prepare_sim(cfg.replace(mode="baseline"))
     prep = dataclasses.replace(prep, plan=with_request_points(prep.plan, "none",
                                                               predict=False))
     return run_simulated(prep, out, lambda _m: None)

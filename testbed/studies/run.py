@@ -37,9 +37,13 @@ def check_one(cfg: ExperimentConfig | TorchExperiment, backend: str) -> Prepared
                              "its run writes replay.yaml (the captured schedule), which "
                              "`run --backend sim` replays")
         return None
+    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
+        from testbed.simulator.run import prepare_sim
+
+        return prepare_sim(cfg)
     from testbed.experiment.prepare import prepare
 
-    return prepare(cfg, check_capacity=backend == "emu")
+    return prepare(cfg, check_capacity=True)
 
 
 def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,

@@ -113,12 +113,11 @@ def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
 
 def run_sim_point(cfg: ExperimentConfig, point: Point, run_dir: str) -> dict[str, Any]:
     """One simulated point (in a worker process); returns its summary or its error."""
-    from testbed.experiment.prepare import prepare
-    from testbed.simulator.run import run_simulated
+    from testbed.simulator.run import prepare_sim, run_simulated
 
     t0 = time.monotonic()
     try:
-        prep = prepare(_point_config(cfg, point), check_capacity=False)
+        prep = prepare_sim(_point_config(cfg, point))
         return run_simulated(prep, Path(run_dir), _quiet)
     except Exception as exc:  # reported in the sweep's row, the other points go on
         return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.monotonic() - t0,
@@ -262,7 +261,9 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
     what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
             f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
-    say(f"sweep {cfg.name} ({backend}): {len(points)} points (the electrical baseline, which "
+    costs = cfg.sim_costs if backend == "sim" else None
+    how = f"{backend}, costs {costs}" if costs else backend
+    say(f"sweep {cfg.name} ({how}): {len(points)} points (the electrical baseline, which "
         f"stands for 0 ms{what}); results in {out}")
     t0 = time.monotonic()
     if backend == "sim":
@@ -285,7 +286,8 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
             f"({calibration['calibrate_step_s']:g} s)")
     store.write_csv(out / "sweep.csv", csv_rows(rows))
     store.write_json(out / "sweep.json", {
-        "name": cfg.name, "backend": backend, "engine": engine, "modes": list(modes),
+        "name": cfg.name, "backend": backend, "costs": costs, "engine": engine,
+        "modes": list(modes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
         "calibration": calibration, "wall_s": time.monotonic() - t0,
         "families": fit_families(rows), "reference_matches": matches,

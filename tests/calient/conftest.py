@@ -36,11 +36,12 @@ def ocs_config(port: int, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def connect() -> Iterator[Callable[..., PolatisDriver]]:
-    """``connect(port, **ocs_keys)`` -> a driver closed after the test."""
+    """``connect(port, **ocs_keys)`` -> a driver closed after the test (some tests stop
+    their switch first: closing does not restore what the driver found)."""
     drivers: list[PolatisDriver] = []
 
     def make(port: int, **extra: Any) -> PolatisDriver:
-        driver = make_driver(ocs_config(port, **extra), env=ENV)
+        driver = make_driver(ocs_config(port, **extra), env=ENV, restore_on_close=False)
         drivers.append(driver)
         return driver
 

@@ -152,7 +152,7 @@ def test_a_failed_port_reads_failed(device: CalientDevice, tl1: CalientTl1Server
     assert states[2] == states[5] == PortState.FAILED
     assert states[1] == PortState.DARK  # its peer is failed: no light arrives
     assert states[3] == states[4] == PortState.LIT and states[6] == PortState.IDLE
-    status = driver._link(0).session.port_status()
+    status = driver.inner._link(0).session.port_status()
     assert status[2] == status[SIZE + 2] == "FAILED" and status[1] == "ENABLED"
     with pytest.raises(DeviceRejected, match=r"Failed: port 1\.1\.5 is failed"):
         driver.apply(0, add=[(5, 6)])

@@ -27,6 +27,7 @@ from controller.events import EventLog
 from controller.job import CommGroup, JobSpec, RankPorts
 from controller.ocs import Circuit
 from controller.service import ControllerService
+from emulator import naming
 from emulator.network import EmulatedRails, emulated_rails, wait_for
 from emulator.topo import RailSpec
 
@@ -145,7 +146,9 @@ def service_on(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     def start(net: EmulatedRails, **kwargs: Any) -> ControllerService:
         svc = ControllerService(net.driver, bind=f"tcp://{net.root_frontend_address}:0",
-                                event_log=EventLog(keep=True), **kwargs)
+                                event_log=EventLog(keep=True),
+                                trusted_networks=(naming.frontend_network(net.slot),),
+                                **kwargs)
         svc.start()
         started.append(svc)
         return svc

@@ -74,6 +74,10 @@ def test_sim_predicts_a_held_out_config_within_the_product_bound(
     if result["emu_prefix"]:
         no_leftovers.append(result["emu_prefix"])
     assert result["switching_delay_ms"] == HELD_OUT_DELAY_MS
+    # the simulated side models the emulator, not the fabric (the sim's default), and says so
+    assert result["sim_costs"] == "emulator"
+    sim = json.loads((tmp_path / "runs" / "sim" / "summary.json").read_text())
+    assert sim["costs"] == "emulator"
     _judged(tmp_path, HELD_OUT_DELAY_MS, fidelity_gate)
     point = crossval_point(result["semantics"], HELD_OUT_DELAY_MS, result)
     assert point["agreement_pct"] is not None

@@ -27,7 +27,7 @@ from testbed.results.baseline import with_baseline
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 ITERATION_PCT = 2.0
 OVERHEAD_PTS = 1.5
-#: The reconfigurations per iteration are not invariant (docs/validation.md, 10.3): ties
+#: The reconfigurations per iteration are not invariant (docs/validation.md, 11.3): ties
 #: between simultaneous requests are broken by costs the model has not, and the per-call costs
 #: bias the count low at small k (tiny.yaml, loaded machine: 10.7-11.7 at k = 1, 11.0-13.3 at
 #: k = 2; the simulator 12-14 under the emulator's costs, 13.5-14 with them / 1000). The test

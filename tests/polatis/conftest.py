@@ -10,6 +10,7 @@ import pytest
 from controller.drivers.polatis.driver import PolatisDriver
 from controller.drivers.registry import make_driver
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
+from emulator.polatis.netconf_server import host_key_fingerprint, process_host_key
 
 SIZE = 8
 PASSWORD = "root"
@@ -33,10 +34,16 @@ def tl1(device: PolatisDevice) -> Iterator[Tl1Server]:
         yield server
 
 
+#: what every simulator of this process presents (NetconfServer's default host key)
+FINGERPRINT = host_key_fingerprint(process_host_key())
+
+
 def ocs_config(protocol: str, port: int, **extra: Any) -> dict[str, Any]:
-    """An ``ocs:`` mapping for one simulated switch on 127.0.0.1."""
+    """An ``ocs:`` mapping for one simulated switch on 127.0.0.1 (its host key pinned)."""
+    pin = ({"host_key_fingerprint": FINGERPRINT} if protocol == "netconf"
+           and not {"known_hosts", "insecure_skip_host_key"} & set(extra) else {})
     return {"driver": f"polatis-{protocol}", "host": "127.0.0.1", "port": port, "size": SIZE,
-            "timeout_s": 5, **extra}
+            "timeout_s": 5, **pin, **extra}
 
 
 @pytest.fixture

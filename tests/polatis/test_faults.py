@@ -147,7 +147,7 @@ def test_a_failed_port_reads_failed_on_both_protocols(protocol: str, device: Pol
     assert states[2] == states[5] == PortState.FAILED
     assert states[1] == states[3] == states[4] == PortState.LIT
     assert states[6] == PortState.IDLE
-    assert driver._link(0).session.port_status()[SIZE + 2] == "FAILED"
+    assert driver.inner._link(0).session.port_status()[SIZE + 2] == "FAILED"
 
 
 def test_tl1_shutter_reply_on_the_wire(device: PolatisDevice, tl1: Tl1Server) -> None:

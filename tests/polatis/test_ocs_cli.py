@@ -19,7 +19,7 @@ from controller.ocs import Circuit
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 from testbed.cli import ocs as ocs_cli
 
-from .conftest import ENV, SIZE
+from .conftest import ENV, FINGERPRINT, SIZE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,9 @@ def test_simulate_runs_until_sigterm_and_serves_netconf() -> None:
             info = json.loads(proc.stdout.readline())
             assert info["host"] == "127.0.0.1" and info["size"] == f"{SIZE}x{SIZE}"
             with make_driver({"driver": "polatis-netconf", "host": "127.0.0.1",
-                              "port": info["port"], "size": SIZE}, env=ENV) as driver:
+                              "port": info["port"], "size": SIZE,
+                              "host_key_fingerprint": info["host_key_fingerprint"]},
+                             env=ENV) as driver:
                 driver.apply(0, add=[(1, 2)])
                 assert driver.circuits(0) == {Circuit(0, 1, 2)}
         finally:
@@ -98,7 +100,7 @@ def test_status_reports_config_and_device_errors_with_exit_codes(
     with NetconfServer(device) as server:
         cfg = tmp_path / "lab.yaml"
         cfg.write_text(f"ocs:\n  driver: polatis-netconf\n  host: 127.0.0.1\n"
-                       f"  port: {server.port}\n")
+                       f"  port: {server.port}\n  host_key_fingerprint: {FINGERPRINT}\n")
         assert ocs_cli.main(["status", "--config", str(cfg)]) == 1
         assert "login as 'admin' refused" in capsys.readouterr().err
         cfg.write_text("ocs:\n  driver: polatis-netconf\n  hots: 127.0.0.1\n")
@@ -117,7 +119,8 @@ def test_status_shows_a_failed_port_as_failed(protocol: str, capsys: pytest.Capt
     server_cls = NetconfServer if protocol == "netconf" else Tl1Server
     with server_cls(device) as server:
         target = ["--protocol", protocol, "--host", "127.0.0.1", "--port", str(server.port),
-                  "--size", str(SIZE)]
+                  "--size", str(SIZE),
+                  *(["--host-key-fingerprint", FINGERPRINT] if protocol == "netconf" else [])]
         assert ocs_cli.main(["status", *target, "--json"]) == 0
         (rail,) = json.loads(capsys.readouterr().out)["rails"]
         assert rail["port_states"]["3"] == "failed"

@@ -21,7 +21,7 @@ from emulator.network import wait_for
 from emulator.polatis import NetconfServer, PolatisDevice, Tl1Server
 from emulator.polatis.model import Change, TimedBackend
 
-from .conftest import ENV, PASSWORD, SIZE
+from .conftest import ENV, FINGERPRINT, PASSWORD, SIZE
 
 Connect = Callable[..., PolatisDriver]
 
@@ -98,7 +98,8 @@ def test_multi_rail_batch_is_checked_all_or_nothing_then_switched(device: Polati
     with NetconfServer(second, password=PASSWORD) as other:
         config = {"driver": "polatis-netconf", "timeout_s": 5, "rails": [
             {"rail": 0, "host": "127.0.0.1", "port": netconf.port, "ports": [1, 2, 3, 4]},
-            {"rail": 1, "host": "127.0.0.1", "port": other.port, "size": 4}]}
+            {"rail": 1, "host": "127.0.0.1", "port": other.port, "size": 4}],
+            "host_key_fingerprint": FINGERPRINT}
         with make_driver(config, env=ENV) as driver:
             assert [(d.rail, d.ports) for d in driver.describe()] == [
                 (0, (1, 2, 3, 4)), (1, (1, 2, 3, 4))]
@@ -175,7 +176,8 @@ def test_switching_time_shows_in_the_result(device: PolatisDevice, netconf: Netc
 def test_old_revision_switch_is_driven_with_pairs() -> None:
     old = PolatisDevice(SIZE, revision="2016-03-11", switching_time_ms=0.0)
     with NetconfServer(old, password=PASSWORD) as server, make_driver(
-            {"driver": "polatis-netconf", "host": "127.0.0.1", "port": server.port},
+            {"driver": "polatis-netconf", "host": "127.0.0.1", "port": server.port,
+             "host_key_fingerprint": FINGERPRINT},
             env=ENV) as driver:
         assert driver.device_info(0).revision == "2016-03-11"
         driver.apply(0, add=[(2, 7)])

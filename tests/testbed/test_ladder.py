@@ -96,7 +96,10 @@ def test_overheads_are_rebased_and_deltas_taken_against_the_first_rung() -> None
 
 
 def test_ladder_runs_rungs_and_a_baseline_without_controller(tmp_path: Path) -> None:
-    cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state", iterations=1)
+    """Under the emulator's costs, where a controller round trip costs time (under ``fabric``
+    it costs none: the rung's baseline differs only by the calls' rendezvous)."""
+    cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state", iterations=1,
+                                        sim_costs="emulator")
     ladder = lad.run_ladder(cfg, tmp_path / "l", [100, 250, 500], ["on-demand"], 2,
                             [lad.NO_CONTROLLER], lambda _m: None)
     assert json.loads((tmp_path / "l" / "ladder.json").read_text()) == json.loads(

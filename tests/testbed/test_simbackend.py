@@ -234,6 +234,9 @@ def test_sim_bench_small_mirrors_agree_with_the_full_rail() -> None:
     mirrored = run_sim_bench(256, mode="baseline", mirror=True)
     assert full["ranks_simulated"] == 32 and mirrored["ranks_simulated"] == 16
     assert mirrored["ranks_mirrored"] == 16
+    # a mirrored run states its error (exact here: no switching); an unmirrored one has none
+    assert mirrored["mirror_error"]["bound_pct"] > 0 and full["mirror_error"] is None
+    assert mirrored["costs"] == full["costs"] == "fabric"
     assert mirrored["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=1e-6)
     assert full["iteration_time_s"] == pytest.approx(full["modeled_no_switching_s"], rel=0.01)
     assert set(full) >= {"gpus", "wall_s", "peak_rss_mb", "windows_per_iteration"}

@@ -55,7 +55,8 @@ def make_driver(cfg: OcsConfig, *, env: Mapping[str, str] | None = None,
         session: DeviceSession
         if cfg.protocol == "netconf":
             session = NetconfSession(dev.host, dev.port, username=user, password=password,
-                                     timeout_s=dev.timeout_s)
+                                     timeout_s=dev.timeout_s, host_key=dev.host_key,
+                                     config_key=dev.key)
         else:
             session = Tl1Session(dev.host, dev.port, username=user, password=password,
                                  timeout_s=dev.timeout_s)

@@ -153,6 +153,20 @@ class PolatisDriver(ocs.OcsDriver):
                 out[p] = ocs.PortState.IDLE
         return out
 
+    def switch_connections(self, rail: int) -> frozenset[tuple[int, int]]:
+        """Every pair on the rail's device, those on ports outside the rail's too, as rail
+        ports: a pair ``i -> N+j`` joins ports ``i`` and ``j`` (``(i, i)``: a port looped to
+        itself); pairs off the ``1..N`` / ``N+1..2N`` numbering are left out."""
+        link = self._link(rail)
+        size = link.pm.size
+        with link.lock:
+            if link.dirty or not link.session.connected:
+                self._resync(link)
+            with self._faults(link):
+                pairs = link.session.read_pairs()
+        return frozenset((min(i, e - size), max(i, e - size)) for i, e in pairs.items()
+                         if 1 <= i <= size and size < e <= 2 * size)
+
     def apply_many(self, reconfs: Sequence[ocs.Reconfiguration]) -> list[ocs.ApplyResult]:
         reconfs = list(reconfs)
         links = [self._links[r] for r in sorted({r.rail for r in reconfs}) if r in self._links]

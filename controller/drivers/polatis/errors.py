@@ -28,6 +28,10 @@ class DeviceAuthError(PolatisError):
     """The device refused the credentials."""
 
 
+class DeviceHostKeyRefused(PolatisError):
+    """The switch's SSH host key is not pinned or not the pinned one; no password was sent."""
+
+
 class DeviceTimeout(PolatisError):
     """The device did not answer within the configured ``timeout_s``."""
 

@@ -8,6 +8,13 @@ ncclient's exceptions are mapped onto :mod:`controller.drivers.polatis.errors`: 
 unreachable host, an RPC timeout, a dropped session, and ``rpc-error`` replies (the error-tag,
 message and the ports named in the error-path or message are kept).
 
+Host key: the switch's SSH host key is checked against the device's
+:class:`~controller.drivers.hostkey.HostKeyPolicy` inside the SSH handshake, before the password
+is sent (ncclient's own check reads only ``~/.ssh/known_hosts`` and hands its callback an MD5
+fingerprint, so the session is built here with a checking subclass of ncclient's
+``SSHSession``); a refused key is :class:`~controller.drivers.polatis.errors.DeviceHostKeyRefused`.
+With ``insecure_skip_host_key`` every open logs a warning.
+
 Latency: ncclient's transport thread sends queued requests only when its ``select`` wakes, every
 ``ncclient.transport.session.TICK`` (0.1 s), which adds up to 100 ms to each RPC -- four times a
 Polatis switching time. Opening a session lowers that process-wide tick to ``POLL_INTERVAL_S``
@@ -17,11 +24,15 @@ Polatis switching time. Opening a session lowers that process-wide tick to ``POL
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+from controller.drivers.hostkey import HostKeyPolicy, HostKeyRefused, check_host_key
 from controller.drivers.polatis import errors, xml
 from controller.drivers.polatis.session import DeviceInfo, DeviceSession
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 830
 POLL_INTERVAL_S = 0.005
@@ -32,10 +43,13 @@ class NetconfSession(DeviceSession):
     """A NETCONF session to one Polatis switch."""
 
     def __init__(self, host: str, port: int = DEFAULT_PORT, *, username: str, password: str,
-                 timeout_s: float = 10.0, hostkey_verify: bool = False) -> None:
+                 timeout_s: float = 10.0, host_key: HostKeyPolicy | None = None,
+                 config_key: str = "ocs") -> None:
         super().__init__("netconf", host, port, username=username, password=password,
                          timeout_s=timeout_s)
-        self.hostkey_verify = hostkey_verify
+        #: how the switch's SSH host key is checked (default: not pinned, so refused)
+        self.host_key = host_key or HostKeyPolicy()
+        self._config_key = config_key
         self.revision: str | None = None
         self.list_name = "pair"
         self._mgr: Any = None
@@ -46,20 +60,23 @@ class NetconfSession(DeviceSession):
         return self._mgr is not None and bool(self._mgr.connected)
 
     def open(self) -> DeviceInfo:
-        from ncclient import manager
         from ncclient.transport import session as nc_session
         from ncclient.transport.errors import AuthenticationError, SSHError, TransportError
 
         nc_session.TICK = min(nc_session.TICK, POLL_INTERVAL_S)  # see the module docstring
         self.close()
+        if self.host_key.insecure_skip:
+            log.warning("%s: the switch's SSH host key is NOT checked "
+                        "(insecure_skip_host_key: true); anyone on the management network "
+                        "could pose as the switch and be handed its password", self.name)
+        refused: list[HostKeyRefused] = []
         try:
-            self._mgr = manager.connect(
-                host=self.host, port=self.port, username=self.username,
-                password=self._password, hostkey_verify=self.hostkey_verify,
-                look_for_keys=False, allow_agent=False, timeout=self.timeout_s)
+            self._mgr = _connect(self, refused)
         except AuthenticationError as exc:
             raise errors.DeviceAuthError(self.name, f"login as {self.username!r} refused") from exc
         except SSHError as exc:
+            if refused:
+                raise errors.DeviceHostKeyRefused(self.name, str(refused[0])) from None
             raise errors.DeviceUnreachable(self.name, f"cannot open an SSH session: {exc}") from exc
         except (TransportError, OSError) as exc:
             raise errors.DeviceUnreachable(self.name, f"NETCONF session failed: {exc}") from exc
@@ -155,3 +172,40 @@ class NetconfSession(DeviceSession):
         named = xml.ports_in_error(getattr(exc, "path", None), message)
         return errors.DeviceRejected(self.name, f"{what} refused: {message}", code=tag,
                                      ports=[p for _kind, p in named] or list(ports))
+
+
+def _connect(session: NetconfSession, refused: list[HostKeyRefused]) -> Any:
+    """An ncclient manager whose SSH handshake checks the host key by ``session.host_key``
+    (as ``ncclient.manager.connect_ssh`` builds one, with a checking ``SSHSession``); a
+    refusal is appended to ``refused`` and ends the handshake before authentication."""
+    from ncclient import manager, operations
+    from ncclient.transport.ssh import SSHSession
+
+    class _CheckedSSHSession(SSHSession):
+        def load_known_hosts(self, filename: str | None = None) -> None:
+            """Read no ``~/.ssh/known_hosts``: the policy alone decides."""
+
+        def check(self, _host: str, _md5: str) -> bool:
+            key = self._transport.get_remote_server_key()
+            try:
+                check_host_key(session.host_key, session.host, session.port, key.get_name(),
+                               key.asbytes(), key=session._config_key)
+            except HostKeyRefused as exc:
+                refused.append(exc)
+                return False
+            return True
+
+    handler = manager.make_device_handler(None, [])
+    handler.add_additional_netconf_params({})  # as connect_ssh: no extra capabilities
+    ssh = _CheckedSSHSession(handler)
+    try:
+        ssh.connect(host=session.host, port=session.port, username=session.username,
+                    password=session._password, hostkey_verify=True,
+                    unknown_host_cb=ssh.check, look_for_keys=False, allow_agent=False,
+                    timeout=session.timeout_s)
+    except Exception:
+        if ssh.transport:
+            ssh.close()
+        raise
+    return manager.Manager(ssh, handler, timeout=session.timeout_s,
+                           raise_mode=operations.RaiseMode.ALL)
