@@ -38,7 +38,8 @@ TECHNOLOGIES: dict[str, tuple[float, int]] = {
     "robotic": (120000.0, 1008),
 }
 
-_TECHNOLOGY_ALIASES = {
+#: Other names accepted for Table 3 technologies (vendors and spellings) -> the Table 3 key.
+TECHNOLOGY_ALIASES = {
     "mems": "3d-mems",
     "3dmems": "3d-mems",
     "3d_mems": "3d-mems",
@@ -69,11 +70,40 @@ def resolve_switching_delay_ms(value: float | int | str) -> float:
         pass
     else:
         return resolve_switching_delay_ms(number)
-    key = _TECHNOLOGY_ALIASES.get(key, key)
+    key = TECHNOLOGY_ALIASES.get(key, key)
     if key not in TECHNOLOGIES:
-        known = ", ".join(sorted(TECHNOLOGIES))
-        raise ValueError(f"unknown OCS technology {value!r}; known: {known}, or a number of ms")
+        raise ValueError(f"unknown OCS technology {value!r}; known: {technology_words()}, "
+                         "or a number of ms")
     return TECHNOLOGIES[key][0]
+
+
+def technology_words() -> str:
+    """Every word a switching delay accepts, each Table 3 name with its aliases (in Table 3's
+    order, fastest first): ``plzt, sip, ..., 3d-mems (or 3d_mems, 3dmems, calient, mems), ...``."""
+    words = []
+    for name in TECHNOLOGIES:
+        aliases = sorted(a for a, target in TECHNOLOGY_ALIASES.items() if target == name)
+        words.append(f"{name} (or {', '.join(aliases)})" if aliases else name)
+    return ", ".join(words)
+
+
+def parse_delays_ms(text: str) -> list[float]:
+    """A comma-separated list of switching delays, each what :func:`resolve_switching_delay_ms`
+    takes (ms or a Table 3 name), as ms in the given order.
+
+    Raises ``ValueError`` naming the bad item and its place, with the accepted words.
+    """
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"no delay given in {text!r}; give ms or technology names separated "
+                         "by commas, e.g. 0,10,sip")
+    delays = []
+    for place, item in enumerate(items, start=1):
+        try:
+            delays.append(resolve_switching_delay_ms(item))
+        except ValueError as exc:
+            raise ValueError(f"item {place} of {text!r}: {exc}") from None
+    return delays
 
 
 def light_at_s(t_dark_s: float, delay_ms: float) -> float:

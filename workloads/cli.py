@@ -42,12 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def axis_totals(schedule: Schedule, rank: int) -> dict[str, dict[str, Any]]:
-    """Per axis and kind: calls, message and wire bytes of ``rank``'s collectives."""
+    """Per group axis (``fsdp``, not its paper-level family ``dp``) and kind: calls, message
+    and wire bytes of ``rank``'s collectives."""
     out: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "message_bytes": 0,
                                                           "wire_bytes": 0, "scale_up": True})
     for op in schedule.ops_of(rank):
         if op.is_collective:
-            t = out[f"{op.family}/{op.kind}"]
+            t = out[f"{op.axis}/{op.kind}"]
             t["calls"] += 1
             t["message_bytes"] += op.size_bytes
             t["wire_bytes"] += op.wire_bytes
@@ -109,10 +110,11 @@ def print_summary(rep: dict[str, Any], out: TextIO) -> None:
         print(f"compute x{rep['compute_scale']:.4f}: calibrated to a "
               f"{rep['calibrate_step_s']:g} s step", file=out)
     print(f"\nrank {rep['rank']} (server {rep['server']}, rail {rep['rail']}) phases:", file=out)
-    print(f"  {'#':>3} {'axis':4} {'kind':13} {'calls':>5} {'message MiB':>12} "
+    print(f"  {'#':>3} {'axis':7} {'kind':13} {'calls':>5} {'message MiB':>12} "
           f"{'per call MiB':>12} {'wire MiB':>10} {'start ms':>10}", file=out)
     for i, ph in enumerate(rep["phases"]):
-        print(f"  {i:>3} {ph['axis']:4} {ph['kind']:13} {ph['calls']:>5} "
+        axes = "+".join(ph.get("axes") or [ph["axis"]])
+        print(f"  {i:>3} {axes:7} {ph['kind']:13} {ph['calls']:>5} "
               f"{ph['message_bytes'] / MIB:>12.2f} {ph['max_call_bytes'] / MIB:>12.2f} "
               f"{ph['wire_bytes'] / MIB:>10.2f} {ph['modeled_start_s'] * 1e3:>10.2f}"
               f"{'  (scale-up)' if ph['scale_up'] else ''}", file=out)

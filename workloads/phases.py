@@ -6,9 +6,11 @@ need the rails (``scale_up`` ones ride NVLink and are skipped unless asked for),
 starts whenever the paper-level axis (``dp``, ``pp``, ``tp``, ``cp``, ``ep``; FSDP and expert-DP
 traffic count as ``dp``) or the kind of collective (``allgather``, ``reducescatter``,
 ``allreduce``, ``sendrecv``, ``alltoall``) changes. Compute between collectives does not split
-a phase. Each phase lists its comm groups and the circuits it needs per rail: ring
-neighbours for ring collectives, the pair for send/recv, every pair for all-to-all, as
-unordered rank pairs on the rail (ports are the controller's business).
+a phase; ``axes`` names the group axes it holds (``fsdp`` for FSDP's calls, ``fsdp+dp`` for
+HSDP's), as the ``workload`` command prints them. Each phase lists its comm groups and the
+circuits it needs per rail: ring neighbours for ring collectives, the pair for send/recv,
+every pair for all-to-all, as unordered rank pairs on the rail (ports are the controller's
+business).
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ class Phase:
     wire_bytes: int = 0
     max_call_bytes: int = 0
     circuits: Circuits = field(default_factory=dict)
+    axes: list[str] = field(default_factory=list)  # the ops' own axes, in order seen
 
     def add(self, op: Op, circuits: Circuits) -> None:
+        if op.axis not in self.axes:
+            self.axes.append(op.axis)
         self.op_indices.append(op.index)
         self.collective_ids.append(op.collective_id)
         if op.group_id not in self.group_ids:
@@ -54,7 +59,8 @@ class Phase:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "axis": self.axis, "kind": self.kind, "scale_up": self.scale_up,
+            "rank": self.rank, "axis": self.axis, "axes": self.axes, "kind": self.kind,
+            "scale_up": self.scale_up,
             "calls": len(self.op_indices), "op_indices": self.op_indices,
             "collective_ids": self.collective_ids, "group_ids": self.group_ids,
             "message_bytes": self.message_bytes, "wire_bytes": self.wire_bytes,

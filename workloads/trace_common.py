@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,10 @@ class Imported:
     notes: list[str] = field(default_factory=list)  # choices made for the user, to print
 
     command: str = "import kineto"  # the command that made it, for experiment.yaml
+    #: ocs.ports_per_rank chosen for the rails (testbed.experiment.railfit), with its notes;
+    #: None: guessed from the groups (:func:`_ports`)
+    ports_per_rank: int | None = None
+    rail_notes: list[str] = field(default_factory=list)
 
 
 def read_json(path: str, error: type[TraceImportError], what: str) -> Any:
@@ -156,14 +161,20 @@ def experiment_yaml(imported: Imported, name: str, schedule_file: str = "workloa
     """A runnable experiment file for an imported schedule (``workload: {schedule: ...}``)."""
     s = imported.schedule
     sources = (s.origin or {}).get("sources", [])
+    ports = (_ports(s) if imported.ports_per_rank is None else
+             f", ports_per_rank: {imported.ports_per_rank}" if imported.ports_per_rank > 1
+             else "")
+    why = "".join(f"# {line}\n" for note in imported.rail_notes
+                  for line in textwrap.wrap(note, 94))
     return (f"# Imported by `opus-testbed {imported.command}` ({imported.step}) from:\n"
             + "".join(f"#   {p}\n" for p in sources)
+            + (f"# Chosen for the rails:\n{why}" if why else "")
             + f"name: {json.dumps(name)}\n"
             f"cluster: {{servers: {s.cluster.servers}, gpus_per_server: "
             f"{s.cluster.gpus_per_server}}}\n"
             f"workload: {{schedule: {schedule_file}}}\n"
             "mode: on-demand\n"
-            f"ocs: {{switching_delay: 10{_ports(s)}}}\n"
+            f"ocs: {{switching_delay: 10{ports}}}\n"
             "run: {warmup: 1, iterations: 2}\n")
 
 

@@ -97,9 +97,10 @@ def run_lines(table: Mapping[str, Any]) -> list[str]:
                          f"({r['path']}/baseline/summary.json has the reasons)")
     exposed = [r["label"] for r in runs if _exposed_over_overhead(table, r["label"])]
     if exposed:
-        lines.append(f"exposed switching above the overhead ({', '.join(exposed)}): waits for "
-                     "light fall where the baseline too is idle (pipeline bubbles, a peer's "
-                     "compute), so not all of them add to the iteration")
+        lines.append(f"exposed switching above the overhead ({', '.join(exposed)}): it "
+                     "counts every rank's waits for light, also while other ranks computed or "
+                     "sent (the 'of it, while others worked' row); only critical-path waits "
+                     "lengthen the iteration")
     return lines + difference_lines(table["config_differences"])
 
 

@@ -230,11 +230,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _delays_and_modes(args: argparse.Namespace) -> tuple[list[float], list[str]]:
-    """``--delays`` (ms) and ``--modes`` as lists; a bad value exits naming it."""
+    """``--delays`` (ms or Table 3 names, as ``--delay``) and ``--modes`` as lists; a bad
+    value exits naming it."""
+    from controller.ocs import parse_delays_ms
+
     try:
-        delays = [float(x) for x in args.delays.split(",") if x.strip()]
+        delays = parse_delays_ms(args.delays)
     except ValueError as exc:
-        _bad_option(f"--delays must be numbers of ms separated by commas: {exc}")
+        _bad_option(f"argument --delays: {exc}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -313,10 +316,14 @@ def _slope_text(fam: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     delays = sorted({float(r["delay_ms"]) for r in rows if r["mode"] == fam["mode"]
                      and (r["semantics"] or "") == fam["semantics"]})
     have = [d for d in delays if d >= SLOPE_MIN_DELAY_MS]
-    largest = f", largest {delays[-1]:g} ms" if delays else ""
     ok = int(fam.get("slope_points") or 0)
-    why = (f"only {ok} of its {len(have)} succeeded" if len(have) >= 2 else
-           f"this sweep has {len(have)}{largest}")
+    if len(have) >= 2:
+        why = f"only {ok} of its {len(have)} succeeded"
+    elif have:
+        why = f"this sweep has one, {have[0]:g} ms"
+    else:
+        largest = f" (its largest is {delays[-1]:g} ms)" if delays else ""
+        why = f"this sweep has none{largest}"
     return (f"slope n/a (needs 2 delays >= {SLOPE_MIN_DELAY_MS:g} ms, where exposed switching "
             f"dominates; {why}: add --delays ...,250,500)")
 
@@ -365,6 +372,9 @@ def ladder_lines(ladder: dict[str, Any]) -> list[str]:
     lines = [f"{'rung':<30}{'baseline_s':>12}  {'mode':<13}{'ovh@100ms_%':>13}{'delta':>9}"
              f"{'slope_s/s':>11}{'delta':>9}"]
     for r in ladder["rungs"]:
+        if r.get("not_run"):
+            lines.append(f"{r['rung']:<30}{'':>12}  n/a ({r['not_run']}): not run")
+            continue
         for i, (mode, fam) in enumerate(r["modes"].items()):
             d = r["delta"][mode]
             base = cell(r["baseline_s"], ".3f",
@@ -431,6 +441,11 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         + f"sim backend, {_pct(artifact_base.get('iteration_time_s'), '.2f')} s baseline) gives "
         + " / ".join(overhead_text(artifact.get(x)) for x in RAIL_STATE_LABELS)
         + f" at {delay_ms:g} ms; {comparison} (docs/validation.md)."]
+    if any(_exposed_over_overhead(s) for s in summaries.values()):
+        lines.append("exposed_s/it can exceed the overhead: it counts every rank's waits for "
+                     "light, also while other ranks computed or sent "
+                     "(exposed_reconfig_overlapped_s); only critical-path waits lengthen the "
+                     "iteration")
     degraded = {label: s for label, s in summaries.items() if is_degraded(s)}
     for label, s in degraded.items():
         lines.append(f"degraded {label} (blamed on the {s.get('fidelity_blame', 'run')}): "
@@ -439,6 +454,14 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         lines.append(f"exit status 3: {len(degraded)} of {len(summaries)} rows are degraded; "
                      "their figures are kept but not to be trusted alone (README, Fidelity)")
     return lines
+
+
+def _exposed_over_overhead(s: dict[str, Any]) -> bool:
+    t, base, exposed = (s.get(k) for k in ("iteration_time_s", "baseline_iteration_time_s",
+                                           "exposed_reconfig_s"))
+    if t is None or base is None or exposed is None:
+        return False
+    return bool(exposed > t - base)
 
 
 def _repo_path(path: Path) -> str:
@@ -526,7 +549,8 @@ def _add_sweep(sub: Any) -> None:
         "(nothing run).")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default=DEFAULT_SWEEP_DELAYS,
-                   help="switching delays in ms; 0 stands for the electrical baseline, and a "
+                   help="switching delays, each ms or a Table 3 technology name as --delay "
+                   "takes (e.g. 0,sip,mems,100); 0 stands for the electrical baseline, and a "
                    "slope needs two >= 250 ms (default %(default)s)")
     p.add_argument("--modes", default="baseline,on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
@@ -566,7 +590,8 @@ def _add_ladder(sub: Any) -> None:
         "ok, 3 some figure rests on a degraded run, 2 bad option (nothing run).")
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--delays", default="100,250,1000,3000",
-                   help="switching delays in ms (include 100 and two >= 250 for the figures)")
+                   help="switching delays, each ms or a Table 3 technology name as --delay "
+                   "takes (include 100 and two >= 250 ms for the figures)")
     p.add_argument("--modes", default="on-demand,provisioning",
                    help=f"comma-separated modes among {', '.join(MODES)}")
     p.add_argument("--rungs", help="comma-separated rungs to run besides as-written "

@@ -14,7 +14,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workloads.trace_common import Imported
 
 COMPARE_HELP = ("opus-testbed workload compare A B [--rank R] [--json]: two schedules side by "
                 "side (schedule JSON or experiment files)")
@@ -79,8 +82,8 @@ def cmd_import_kineto(args: argparse.Namespace) -> int:
 
     try:
         check_out_dir(args.out)
-        imported = import_traces(args.traces, gpus_per_server=args.gpus_per_server,
-                                 step=args.step, axes=dict(args.axis))
+        imported = fit_to_rails(import_traces(args.traces, gpus_per_server=args.gpus_per_server,
+                                              step=args.step, axes=dict(args.axis)))
         name = args.name or Path(args.out).resolve().name
         files = write_import(imported, args.out, name)
     except CaptureError as exc:
@@ -98,13 +101,26 @@ def cmd_import_et(args: argparse.Namespace) -> int:
 
     try:
         check_out_dir(args.out)
-        imported = import_ets(args.traces, gpus_per_server=args.gpus_per_server,
-                              axes=dict(args.axis))
+        imported = fit_to_rails(import_ets(args.traces, gpus_per_server=args.gpus_per_server,
+                                           axes=dict(args.axis)))
         files = write_import(imported, args.out, args.name or Path(args.out).resolve().name)
     except CaptureError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return _report(imported, files, args.json)
+
+
+def fit_to_rails(imported: Imported) -> Imported:
+    """``imported`` with the ports per rank and algorithms its groups need on optical rails
+    (:func:`testbed.experiment.railfit.fit_rails`), each choice a note; raises
+    :class:`~workloads.captured.CaptureError` naming the group no setting carries."""
+    from testbed.experiment.railfit import fit_rails
+
+    fit = fit_rails(imported.schedule)
+    imported.schedule, imported.ports_per_rank = fit.schedule, fit.ports_per_rank
+    imported.rail_notes = list(fit.notes)
+    imported.notes = [*imported.notes, *fit.notes]
+    return imported
 
 
 def _report(imported: Any, files: list[Any], as_json: bool) -> int:
@@ -116,6 +132,8 @@ def _report(imported: Any, files: list[Any], as_json: bool) -> int:
                                                   "gpus_per_server": s.cluster.gpus_per_server},
                "layouts": imported.layouts, "iteration": imported.step,
                "calls": imported.calls, "groups": groups,
+               "ports_per_rank": imported.ports_per_rank,
+               "algorithms": [list(a) for a in s.config.algorithms],
                "files": [str(f) for f in files], "notes": imported.notes}
     if as_json:
         print(json.dumps(summary, indent=1))

@@ -589,7 +589,7 @@ class Replayer:
             outcome = self._run_epoch(ep)
             if outcome == "done":
                 self.emit(ev="finished", t=time.time(),
-                          mispredictions=self.profile.mispredictions)
+                          profile_mismatches=self.profile.mispredictions)
                 break
             if outcome == "failed" and not fo:
                 self.emit(ev="error", **(ep.failure or {}))

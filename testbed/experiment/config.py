@@ -91,7 +91,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from controller.drivers.registry import DRIVERS
-from controller.ocs import TECHNOLOGIES, resolve_switching_delay_ms
+from controller.ocs import resolve_switching_delay_ms, technology_words
 from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
 from emulator.cpuquota import validate_setting as validate_quota
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
@@ -476,7 +476,7 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         value = ocs["switching_delay"]
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise doc.error("ocs.switching_delay", "must be a number of ms or a technology "
-                            f"name ({', '.join(TECHNOLOGIES)})")
+                            f"name ({technology_words()})")
         try:
             resolve_switching_delay_ms(value)
         except ValueError as exc:

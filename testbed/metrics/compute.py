@@ -197,20 +197,28 @@ def window_table(calls: Sequence[Mapping[str, Any]], warmup: int) -> list[dict[s
                          KIND_FAMILY.get(str(c["kind"]), str(c["kind"])))
             start = joined[_instance(c)]
             if not phases or phases[-1]["key"] != phase_key:
-                phases.append({"key": phase_key, "groups": set(), "start": start,
+                phases.append({"key": phase_key, "groups": set(), "axes": [], "start": start,
                                "end": float(c["t_end_s"]), "bytes": 0})
             ph = phases[-1]
             ph["groups"].add(c["group"])
+            if str(c["axis"]) not in ph["axes"]:
+                ph["axes"].append(str(c["axis"]))
             ph["start"] = min(ph["start"], start)
             ph["end"] = max(ph["end"], float(c["t_end_s"]))
             ph["bytes"] += int(c["size_bytes"])
         for a, b in itertools.pairwise(phases):
             if a["groups"] == b["groups"]:
                 continue
-            rows.append({"rank": rank, "from": "/".join(a["key"]), "to": "/".join(b["key"]),
+            rows.append({"rank": rank, "from": _phase_label(a), "to": _phase_label(b),
                          "window_s": b["start"] - a["end"], "t_s": a["end"],
                          "next_bytes": b["bytes"], "volume_bin": volume_bin(b["bytes"])})
     return rows
+
+
+def _phase_label(phase: Mapping[str, Any]) -> str:
+    """``fsdp/allgather``: the phase's group axes (FSDP's calls as fsdp, though the phase is
+    split on the paper-level axis, dp) and its kind."""
+    return f"{'+'.join(phase['axes'])}/{phase['key'][1]}"
 
 
 def _instance(call: Mapping[str, Any]) -> tuple[int, int, str]:

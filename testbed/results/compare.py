@@ -28,6 +28,7 @@ RUN_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("overhead_pct", "overhead vs the baseline (%)", "+.1f"),
     ("exposed_reconfig_s", "exposed switching per iteration (s)", ".3f"),
     ("exposed_share_pct", "exposed switching, % of the iteration", ".1f"),
+    ("exposed_reconfig_overlapped_s", "  of it, while others worked (s)", ".3f"),
     ("reconfigurations_per_iteration", "reconfigurations per iteration", ".1f"),
     ("reconfigurations", "reconfigurations (all iterations)", "d"),
     ("windows", "windows (the electrical baseline's)", "d"),

@@ -230,7 +230,7 @@ def rank_events(trace: Trace, rank: int, records: Iterable[Record]) -> Iterator[
             spans += _call_spans(trace.facts, r)
         elif ev not in ("iteration",) and _num(r.get("t")) is not None:
             points.append((float(r["t"]), str(ev), _keep(r, ("it", "epoch", "kind", "index",
-                                                             "message", "mispredictions"))))
+                                                             "message", "profile_mismatches"))))
     out: list[Event] = []
     pid, process = _server(trace, rank)
     lanes = sorted({s[0] for s in spans} - {""})

@@ -75,6 +75,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
         later(busy, (y - 0.35, 0.7), color="0.85")
         ends += [a + d for a, d in busy]
         by_axis: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        named: dict[str, list[str]] = defaultdict(list)  # family -> its group axes (fsdp...)
         peers, light = [], []
         for sp in spans:
             c = sp.row
@@ -82,6 +83,8 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
                                                    _f(c["t_end_s"])):
                 continue
             axis = AXIS_FAMILY.get(str(c["axis"]), str(c["axis"]))
+            if str(c["axis"]) not in named[axis]:
+                named[axis].append(str(c["axis"]))
             a, b = sp.transfer
             by_axis[axis].append((a - t0, max(b - a, 1e-4)))
             peers += [sp.peers] if sp.peers else []
@@ -96,7 +99,7 @@ def timeline(calls: Sequence[Row], compute: Sequence[Row], circuits: Sequence[Ro
         starts += [a for v in by_axis.values() for a, _d in v] + [a for a, _d in busy]
         for axis, spans_ax in by_axis.items():
             later(spans_ax, (y - 0.35, 0.7), color=AXIS_COLORS.get(axis, "tab:gray"),
-                  label=f"{axis.upper()} transfer")
+                  label=f"{'+'.join(sorted(named[axis])).upper()} transfer")
     for k, rail in enumerate(rails):
         y = len(ranks) + k
         ylabels.append(f"rail {rail} OCS")

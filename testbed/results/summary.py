@@ -31,6 +31,7 @@ from testbed.metrics.darktime import (
     overhead_exceeded,
     overrun_bound,
 )
+from testbed.metrics.exposure import exposure_overlapped_s
 from testbed.metrics.failover import failover_summary, failover_table
 from testbed.metrics.fidelity import (
     SIMULATED,
@@ -43,6 +44,11 @@ from testbed.metrics.fidelity import (
 from testbed.metrics.startgate import gate_summary
 from testbed.metrics.wire import WireVerdict, wire_text
 from testbed.results import store
+
+#: Where every ``summary.json`` field is described: (file from the repository root, heading
+#: of the section whose table lists them). tests/testbed/test_summary_fields.py keeps it
+#: complete; move both together.
+FIELD_TABLE = ("README.md", "The summary's fields")
 
 
 class RunFacts(Protocol):
@@ -155,8 +161,11 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "wall_s": seen.wall_s,
                **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
                "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,
-               "mispredictions": sum(int(r.get("mispredictions", 0)) for r in records
-                                     if r.get("ev") == "finished"),
+               "exposed_reconfig_overlapped_s": exposure_overlapped_s(
+                   records, ((a, b) for a, b, _g, _s in exposed_intervals(events)), windows),
+               "mispredictions": sum(e.get("event") == "mispredict" for e in events),
+               "profile_mismatches": sum(int(r.get("profile_mismatches", 0)) for r in records
+                                         if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
     gate = gate_summary(records)
     if gate is not None:
@@ -259,6 +268,21 @@ def failover_keys(prep: Prepared, records: list[dict[str, Any]], events: list[di
     return rows, keys
 
 
+def _exposure_note(summary: dict[str, Any]) -> str:
+    """Why the exposure exceeds the overhead, where it does (:mod:`testbed.metrics.exposure`):
+    it counts every rank's waits, also while other ranks computed or sent."""
+    t, base = summary.get("iteration_time_s"), summary.get("baseline_iteration_time_s")
+    exposed = summary.get("exposed_reconfig_s")
+    overlapped = summary.get("exposed_reconfig_overlapped_s")
+    if t is None or base is None or exposed is None or exposed <= t - base:
+        return ""
+    pad = "\n" + " " * 20
+    hidden = ("" if overlapped is None else
+              f", {overlapped:.3f} s of them while{pad}other ranks computed or sent;")
+    return (f"{pad}(> the {t - base:.3f} s overhead: every rank's waits count{hidden} "
+            "only critical-path waits lengthen the iteration)")
+
+
 def summary_text(summary: dict[str, Any]) -> str:
     """The one-screen summary printed at the end of a run."""
     def f(key: str, fmt: str = "{:.3f}") -> str:
@@ -280,7 +304,8 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines += [
         f"reconfigurations    {summary['reconfigurations']} rail switches "
         f"({f('reconfigurations_per_iteration', '{:.1f}')} per measured iteration)",
-        f"exposed reconfig    {f('exposed_reconfig_s')} s per iteration waiting on light",
+        f"exposed reconfig    {f('exposed_reconfig_s')} s per iteration waiting on light"
+        + _exposure_note(summary),
         f"windows             {windows_text(summary)}",
         f"delivery            {summary['calls_delivered']}/{summary['calls']} calls complete, "
         f"{summary['bytes_received_scaled']}/{summary['bytes_expected_scaled']} bytes",

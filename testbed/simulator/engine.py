@@ -349,7 +349,7 @@ class PlanSimulation:
                 self._start_iteration(st)
             else:
                 self._emit(st.rank, ev="finished", t=self.now,
-                           mispredictions=st.profile.mispredictions)
+                           profile_mismatches=st.profile.mispredictions)
                 self._finished += 1
 
     def _compute_end(self, lane: Lane, op: PlanOp, t_start: float) -> None:

@@ -36,6 +36,10 @@ Rungs (:data:`RUNGS`), each against the experiment as written:
   point cleared (``request_points`` ``none`` of :func:`testbed.plan.requestpoints.gated_calls`),
   on the sim backend only.
 
+A rung that changes nothing this experiment runs (``port-exact`` on a port-exact file, a
+rail-state setting on a port-exact file, ``uncalibrated`` on an uncalibrated one...) is not run:
+it is listed with ``not_run: "already ..."`` (:func:`unchanged_reason`) and no figures.
+
 The differences are not additive (switching two things at once is not the sum of switching
 each); the ladder measures each on its own.
 
@@ -54,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.railstate import PORT_EXACT
+from controller.railstate import JOIN, PORT_EXACT
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.degraded import RESTS_ON, as_list, degraded_labels, degraded_runs, union
@@ -84,37 +88,70 @@ def _micro_batches_of_one(cfg: ExperimentConfig) -> ExperimentConfig:
 
 @dataclass(frozen=True)
 class Rung:
-    """One variant: its name, what it changes, and the change (config -> config)."""
+    """One variant: its name, what it changes, the change (config -> config), and what a
+    file that needs no change already has (``n/a (already ...)``)."""
 
     name: str
     change: str
     apply: Callable[[ExperimentConfig], ExperimentConfig]
+    already: str = ""
 
 
 RUNGS: tuple[Rung, ...] = (
     Rung("as-written", "nothing (the experiment file as written)", lambda c: c),
     Rung("port-exact", "ocs.semantics: port-exact (one-to-one circuits, every call asks)",
-         lambda c: c.replace(semantics=PORT_EXACT, request_points="auto")),
+         lambda c: c.replace(semantics=PORT_EXACT, request_points="auto"), "port-exact"),
     Rung("every-call-asks", "ocs.request_points: every (same semantics)",
-         lambda c: c.replace(request_points="every")),
+         lambda c: c.replace(request_points="every"), "every call asks"),
     Rung("reflip", "ocs.rail_state_inflight: reflip (the artifact's controller)",
-         lambda c: c.replace(rail_state_inflight="reflip")),
+         lambda c: c.replace(rail_state_inflight="reflip"), "reflip"),
     Rung("ack-timeout-10s", "ocs.rail_state_ack_timeout_s: 10 (the artifact's shim)",
-         lambda c: c.replace(rail_state_ack_timeout_s=10.0)),
+         lambda c: c.replace(rail_state_ack_timeout_s=10.0), "a 10 s ack timeout"),
     Rung("serialize-per-rank", "ocs.rail_state_serialize_per_rank: true (the artifact's "
-         "controller)", lambda c: c.replace(rail_state_serialize_per_rank=True)),
+         "controller)", lambda c: c.replace(rail_state_serialize_per_rank=True),
+         "serialized per rank"),
     Rung("no-activation-checkpointing", "workload.activation_checkpointing: none",
-         lambda c: _workload(c, activation_checkpointing="none")),
+         lambda c: _workload(c, activation_checkpointing="none"),
+         "no activation checkpointing"),
     Rung("reshard-default", "parallelism.reshard_after_forward: default (kept under PP)",
          lambda c: dataclasses.replace(
-             c, workload=_parallel(c.workload, reshard_after_forward=None))),
+             c, workload=_parallel(c.workload, reshard_after_forward=None)),
+         "reshard_after_forward: default"),
     Rung("micro-batches-8x1", "micro-batches of 1 sample (same samples per step)",
-         _micro_batches_of_one),
+         _micro_batches_of_one, "micro-batches of 1 sample"),
     Rung("uncalibrated", "no workload.calibrate_step_s (compute from FLOPs at the MFU)",
-         lambda c: _workload(c, calibrate_step_s=None, compute_scale=1.0)),
+         lambda c: _workload(c, calibrate_step_s=None, compute_scale=1.0), "uncalibrated"),
     Rung(NO_CONTROLLER, "overhead against a baseline where no call asks the controller",
          lambda c: c),
 )
+
+#: Settings only the rail-state controller reads (under port-exact they change nothing).
+RAIL_STATE_ONLY: dict[str, Any] = {"rail_state_inflight": JOIN, "rail_state_ack_timeout_s": None,
+                                   "rail_state_serialize_per_rank": False,
+                                   "rail_state_phase_barrier": False}
+
+
+def _as_run(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with the settings that change nothing for it put to one value: ``auto``
+    request points resolved, and under port-exact the rail-state-only settings at default."""
+    out = dataclasses.replace(cfg, request_points=cfg.effective_request_points)
+    if cfg.semantics == PORT_EXACT:
+        out = dataclasses.replace(out, **RAIL_STATE_ONLY)
+    return out
+
+
+def unchanged_reason(cfg: ExperimentConfig, rung: Rung) -> str | None:
+    """Why ``rung`` changes nothing ``cfg`` runs (``already ...``), or None when it does.
+    ``as-written`` and ``no-controller-baseline`` (which changes the baseline, not the file)
+    always run."""
+    if rung.name in ("as-written", NO_CONTROLLER):
+        return None
+    variant = rung.apply(cfg)
+    if _as_run(variant) != _as_run(cfg):
+        return None
+    if variant == cfg or rung.name not in ("reflip", "ack-timeout-10s", "serialize-per-rank"):
+        return f"already {rung.already}"
+    return "already port-exact, which ignores it"
 RUNG_NAMES = tuple(r.name for r in RUNGS)
 
 
@@ -215,6 +252,18 @@ def with_deltas(rungs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _figure(value: float | None, fmt: str, unit: str) -> str:
+    return "n/a" if value is None else f"{format(value, fmt)} {unit}"
+
+
+def progress_text(rung: dict[str, Any]) -> str:
+    """A rung's progress line, its figures formatted as ``ladder``'s table prints them:
+    ``baseline 0.132 s; on-demand: +964.9 % at 100 ms, slope 12.00 s/s; ...``."""
+    return f"baseline {_figure(rung['baseline_s'], '.3f', 's')}; " + "; ".join(
+        f"{m}: {_figure(f['overhead_100ms_pct'], '+.1f', '%')} at 100 ms, "
+        f"slope {_figure(f['slope_s_per_s'], '.2f', 's/s')}" for m, f in rung["modes"].items())
+
+
 def ladder_rests_on(rungs: Sequence[dict[str, Any]]) -> list[str]:
     """Every degraded run some figure of the ladder rests on."""
     return union(*(r.get("baseline_rests_on_degraded", []) for r in rungs),
@@ -244,7 +293,9 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
     from testbed.studies.sweep import run_sweep, sweep_points
 
     rungs = select_rungs(rung_names)
-    configs = [rung_config(cfg, r) for r in rungs]  # refused variants stop before any run
+    unchanged = {r.name: why for r in rungs if (why := unchanged_reason(cfg, r)) is not None}
+    configs = [cfg if r.name in unchanged else rung_config(cfg, r)
+               for r in rungs]  # refused variants stop before any run
     for variant in configs:
         sweep_points(modes, delays_ms, [variant.semantics])
     if out.exists() and any(out.iterdir()):
@@ -254,6 +305,12 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
     written: list[dict[str, Any]] = []
     runs: list[tuple[str, dict[str, Any]]] = []  # (label, summary or row) of every run
     for rung, variant in zip(rungs, configs, strict=True):
+        if rung.name in unchanged:
+            say(f"rung {rung.name}: n/a ({unchanged[rung.name]}), not run")
+            results.append({"rung": rung.name, "change": rung.change,
+                            "not_run": unchanged[rung.name], "baseline_s": None,
+                            "baseline_rests_on_degraded": [], "modes": {}})
+            continue
         say(f"rung {rung.name}: {rung.change}")
         if rung.name == NO_CONTROLLER:
             label = f"{rung.name}: baseline"
@@ -275,9 +332,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
             if rung.name == "as-written":
                 written = rows
         results.append(rung_result(rung, variant, rows, base, base_on))
-        say(f"  baseline {base} s; " + "; ".join(
-            f"{m}: {f['overhead_100ms_pct']} % at 100 ms, slope {f['slope_s_per_s']} s/s"
-            for m, f in results[-1]["modes"].items()))
+        say("  " + progress_text(results[-1]))
     rungs_out = with_deltas(results)
     rests_on = ladder_rests_on(rungs_out)
     ladder = {"name": cfg.name, "source": cfg.source, "backend": "sim",

@@ -199,7 +199,7 @@ def run(plan: dict[str, Any]) -> int:
         runtime.emit(ev="error", **_error_record(runtime, plan, RuntimeError("call failed")))
         return 1
     runtime.emit(ev="finished", t=time.time(),
-                 mispredictions=runtime.profile.mispredictions)
+                 profile_mismatches=runtime.profile.mispredictions)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 
 import pytest
@@ -12,12 +13,14 @@ from hypothesis import strategies as st
 
 from controller.ocs import (
     TECHNOLOGIES,
+    TECHNOLOGY_ALIASES,
     ApplyResult,
     Circuit,
     CrossconnectState,
     RailDescription,
     Reconfiguration,
     ReconfigurationRejected,
+    parse_delays_ms,
     resolve_switching_delay_ms,
 )
 
@@ -399,6 +402,36 @@ def test_resolve_switching_delay_unknown_name_lists_known(value: str) -> None:
     assert repr(value) in msg
     for name in ("3d-mems", "piezo", "liquid-crystal"):
         assert name in msg
+
+
+def test_the_known_list_names_every_accepted_word() -> None:
+    with pytest.raises(ValueError) as info:
+        resolve_switching_delay_ms("warp-drive")
+    known = str(info.value).split("known: ", 1)[1]
+    words = set(re.findall(r"[\w-]+", known)) - {"or", "a", "number", "of", "ms"}
+    accepted = set(TECHNOLOGIES) | set(TECHNOLOGY_ALIASES)
+    assert words == accepted
+    for word in accepted:
+        resolve_switching_delay_ms(word)  # each listed word is accepted
+
+
+def test_parse_delays_takes_what_a_single_delay_takes() -> None:
+    assert parse_delays_ms("0, sip,mems ,100,Piezo,") == [0.0, 0.007, 15.0, 100.0, 25.0]
+
+
+@pytest.mark.parametrize(("text", "wanted"), [
+    ("0,sipp", ["item 2 of '0,sipp'", "unknown OCS technology 'sipp'", "sip", "mems",
+                "or a number of ms"]),
+    ("10,-5", ["item 2 of '10,-5'", ">= 0 ms"]),
+    (" , ", ["no delay given", "e.g. 0,10,sip"]),
+])
+def test_parse_delays_names_the_bad_item_and_the_allowed_words(text: str,
+                                                               wanted: list[str]) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_delays_ms(text)
+    for w in wanted:
+        assert w in str(info.value)
+    assert "could not convert" not in str(info.value)
 
 
 @pytest.mark.parametrize("value", [True, False])

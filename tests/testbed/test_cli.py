@@ -89,10 +89,13 @@ def printed_phases(text: str) -> list[tuple[tuple[str, str], int, float]]:
     return rows
 
 
-def assert_paper_volumes(phases: list[tuple[tuple[str, str], int, float]]) -> None:
-    """The per-call volumes of the paper: 957 / 3829 MiB on DP, 64 MiB PP, sync < 1 MiB."""
+def assert_paper_volumes(phases: list[tuple[tuple[str, str], int, float]],
+                         dp: str = "dp") -> None:
+    """The per-call volumes of the paper: 957 / 3829 MiB on DP, 64 MiB PP, sync < 1 MiB;
+    the DP phases named ``dp`` (the FSDP calls' paper-level axis, or ``fsdp`` as printed)."""
     assert [(key, calls) for key, calls, _ in phases] == [
-        (key, calls) for key, calls, _ in PAPER_PHASES], phases
+        ((dp if key[0] == "dp" else key[0], key[1]), calls) for key, calls, _ in PAPER_PHASES
+    ], phases
     for (key, _calls, mib), (_key, _, paper_mib) in zip(phases, PAPER_PHASES, strict=True):
         if key[1] == "allreduce":
             assert mib < 1, f"{key}: sync all-reduce of {mib} MiB, the paper's is < 1 MB"
@@ -104,7 +107,9 @@ def test_workload_prints_the_paper_volumes() -> None:
     res = run_cli("workload", "examples/llama3-8b-workload.yaml")
     assert res.returncode == 0, res.stderr
     assert "llama3-8b (8.03 B params) on 16 ranks: tp=4 dp=1 fsdp=2 pp=2" in res.stdout
-    assert_paper_volumes(printed_phases(res.stdout))
+    assert_paper_volumes(printed_phases(res.stdout), dp="fsdp")  # FSDP's calls, as fsdp
+    assert "fsdp/all_gather" in res.stdout and "dp/all_gather" not in res.stdout.replace(
+        "fsdp/", "")
 
 
 def test_workload_json_has_the_paper_volumes() -> None:
@@ -114,6 +119,7 @@ def test_workload_json_has_the_paper_volumes() -> None:
     assert (data["model"], data["ranks"], data["rank"]) == ("llama3-8b", 16, 0)
     assert_paper_volumes([((p["axis"], p["kind"]), p["calls"], p["max_call_bytes"] / MIB)
                           for p in data["phases"]])
+    assert [p["axes"] for p in data["phases"]] == [["fsdp"], ["pp"], ["fsdp"], ["fsdp"], ["pp"]]
     pp_sizes = {p["kind"]: p["max_call_bytes"] for p in data["phases"] if p["axis"] == "pp"}
     assert pp_sizes["sendrecv"] == 1 * 8192 * 4096 * 2  # one micro-batch's bf16 activation
 

@@ -105,3 +105,15 @@ def test_common_mistakes_exit_2_without_a_traceback(
     assert "Traceback" not in err and "error" in err
     if "--delay" in argv:  # the value came from the command line: blame it, not the file
         assert "argument --delay" in err and "tiny.yaml" not in err
+    if "--delays" in argv:  # like --delay: the item named, every accepted word listed
+        assert "argument --delays: item 2 of '1,x'" in err and "mems" in err
+        assert "could not convert" not in err
+
+
+def test_sweep_delays_take_what_delay_takes() -> None:
+    from testbed.cli.experiments import _delays_and_modes
+
+    args = build_parser().parse_args(["sweep", TINY, "--delays", "0,sip,mems,25"])
+    assert _delays_and_modes(args)[0] == [0.0, 0.007, 15.0, 25.0]
+    args = build_parser().parse_args(["ladder", TINY, "--delays", "piezo,liquid-crystal"])
+    assert _delays_and_modes(args)[0] == [25.0, 100.0]

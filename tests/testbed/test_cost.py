@@ -268,6 +268,24 @@ def test_cost_default_is_a_table_for_the_shipped_parts() -> None:
     assert "Piezo (Polatis)" in text and "20736" in text
 
 
+def _table3_header(text: str) -> list[str]:
+    lines = text.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("Table 3")) + 2].split()
+
+
+def test_table3_shows_the_clusters_column_only_when_it_differs() -> None:
+    out = io.StringIO()
+    assert run(parse(), out) == 0  # 8 GPUs per server, 2 ports: the H200 column
+    assert _table3_header(out.getvalue()) == ["technology", "switch", "ms", "radix", "GB200",
+                                              "H200"]
+    assert "this cluster (8 GPUs, 2 ports) is the H200 column" in out.getvalue()
+    out = io.StringIO()
+    assert run(parse("--gpus-per-server", "4", "--servers", "2"), out) == 0
+    assert _table3_header(out.getvalue())[-2:] == ["this", "cluster"]
+    assert "Piezo (Polatis)                     25    576   20736   2304         1152" in (
+        out.getvalue())
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("--servers", "0"), "--servers must be >= 1"),
     (("--gpus-per-server", "-1"), "--gpus-per-server must be >= 1"),

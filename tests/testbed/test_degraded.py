@@ -198,12 +198,22 @@ def _fake_run_sweep(bad: set[str]) -> Callable[..., list[dict[str, Any]]]:
     return run_sweep
 
 
+def _rail_state_tiny(tmp_path: Path) -> Path:
+    """tiny.yaml under rail-state, where the every-call-asks rung changes something (under
+    port-exact every call asks already: the ladder would not run it)."""
+    path = tmp_path / "tiny-rail-state.yaml"
+    path.write_text(TINY.read_text().replace("  switching_delay: 10\n",
+                                             "  switching_delay: 10\n  semantics: rail-state\n"))
+    return path
+
+
 def test_a_ladder_figure_on_a_degraded_run_is_marked_and_exits_3(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    bad = "as-written: port-exact on-demand 100 ms"
+    bad = "as-written: rail-state on-demand 100 ms"
     monkeypatch.setattr(sweep, "run_sweep", _fake_run_sweep({bad}))
-    status = main(["ladder", str(TINY), "--rungs", "every-call-asks", "--modes", "on-demand",
+    status = main(["ladder", str(_rail_state_tiny(tmp_path)), "--rungs", "every-call-asks",
+                   "--modes", "on-demand",
                    "--delays", "100,250,500", "--out", str(tmp_path / "l")])
     assert status == 3
     text = capsys.readouterr().out
@@ -222,8 +232,9 @@ def test_a_ladder_figure_on_a_degraded_run_is_marked_and_exits_3(
 
 def test_a_clean_ladder_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sweep, "run_sweep", _fake_run_sweep(set()))
-    assert main(["ladder", str(TINY), "--rungs", "every-call-asks", "--modes", "on-demand",
-                 "--delays", "100,250,500", "--json", "--out", str(tmp_path / "l")]) == 0
+    assert main(["ladder", str(_rail_state_tiny(tmp_path)), "--rungs", "every-call-asks",
+                 "--modes", "on-demand", "--delays", "100,250,500", "--json", "--out",
+                 str(tmp_path / "l")]) == 0
 
 
 def test_a_rebased_overhead_rests_on_its_new_baseline() -> None:

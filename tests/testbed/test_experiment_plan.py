@@ -193,5 +193,5 @@ def test_metrics_on_synthetic_records() -> None:
     windows = window_table(m.calls, warmup=1)
     # per rank and measured iteration: AG phase ends 0.2, PP phase's last member joins at
     # 0.49 (its intent; the ack at 0.5 is not the start) -> 0.29 s window
-    assert sorted(round(w["window_s"], 6) for w in windows if w["from"] == "dp/allgather"
-                  ) == [0.29] * 4
+    assert sorted(round(w["window_s"], 6) for w in windows if w["from"] == "fsdp/allgather"
+                  ) == [0.29] * 4  # FSDP's phase named by its group axis, not its family dp

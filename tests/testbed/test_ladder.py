@@ -128,3 +128,49 @@ def test_cli_ladder_refuses_a_bad_rung_and_runs_nothing(tmp_path: Path,
     assert main(["ladder", str(ARTIFACT), "--modes", "on-demand,degree-aware", "--out",
                  str(out)]) == 2
     assert "degree-aware" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_rung_that_changes_nothing_for_the_file_is_named_so() -> None:
+    tiny = load_experiment(TINY)  # port-exact, uncalibrated, micro-batches of 1
+    reasons = {r.name: lad.unchanged_reason(tiny, r) for r in lad.RUNGS}
+    assert reasons == {
+        "as-written": None, lad.NO_CONTROLLER: None,
+        "port-exact": "already port-exact", "every-call-asks": "already every call asks",
+        "reflip": "already port-exact, which ignores it",
+        "ack-timeout-10s": "already port-exact, which ignores it",
+        "serialize-per-rank": "already port-exact, which ignores it",
+        "no-activation-checkpointing": "already no activation checkpointing",
+        "reshard-default": "already reshard_after_forward: default",
+        "micro-batches-8x1": "already micro-batches of 1 sample",
+        "uncalibrated": "already uncalibrated"}
+    artifact = load_experiment(ARTIFACT)  # every rung changes something there
+    assert all(lad.unchanged_reason(artifact, r) is None for r in lad.RUNGS)
+    reflipping = artifact.replace(rail_state_inflight="reflip")
+    assert lad.unchanged_reason(reflipping, lad.RUNGS[3]) == "already reflip"
+
+
+def test_a_rung_that_changes_nothing_is_not_run(tmp_path: Path) -> None:
+    cfg = load_experiment(TINY).replace(iterations=1)
+    said: list[str] = []
+    ladder = lad.run_ladder(cfg, tmp_path / "l", [100, 250, 500], ["on-demand"], 2,
+                            ["port-exact", "uncalibrated"], said.append)
+    written, port_exact, uncalibrated = ladder["rungs"]
+    assert "not_run" not in written and written["modes"]["on-demand"]["slope_s_per_s"]
+    assert port_exact["not_run"] == "already port-exact" and port_exact["modes"] == {}
+    assert uncalibrated["not_run"] == "already uncalibrated"
+    assert not (tmp_path / "l" / "port-exact").exists()
+    assert "rung port-exact: n/a (already port-exact), not run" in said
+    from testbed.cli.experiments import ladder_lines
+
+    lines = ladder_lines(ladder)
+    assert any(line.startswith("port-exact ") and "n/a (already port-exact): not run" in line
+               for line in lines)
+
+
+def test_progress_is_formatted_like_the_table() -> None:
+    rung = {"baseline_s": 0.13211172751339736, "modes": {
+        "on-demand": {"overhead_100ms_pct": 964.87432694309, "slope_s_per_s": 12.00000000000001},
+        "provisioning": {"overhead_100ms_pct": None, "slope_s_per_s": None}}}
+    assert lad.progress_text(rung) == (
+        "baseline 0.132 s; on-demand: +964.9 % at 100 ms, slope 12.00 s/s; "
+        "provisioning: n/a at 100 ms, slope n/a")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from testbed.results.summary import FIELD_TABLE
+
 ROOT = Path(__file__).resolve().parents[2]
 NEEDED = {"iteration_time_s", "overhead_pct", "reconfigurations", "exposed_reconfig_s",
           "fidelity", "fidelity_reasons", "fidelity_blame", "fidelity_causes",
@@ -13,8 +15,9 @@ NEEDED = {"iteration_time_s", "overhead_pct", "reconfigurations", "exposed_recon
 
 
 def _table_keys() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### The summary's fields", 1)[1].split("\n#", 1)[0]
+    path, heading = FIELD_TABLE  # where the table is (test_summary_fields.py reads it too)
+    text = (ROOT / path).read_text()
+    section = re.split(rf"#+ {re.escape(heading)}\n", text, maxsplit=1)[1].split("\n#", 1)[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
     assert rows, "no table rows"
     keys = {k for row in rows for k in re.findall(r"`([a-z_0-9]+)`", row.split("|")[1])}

@@ -29,6 +29,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def digest(records: list[Record], events: list[dict[str, Any]]) -> str:
+    # the finished record's profile_mismatches was named mispredictions when these were pinned
+    records = [{("mispredictions" if k == "profile_mismatches" else k): v for k, v in r.items()}
+               for r in records]
     h = hashlib.sha256()
     h.update(json.dumps(records, sort_keys=True, default=str).encode())
     h.update(json.dumps(events, sort_keys=True, default=str).encode())

@@ -42,8 +42,9 @@ def test_the_default_grid_gives_a_slope() -> None:
 def test_a_grid_without_two_long_delays_says_why_and_what_to_add() -> None:
     lines = _lines(_rows([0, 1, 10, 100]))
     assert ("on-demand, port-exact: slope n/a (needs 2 delays >= 250 ms, where exposed "
-            "switching dominates; this sweep has 0, largest 100 ms: add --delays ...,250,500)"
-            ", overhead at 100 ms +20.0 %") in lines
+            "switching dominates; this sweep has none (its largest is 100 ms): add --delays "
+            "...,250,500), overhead at 100 ms +20.0 %") in lines
+    assert "this sweep has one, 250 ms: add --delays" in _lines(_rows([0, 10, 250]))[-1]
     lines = _lines(_rows([0, 250, 500], fail=frozenset({500.0})))
     assert "only 1 of its 2 succeeded" in lines[-1]
     assert "overhead at 100 ms n/a (no measured 100 ms point with a baseline)" in lines[-1]

@@ -205,3 +205,30 @@ def trace_v20(rank: int, world: int = 4, calls: list[tuple[str, int, float]] | N
                  "computeMajor": 8, "computeMinor": 0, "numSms": 108}],
             "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
             "traceEvents": ev}
+
+
+def world_trace(rank: int, world: int, calls: list[tuple[str, int, float, int]],
+                step: int = 3) -> dict[str, Any]:
+    """One rank's L1 trace of a job whose every call is on the world group of ``world`` ranks
+    (``default_pg``): ``calls`` are (collective name, float elements, ts µs, the peer of a
+    send or recv or -1)."""
+    ranks = list(range(world))
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 7,
+         "tid": MAIN, "ts": 0.0, "dur": 1000.0, "args": {}}]
+    for k, (coll, n, ts, peer) in enumerate(calls):
+        args = {"Collective name": coll, "dtype": "Float", "In msg nelems": n,
+                "Out msg nelems": n, "Group size": world, "In split size": "[]",
+                "Out split size": "[]", "Process Group Name": "0",
+                "Process Group Description": "default_pg", "Process Group Ranks": str(ranks),
+                "Ev Idx": k}
+        if peer >= 0:
+            args.update({"Rank": peer, "Dst Rank" if coll == "send" else "Src Rank": peer})
+        ev.append({"ph": "X", "pid": 7, "tid": MAIN, "ts": ts, "dur": 20.0, "cat": "cpu_op",
+                   "name": "record_param_comms", "args": args})
+    return {"schemaVersion": 1, "traceEvents": ev,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world,
+                                "pg_count": 1,
+                                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
+                                               "backend_config": "cuda:nccl",
+                                               "pg_size": world, "ranks": ranks}]}}

@@ -98,7 +98,7 @@ def test_import_et_and_a_sim_run_from_the_command_line(
                  "default_pg=dp", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["calls"] == {str(r): 6 for r in range(4)}
-    assert "no compute" in rep["notes"][-1]
+    assert any("no compute" in n for n in rep["notes"])
     assert "import et" in (out / "experiment.yaml").read_text()
     code = main(["run", str(out / "experiment.yaml"), "--backend", "sim", "--json",
                  "--out", str(tmp_path / "run")])
