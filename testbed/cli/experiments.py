@@ -79,6 +79,7 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="override run.rank_cpu_quota: the rank processes' CPU quota as a "
                    "fraction of the machine (0 < Q <= 1), auto (all but what the fabric needs), "
                    "or off (emulated runs; needs a cgroup cpu controller)")
+    add_time_dilation(p)
     p.add_argument("--backend", choices=("emu", "sim"), default="emu",
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
@@ -93,6 +94,31 @@ def add_costs(p: argparse.ArgumentParser) -> None:
                    "latency, dark for exactly the switching delay, the controller's decision "
                    "time) or emulator (the emulator's measured costs at its scaled link, for "
                    "cross-validation)")
+
+
+TIME_DILATION_HELP = (
+    "override run.time_dilation: run every modelled time K times longer on the wall clock "
+    "(compute, transfers at link rate / K, the switching delay, timeouts, fault times) so the "
+    "emulator's own costs shrink by K in model time; every figure is reported in model time. "
+    "auto (the default) picks the smallest K whose predicted bounds stay within half their "
+    "limits and prints why. Emulated runs of replayed schedules only (a PyTorch job's compute "
+    "cannot be dilated)")
+
+
+def add_time_dilation(p: argparse.ArgumentParser) -> None:
+    """``--time-dilation K|auto`` (run, sweep, demo, bench crossval)."""
+    p.add_argument("--time-dilation", type=_time_dilation, metavar="K|auto",
+                   help=TIME_DILATION_HELP)
+
+
+def _time_dilation(text: str) -> float | str:
+    """``--time-dilation``: ``auto`` or a factor >= 1, checked here (exit 2)."""
+    from testbed.experiment.dilation import DilationError, parse_time_dilation
+
+    try:
+        return parse_time_dilation(text)
+    except DilationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _delay(text: str) -> float | str:
@@ -149,6 +175,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["rank_cpu_quota"] = None if quota == QUOTA_OFF else quota
     if getattr(args, "start_gate", None) is not None:
         changes["start_gate"] = args.start_gate == "on"
+    if getattr(args, "time_dilation", None) is not None:
+        changes["time_dilation"] = args.time_dilation
     if getattr(args, "artifact_port", None) is not None:
         changes["artifact_port"] = args.artifact_port
     if getattr(args, "wire_check", None) is not None:
@@ -456,7 +484,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / (
         f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.monotonic()
-    demo = run_demo(out, make_say(), args.delay)
+    demo = run_demo(out, make_say(), args.delay, time_dilation=args.time_dilation)
     cfg = demo.config
     print()
     print("\n".join(demo_lines(f"== opus-testbed demo: {cfg.name}, "
@@ -607,4 +635,5 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--out", help="results directory (default results/demo-TIME)")
     p.add_argument("--ocs-only", action="store_true",
                    help="instead, the emulated OCS alone, step by step (the first demo)")
+    add_time_dilation(p)
     p.set_defaults(func=cmd_demo)

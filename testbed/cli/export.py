@@ -19,6 +19,7 @@ from pathlib import Path
 from textwrap import fill
 from typing import Any
 
+from testbed.experiment.dilation import to_model_time
 from testbed.results.store import parse_jsonl_lines, read_jsonl
 
 TRACE_FILE = "trace.json"
@@ -111,7 +112,7 @@ def run_facts(run_dir: Path, events: list[dict[str, Any]], iterations: list[dict
         if ranks is None or rank in ranks:
             t = _first_time(path)
             if t is not None:
-                times.append(t)
+                times.append(t / float(manifest.get("time_dilation") or 1.0))
     delay = summary.get("switching_delay_ms")
     return RunFacts(
         name=str(summary.get("name") or run_dir.name), t0_s=min(times, default=0.0),
@@ -154,22 +155,26 @@ def export_run(run_dir: Path, out: Path | None = None, ranks: frozenset[int] | N
         raise FileNotFoundError(f"{run_dir} is not a run directory (no controller-events.jsonl "
                                 "nor ranks/)")
     out = out or run_dir / TRACE_FILE
-    events = read_events(run_dir / "controller-events.jsonl")
+    # a dilated run's files keep the wall clock: the trace is in model time (wall / k)
+    k = float(_json(run_dir / "manifest.json").get("time_dilation") or 1.0)
+    events = to_model_time(read_events(run_dir / "controller-events.jsonl"), k)
     iterations = store.read_csv(run_dir / "iterations.csv")
     facts = run_facts(run_dir, events, iterations, ranks)
 
     def rank_records() -> Iterator[tuple[int, list[dict[str, Any]]]]:
         for rank, path in _rank_files(run_dir):
             if ranks is None or rank in ranks:
-                yield rank, read_jsonl(path)
+                yield rank, to_model_time(read_jsonl(path), k)
 
     stream = trace_events(facts, rank_records(), events,
-                          ocs=read_jsonl(run_dir / "emulator" / "ocs-events.jsonl"),
+                          ocs=to_model_time(read_jsonl(run_dir / "emulator" / "ocs-events.jsonl"),
+                                            k),
                           iterations=iterations,
                           failovers=store.read_csv(run_dir / "failovers.csv"))
     other = {"run": str(run_dir.resolve()), "name": facts.name, "t0_s": facts.t0_s,
-             "clock": "seconds of the run's clock (wall clock emulated, virtual simulated) "
-                      "minus t0_s, in microseconds",
+             "clock": "seconds of the run's model time (the wall clock / time_dilation "
+                      "emulated, virtual simulated) minus t0_s, in microseconds",
+             "time_dilation": k,
              "ranks": "all" if ranks is None else sorted(ranks)}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")

@@ -155,8 +155,11 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
     from testbed.studies.crossval import run_crossval, run_crossval_points
 
     keep = Path(args.keep) if args.keep else None
+    overrides = {k: v for k, v in (("time_dilation", args.time_dilation),
+                                   ("mode", args.mode)) if v is not None} or None
     if args.semantics is None and args.delays is None:
-        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds)
+        return run_crossval(args.config, work_dir=keep, sim_seeds=args.seeds,
+                            overrides=overrides)
     from testbed.experiment.config import load_experiment
 
     cfg = load_experiment(args.config)
@@ -168,7 +171,7 @@ def _bench_crossval(args: argparse.Namespace) -> dict[str, Any]:
                 f"{', '.join(SEMANTICS)}")
     delays = _floats(args.delays) if args.delays is not None else [cfg.switching_delay_ms]
     return run_crossval_points(args.config, semantics, delays, work_dir=keep,
-                               sim_seeds=args.seeds)
+                               sim_seeds=args.seeds, overrides=overrides)
 
 
 def _bench_sim(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,6 +269,20 @@ def _bench_failover(args: argparse.Namespace) -> dict[str, Any]:
                               else args.no_spares_delay, backend=args.backend,
                               work_dir=Path(args.keep) if args.keep else None,
                               costs=args.costs)
+
+
+def _bench_emulation(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    from testbed.studies.emulation_bench import SIZES, run_emulation_bench
+
+    sizes = [int(x) for x in _floats(args.sizes)]
+    unknown = [n for n in sizes if n not in SIZES]
+    if unknown or not sizes:
+        _refuse(f"opus-testbed: error: --sizes: no example of {unknown or 'no'} ranks; "
+                f"choose from {', '.join(map(str, SIZES))}")
+    return run_emulation_bench(sizes, time_dilation=args.time_dilation,
+                               work_dir=Path(args.keep) if args.keep else None)
 
 
 def _floats(text: str) -> list[float]:
@@ -408,7 +425,24 @@ def _add_run_benches(bench: Any) -> None:
                    "rail-state); with --delays, every point is compared (agreement per point)")
     b.add_argument("--delays", help="switching delays in ms, e.g. 0,100,250 (default: the "
                    "config's)")
+    from testbed.cli.experiments import add_time_dilation
+    from testbed.experiment.config import MODES
+
+    b.add_argument("--mode", choices=MODES, help="override the config's mode")
+    add_time_dilation(b)  # the simulated run's emulator costs are divided by the factor
     b.set_defaults(bench_fn=_bench_crossval)
+    b = bench.add_parser("emulation", help="model rank-seconds emulated per wall second at 16, "
+                         "32, 64 and 128 ranks, with the time dilation used (root)",
+                         description="Run the example of each size (examples/demo.yaml, "
+                         "emulator-32, emulator-64, emulator-128) on the emulator at the time "
+                         "dilation auto picks (or --time-dilation) and report per size the "
+                         "factor, model and wall seconds and the model rank-seconds emulated "
+                         "per wall second, counted at fidelity ok only. Exit status: 0, or 3 "
+                         "when a size's run is degraded.")
+    b.add_argument("--sizes", default="16,32,64,128", help="comma-separated rank counts")
+    b.add_argument("--keep", metavar="DIR", help="keep the runs' results under DIR")
+    add_time_dilation(b)
+    b.set_defaults(bench_fn=_bench_emulation)
     b = bench.add_parser("failover", help="spare-GPU failover: recovery time per switching "
                          "delay, against restarting every rank (emu: root)")
     b.add_argument("--delays", default="1,25,100", help="switching delays in ms")

@@ -80,6 +80,10 @@ POLL_S = 0.25
 CONTROL_POLL_S = 0.02
 WATCHDOG_S = 0.02
 CALL_RETRIES = 3
+#: The shim's heartbeat interval and its patience with a silent controller at time dilation 1
+#: (controller.shim's defaults), times the run's dilation.
+HEARTBEAT_INTERVAL_S = 0.5
+CONTROLLER_SILENCE_S = 5.0
 NIC_DOWN_STATUS = 8
 #: a lane's shim: the project's ZeroMQ one, or one that speaks the artifact's protocol
 AnyShim = Shim | ArtifactShim
@@ -215,6 +219,9 @@ class Replayer:
         self.port = int(plan["port"])
         self.io_timeout_s = float(plan.get("io_timeout_s", 60.0))
         self.ack_timeout_s = float(plan.get("ack_timeout_s", 120.0))
+        # every modelled time runs k times longer (testbed.experiment.dilation): the compute
+        # waits here, the shim's heartbeats and its patience with a silent controller
+        self.time_dilation = float(plan.get("time_dilation", 1.0))
         self.job = str(plan["job"])
 
     def emit(self, **record: Any) -> None:
@@ -296,6 +303,8 @@ class Replayer:
         elif shim is None:
             shim = self._shims[lane] = Shim(
                 str(self.plan["endpoint"]), ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
+                heartbeat_interval_s=HEARTBEAT_INTERVAL_S * self.time_dilation,
+                controller_silence_s=CONTROLLER_SILENCE_S * self.time_dilation,
                 profile=self.profile, seqs=ep.seqs)
         elif shim.job_id != ep.job:
             shim.retarget(ep.job, ep.seqs)
@@ -311,7 +320,7 @@ class Replayer:
 
     def _compute(self, ep: Epoch, it: int, op: PlanOp) -> None:
         t0 = time.time()
-        end = time.monotonic() + op.duration_s
+        end = time.monotonic() + op.duration_s * self.time_dilation
         while (left := end - time.monotonic()) > 0:
             if ep.aborted.wait(min(left, POLL_S)):
                 raise Abort

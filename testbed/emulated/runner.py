@@ -20,6 +20,7 @@ rank, follow them to their exit, no failover).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -41,6 +42,13 @@ from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_con
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import RunSettings
+from testbed.experiment.dilation import (
+    DilationError,
+    ModelTimeWire,
+    to_model_time,
+    wall_link_mbps,
+    wall_settings,
+)
 from testbed.experiment.prepare import Prepared
 from testbed.metrics.compute import measured_span
 from testbed.metrics.darktime import DarkCheck, ExpectedDelay, check_dark_periods
@@ -163,7 +171,15 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     if rail_state and cfg.rail_state_phase_barrier and cfg.mode != "baseline":
         raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier is modelled on the sim "
                          "backend only; use --backend sim or set it to false")
-    spec = rail_spec(cfg, cluster.servers, cluster.gpus_per_server, prep.link_mbps,
+    k = prep.time_dilation
+    try:
+        wall_mbps = wall_link_mbps(prep.link_mbps, k)
+    except DilationError as exc:
+        raise RunRefused(f"{cfg.source}: run.time_dilation: {exc}") from exc
+    # the emulator runs the wall-clock settings; the figures come back in model time
+    wall_prep = dataclasses.replace(prep, config=wall_settings(cfg, k),
+                                    modeled_iteration_s=prep.modeled_iteration_s * k)
+    spec = rail_spec(wall_prep.config, cluster.servers, cluster.gpus_per_server, wall_mbps,
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                      if rail_state else 0,
                      spares_per_server=cfg.spares_per_server if spares else 0,
@@ -179,7 +195,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
         modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares),
-        rank_processes=cfg.rank_processes)
+        rank_processes=cfg.rank_processes, time_dilation=k, wall_link_mbps=wall_mbps,
+        dilation=prep.dilation.to_json() if prep.dilation is not None else None)
     spare_text = f", {len(spec.spares)} spares" if spec.spares else ""
     per_server = (f", one process per server ({cluster.gpus_per_server} ranks each)"
                   if cfg.rank_processes == "server" else "")
@@ -189,16 +206,21 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         f"(bytes x {prep.scale:.3g}), "
         f"{cfg.warmup}+{cfg.iterations} iterations (modelled {prep.modeled_iteration_s:.2f} s "
         f"each); results in {out}")
+    if prep.dilation is not None:
+        say(f"  {prep.dilation.text()}"
+            + (f": the links run at {wall_mbps:.4g} Mbit/s and every modelled time x {k:g} "
+               "on the wall; figures in model time" if k != 1 else ""))
 
     def supervise(run: RailsRun) -> Supervisor:
         sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
-                         prep=prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
+                         prep=wall_prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
                          say=say, fronts=run.fronts, artifact=run.artifact)
         run.service.on_rank_lost = sup.on_rank_lost
         return sup
 
     return run_on_rails(prep, spec, job, out, manifest, supervise, say,
-                        heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s)
+                        heartbeat_timeout_s=wall_prep.config.failover.heartbeat_timeout_s,
+                        time_dilation=k)
 
 
 def run_components(follower: RankFollower | None, net: EmulatedRails | None,
@@ -222,10 +244,18 @@ def run_components(follower: RankFollower | None, net: EmulatedRails | None,
 
 def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
                  manifest: dict[str, Any], start: StartRanks, say: Say,
-                 heartbeat_timeout_s: float = 5.0) -> dict[str, Any]:
+                 heartbeat_timeout_s: float = 5.0, time_dilation: float = 1.0
+                 ) -> dict[str, Any]:
     """Build the rails, start Opus with ``job`` registered (a rank silent for
     ``heartbeat_timeout_s`` is lost), start and follow every rank's process in its host
-    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run."""
+    (``start``'s follower; logs and records go to ``out/ranks/``) and finish the run.
+
+    At ``time_dilation`` k the network and ranks were built from the wall-clock settings
+    (``spec``; the ranks' plans); the records, the controller's events and the OCS app's are
+    read back in model time (:func:`~testbed.experiment.dilation.to_model_time`), and judged
+    against ``prep``'s model-time configuration. The controller runs on the wall clock: its
+    decisions take no modelled constant (it orders by time), so with every modelled input
+    k times longer they are the model-time controller's, k times slower."""
     from controller.service import ControllerService
     from emulator.network import emulated_rails
 
@@ -236,7 +266,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     net: EmulatedRails | None = None
     throttling: Throttling | None = None
     cgroup: RankCgroup | None = None
-    modeled = prep.modeled_iteration_s
+    modeled = prep.modeled_iteration_s  # model time: the measured iterations take k x on the wall
+    modeled = modeled * time_dilation if modeled else modeled
     capture: WireCapture | None = None
     sampler = CpuSampler(lambda: (follower.pids if follower is not None else [])
                          + vswitchd_pids(net.vswitchd_pids if net is not None else ()),
@@ -290,14 +321,18 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     finally:
         sampler.stop()
     wall_s = time.monotonic() - t_start
-    records = [r for rank in range(spec.num_ranks)
-               for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
-    events_read = store.read_jsonl(out / "controller-events.jsonl")
+    k = time_dilation
+    wall_records = [r for rank in range(spec.num_ranks)
+                    for r in store.read_jsonl(out / "ranks" / f"rank{rank}.jsonl")]
+    wall_events = store.read_jsonl(out / "controller-events.jsonl")
+    # the JSONL files keep the wall clock; the CSVs, plots, summary and export: model time
+    records, events_read = to_model_time(wall_records, k), to_model_time(wall_events, k)
     expected = expected_delay(cfg, spec)
     wire = (None if capture is None else
-            wire_verdict(out, capture.out_dir, events_read, expected))
-    seen = Observed(records, events_read, sampler.summary(measured_span(records, cfg.warmup)),
-                    wall_s, _dark_check(out, cfg, events_read, expected),
+            wire_verdict(out, capture.out_dir, wall_events, expected, k))
+    seen = Observed(records, events_read,
+                    sampler.summary(measured_span(wall_records, cfg.warmup)),  # wall clock
+                    wall_s, _dark_check(out, cfg, events_read, expected, k),
                     cgroup.summary(throttling) if cgroup is not None else None, wire)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
@@ -367,13 +402,21 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
 
 
 def wire_verdict(out: Path, capture_dir: Path, controller_events: list[dict[str, Any]],
-                 expected: ExpectedDelay) -> WireVerdict:
-    """The capture's judgement of the run and the app's agreement with it."""
+                 expected: ExpectedDelay, time_dilation: float = 1.0) -> WireVerdict:
+    """The capture's judgement of the run and the app's agreement with it. At time dilation
+    k it judges on the wall clock (``controller_events`` as logged, ``expected`` x k: the
+    wire expects k x the delay) and hands its switches to the late-light bound in model time
+    (:class:`~testbed.experiment.dilation.ModelTimeWire`)."""
     from testbed.metrics.wire import agreement, check_wire
 
-    wire = check_wire(capture_dir, controller_events, expected)
+    k = time_dilation
+    wall = ExpectedDelay(expected.base_ms * k, {r: v * k for r, v in expected.per_rail_ms.items()},
+                         expected.jitter_ms * k)
+    wire = check_wire(capture_dir, controller_events, wall)
     app = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
-    return WireVerdict(wire, agreement(wire, app))
+    if k == 1:
+        return WireVerdict(wire, agreement(wire, app))
+    return ModelTimeWire(wire, agreement(wire, app), k)
 
 
 def require_quota(cfg: RunSettings) -> None:
@@ -436,7 +479,8 @@ def expected_delay(cfg: RunSettings, spec: RailSpec | None = None) -> ExpectedDe
 
 
 def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, Any]],
-                expected: ExpectedDelay | None = None) -> DarkCheck | None:
+                expected: ExpectedDelay | None = None, time_dilation: float = 1.0
+                ) -> DarkCheck | None:
     """The OCS app's dark periods against the configured delay (``expected``; None: the
     experiment's, :func:`expected_delay`), or None on electrical rails. The switch counts are
     compared only when the controller drives the OCS app directly (a Polatis front may split or
@@ -445,7 +489,8 @@ def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, A
     if cfg.mode == "baseline":
         return None
     log = out / "emulator" / "ocs-events.jsonl"
-    return check_dark_periods(store.read_jsonl(log), expected or expected_delay(cfg),
+    return check_dark_periods(to_model_time(store.read_jsonl(log), time_dilation),
+                              expected or expected_delay(cfg),
                               controller_events, counts_compared=cfg.driver == "emulated",
                               log_found=log.exists())
 

@@ -178,6 +178,7 @@ class Supervisor:
                 "addr": self.net.rank_address(rank), "peers": peers, "port": REPLAYER_PORT,
                 "iterations": cfg.total_iterations, "ack_timeout_s": cfg.ack_timeout_s,
                 "io_timeout_s": max(30.0, 10 * self.prep.modeled_iteration_s),
+                "time_dilation": self.prep.time_dilation,
                 "out": str((self.out / "ranks" / f"rank{rank}.jsonl").resolve()),
                 "ops": [op.to_json() for op in ops]}
             if self.gate is not None:

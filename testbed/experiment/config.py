@@ -22,6 +22,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
       start_gate: true          # replayed ranks start together (false: each once loaded)
+      time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
       wire_check: true          # capture the OCS ports and judge the switching from the wire
     artifact_protocol:          # emulated runs: the ranks speak the Opus artifact's protocol
       port: 1234                # on the run's frontend address (see below)
@@ -95,6 +96,7 @@ from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTI
 from emulator.cpuquota import validate_setting as validate_quota
 from emulator.topo import EMULATOR_MAX_LINK_MBPS
 from testbed.experiment import rankprocs
+from testbed.experiment.dilation import AUTO, DilationError, parse_time_dilation
 from testbed.experiment.faults import (
     FAILOVER_KEYS,
     FAULT_KEYS,
@@ -139,7 +141,7 @@ SIM_KEYS = ("costs",)
 FABRIC, EMULATOR = "fabric", "emulator"
 SIM_COSTS = (FABRIC, EMULATOR)
 RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
-            "rank_cpu_quota", "start_gate", "wire_check")
+            "rank_cpu_quota", "start_gate", "time_dilation", "wire_check")
 
 
 class ExperimentError(WorkloadConfigError):
@@ -175,6 +177,7 @@ class RunSettings:
     ranks_per_process: str = rankprocs.DEFAULT
     rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
     start_gate: bool = True  # emulated ranks wait for each other before their first op
+    time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
     wire_check: bool = True  # emulated OCS runs: tcpdump on every OCS port (testbed.metrics.wire)
     artifact_port: int | None = None  # the ranks speak the artifact's protocol on this port
     sim_costs: str = FABRIC  # the sim backend's cost model: fabric | emulator
@@ -257,6 +260,10 @@ class RunSettings:
             raise ExperimentError(f"must be one of {', '.join(rankprocs.RANKS_PER_PROCESS)}, "
                                   f"got {self.ranks_per_process!r}", "run.ranks_per_process",
                                   self.source)
+        try:
+            parse_time_dilation(self.time_dilation)
+        except DilationError as exc:
+            raise ExperimentError(str(exc), "run.time_dilation", self.source) from exc
         port = self.artifact_port
         if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                                  or not 0 <= port <= 65535):
@@ -340,7 +347,7 @@ class RunSettings:
                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
-                "artifact_port": self.artifact_port,
+                "time_dilation": self.time_dilation, "artifact_port": self.artifact_port,
                 "wire_check": self.wire_check, "sim_costs": self.sim_costs}
 
 
@@ -529,6 +536,11 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("run.rank_cpu_quota", str(exc)) from exc
     if "start_gate" in run:
         kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
+    if "time_dilation" in run:
+        try:
+            kwargs["time_dilation"] = parse_time_dilation(run["time_dilation"])
+        except DilationError as exc:
+            raise doc.error("run.time_dilation", str(exc)) from exc
     if "wire_check" in run:
         kwargs["wire_check"] = _typed(doc, run["wire_check"], "run.wire_check", bool)
     art = _mapping(doc, top.get("artifact_protocol", {}), "artifact_protocol", ARTIFACT_KEYS)

@@ -11,6 +11,7 @@ request points (:mod:`testbed.plan.requestpoints`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,17 @@ from testbed.experiment.config import (
     RunSettings,
     check_algorithm_ports,
 )
-from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
+from testbed.experiment.dilation import (
+    AUTO,
+    AUTO_FACTORS,
+    Choice,
+    DilationError,
+    choose,
+    max_factor_for_link,
+    plan_load,
+    wall_link_mbps,
+)
+from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem, ranks_per_core_cap
 from testbed.plan.replay import PlanError, ReplayPlan, build_plan
 from testbed.plan.requestpoints import with_request_points
 from workloads import WorkloadConfigError
@@ -40,12 +51,18 @@ class Prepared:
     config: ExperimentConfig
     schedule: Schedule
     plan: ReplayPlan
-    link_mbps: float
+    link_mbps: float  # in model time; the emulated links run at link_mbps / time_dilation
     scale: float
     modeled_iteration_s: float  # on electrical rails (workloads.timing), calibrated if asked
     #: the cost model the plan is for: ``emulator`` (the emulator's scaled link; an emulated
     #: run's plan) or ``fabric`` (the modelled rail with the real bytes; sim backend only)
     costs: str = "emulator"
+    dilation: Choice | None = None  # emulation: the time dilation and why (None: 1, the sim)
+
+    @property
+    def time_dilation(self) -> float:
+        """``k``: every modelled time runs ``k`` times longer on the emulator's wall clock."""
+        return 1.0 if self.dilation is None else self.dilation.k
 
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
@@ -54,6 +71,8 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
     :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
 
+    ``check_capacity`` (an emulated run) also picks the run's time dilation
+    (:mod:`testbed.experiment.dilation`), which the capacity check takes into account.
     ``schedule`` replaces the experiment's (benchmarks of one collective:
     :mod:`workloads.micro`; never calibrated); ``verify`` plans carry real data (tests).
     ``costs`` is the cost model the plan is for (:data:`~testbed.experiment.config.SIM_COSTS`):
@@ -68,18 +87,6 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     check_algorithm_ports(cfg, schedule)
     modeled = modeled_step_s(schedule, cfg.timing_model)
     world = schedule.world_size
-    if check_capacity:
-        problem = capacity_problem(world)
-        if problem is not None:
-            raise RunRefused(f"{cfg.source}: cannot emulate this cluster here: "
-                             f"{problem.message}")
-        spares = len(cfg.shape.spares)
-        problem = capacity_problem(world + spares) if spares else None
-        if problem is not None:
-            raise RunRefused(f"{cfg.spares_position or cfg.source}: cluster.spares_per_server/"
-                             f"spare_servers: {spares} spares (each a standby rank process) do "
-                             f"not fit beside {world} ranks: {problem.message}; use fewer "
-                             "spares")
     if costs == FABRIC:
         link_mbps, scale = cfg.rail_gbps * 1e3, 1.0
     else:
@@ -88,6 +95,61 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     if scale > 1:
         raise RunRefused(f"{cfg.source}: network.link_mbps ({link_mbps}) is above the modelled "
                          f"rail rate ({cfg.rail_gbps} Gbit/s)")
+    if check_capacity:  # before planning, at the largest factor the run may get
+        _check_capacity(cfg, world, float(cfg.time_dilation) if cfg.time_dilation != AUTO
+                        else min(AUTO_FACTORS[-1], max_factor_for_link(link_mbps)))
+    plan = _plan(cfg, schedule, scale, verify)
+    if not check_capacity:
+        return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs)
+    choice = choose_dilation(cfg, plan, modeled, link_mbps)
+    _check_capacity(cfg, world, choice.k)
+    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs, choice)
+
+
+def _check_capacity(cfg: ExperimentConfig, world: int, k: float) -> None:
+    """Refuse ranks (and spares) this machine cannot host at time dilation ``k``."""
+    problem = capacity_problem(world, time_dilation=k)
+    if problem is not None:
+        raise RunRefused(f"{cfg.source}: cannot emulate this cluster here: "
+                         f"{problem.message}")
+    spares = len(cfg.shape.spares)
+    problem = capacity_problem(world + spares, time_dilation=k) if spares else None
+    if problem is not None:
+        raise RunRefused(f"{cfg.spares_position or cfg.source}: cluster.spares_per_server/"
+                         f"spare_servers: {spares} spares (each a standby rank process) do "
+                         f"not fit beside {world} ranks: {problem.message}; use fewer "
+                         "spares")
+
+
+def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s: float,
+                    link_mbps: float) -> Choice:
+    """The run's time dilation: the configured factor, or ``auto``'s pick from the plan's load
+    (:func:`testbed.experiment.dilation.choose`), never past what the links can be slowed to;
+    a factor the links cannot take is refused."""
+    cluster = cfg.workload.cluster
+    cores = os.cpu_count() or 1
+    load = plan_load(plan.programs, modeled_iteration_s, cfg.switching_delay_ms,
+                     gpus_per_server=cluster.gpus_per_server,
+                     ports_per_rail=cluster.servers * cfg.effective_ports_per_rank,
+                     cores=cores,
+                     ports_per_rank=cfg.effective_ports_per_rank)
+    if cfg.mode == "baseline":  # packet switches: no light to wait for
+        load = dataclasses.replace(load, switches=0.0, exposed_s=0.0)
+    ranks = len(plan.programs) + len(cfg.shape.spares)
+    try:
+        if cfg.time_dilation != AUTO:
+            wall_link_mbps(link_mbps, float(cfg.time_dilation))
+        return choose(cfg.time_dilation, load,
+                      max_k=min(AUTO_FACTORS[-1], max_factor_for_link(link_mbps)),
+                      min_k=ranks / (ranks_per_core_cap(1.0) * cores))
+    except DilationError as exc:
+        raise RunRefused(f"{cfg.source}: run.time_dilation: {exc}") from exc
+
+
+def _plan(cfg: ExperimentConfig, schedule: Schedule, scale: float, verify: bool
+          ) -> ReplayPlan:
+    """The replay plan of ``schedule`` (with rail-state's request points)."""
+    world = schedule.world_size
     try:
         plan = build_plan(schedule, scale=scale, rail_gbps=cfg.rail_gbps,
                           latency_s=cfg.latency_us * 1e-6,
@@ -99,7 +161,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
             plan = _rail_state_plan(cfg, plan)
     except PlanError as exc:
         raise RunRefused(f"{cfg.source}: {exc}") from exc
-    return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs)
+    return plan
 
 
 def _calibrated_schedule(cfg: ExperimentConfig) -> tuple[ExperimentConfig, Schedule]:

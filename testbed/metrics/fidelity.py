@@ -58,6 +58,7 @@ from typing import Any
 import psutil
 
 from emulator.naming import MAX_EMULATED_RANKS
+from testbed.metrics.callcost import CallCostBound
 from testbed.metrics.darktime import DarkCheck, OverrunBound
 
 AGGREGATE_MBPS_PER_CORE = 50.0
@@ -89,7 +90,16 @@ THROUGHPUT_RATIO_MIN = 0.7
 THROUGHPUT_RATIO_P10_MIN = 0.5
 THROUGHPUT_RATIO_MAX = 1.05
 RANK_MEMORY_MB = 70.0  # resident memory of one replayer (Python, ZeroMQ, threads), measured
+#: Ranks per core at wall-clock speed (time dilation 1), beyond which timed waits lose
+#: accuracy. What limits a core is the ranks' work per wall second (calls, switches, bytes),
+#: and at time dilation k each rank asks 1/k of it: the cap is MAX_RANKS_PER_CORE x k
+#: (:func:`ranks_per_core_cap`; issue 35: 64 ranks at k = 8 used 0.34 cores for their ranks).
 MAX_RANKS_PER_CORE = 24
+
+
+def ranks_per_core_cap(time_dilation: float = 1.0) -> float:
+    """Ranks one core can host at ``time_dilation``: their load per wall second falls by it."""
+    return MAX_RANKS_PER_CORE * max(1.0, time_dilation)
 
 
 def calibrated_link_mbps(num_ranks: int, cpus: int | None = None) -> float:
@@ -109,8 +119,10 @@ class CapacityProblem:
 
 
 def capacity_problem(num_ranks: int, cpus: int | None = None,
-                     available_mb: float | None = None) -> CapacityProblem | None:
-    """None if ``num_ranks`` rank processes fit this machine, else the limit and a way out."""
+                     available_mb: float | None = None, time_dilation: float = 1.0
+                     ) -> CapacityProblem | None:
+    """None if ``num_ranks`` rank processes fit this machine at ``time_dilation``, else the
+    limit and a way out."""
     cores = cpus or os.cpu_count() or 1
     avail = available_mb if available_mb is not None else (
         psutil.virtual_memory().available / 2**20)
@@ -119,10 +131,14 @@ def capacity_problem(num_ranks: int, cpus: int | None = None,
     if num_ranks > MAX_EMULATED_RANKS:
         return CapacityProblem(f"{num_ranks} ranks exceed the emulator's limit of "
                                f"{MAX_EMULATED_RANKS} ranks per network; {hints}")
-    if num_ranks > MAX_RANKS_PER_CORE * cores:
+    cap = ranks_per_core_cap(time_dilation)
+    if num_ranks > cap * cores:
+        need = num_ranks / (MAX_RANKS_PER_CORE * cores)
         return CapacityProblem(
-            f"{num_ranks} ranks on {cores} cores exceed {MAX_RANKS_PER_CORE} ranks per core, "
-            f"beyond which timed waits lose accuracy; {hints}")
+            f"{num_ranks} ranks on {cores} cores exceed {cap:g} ranks per core at time "
+            f"dilation {time_dilation:g} ({MAX_RANKS_PER_CORE} x the factor), beyond which "
+            f"timed waits lose accuracy; {hints}, or a time dilation >= {need:.3g} "
+            "(run.time_dilation)")
     need = num_ranks * RANK_MEMORY_MB + 300
     if need > 0.8 * avail:
         return CapacityProblem(
@@ -433,6 +449,7 @@ class RunEvidence:
     #: record the wire disagrees with: :class:`testbed.metrics.wire.WireVerdict`)
     wire_faults: tuple[str, ...] = ()
     wire_timing_faults: tuple[str, ...] = ()  # the same, where a busy switch can be the cause
+    call_cost: CallCostBound | None = None  # the emulator's per-call costs (None: not measured)
 
 
 def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
@@ -496,6 +513,9 @@ def judge(ev: RunEvidence) -> Verdict:
     overrun = ev.overrun.exceeded() if ev.overrun is not None else None
     if overrun:
         reasons.append(overrun_reason(overrun, cpu))
+    costly = ev.call_cost.exceeded() if ev.call_cost is not None else None
+    if costly:
+        reasons.append(call_cost_reason(costly, cpu))
     if ev.dark is not None:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
     reasons += [Reason(RUN, text) for text in ev.wire_faults]
@@ -536,6 +556,19 @@ def overrun_reason(overrun: str, cpu: Mapping[str, Any]) -> Reason:
                       timing=True)
     return Reason(RUN, f"{overrun} although the machine's CPU was neither saturated, stolen "
                   "nor contended", timing=True)
+
+
+def call_cost_reason(text: str, cpu: Mapping[str, Any]) -> Reason:
+    """The reason for per-call costs past their limit: the machine's when its CPU was
+    saturated, stolen or contended (the costs are CPU time), else the run's (too small a
+    time dilation for its calls)."""
+    mean, steal = cpu.get("machine_cpu_mean_pct"), cpu.get("machine_steal_mean_pct")
+    pressure = cpu.get("machine_cpu_pressure_pct")
+    if (mean is not None and mean > CPU_SATURATED_PCT) or (
+            steal is not None and steal > CPU_STEAL_PCT) or (
+            pressure is not None and pressure > CPU_PRESSURE_PCT):
+        return Reason(MACHINE, f"{text}: the machine's CPU was busy", timing=True)
+    return Reason(RUN, text, timing=True)
 
 
 def add_reason(summary: dict[str, Any], reason: Reason) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.metrics.degraded import RESTS_ON, degraded_labels
-from testbed.results.summary import judge_against_baseline
+from testbed.results.summary import judge_against_baseline, judge_call_costs
 
 
 def overhead_pct(iteration_s: float | None, baseline_s: float | None) -> float | None:
@@ -35,6 +35,7 @@ def with_baseline(summary: dict[str, Any], baseline: Mapping[str, Any]) -> dict[
     summary["baseline_iteration_time_s"] = base
     summary["overhead_pct"] = overhead_pct(summary.get("iteration_time_s"), base)
     judge_against_baseline(summary)
+    judge_call_costs(summary, baseline)
     for key in ("fidelity", "fidelity_blame", "fidelity_reasons"):
         summary[f"baseline_{key}"] = baseline.get(key)
     summary[RESTS_ON] = degraded_labels([("baseline", baseline), ("run", summary)])

@@ -8,7 +8,7 @@ at the end of ``opus-testbed run``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from emulator.cpuquota import quota_text
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics.callcost import CallCostBound, call_cost_bound, overhead_effect_pts
+from testbed.metrics.callcost import overhead_exceeded as call_overhead_exceeded
 from testbed.metrics.compute import (
     RunMetrics,
     compute_metrics,
@@ -31,7 +33,14 @@ from testbed.metrics.darktime import (
 )
 from testbed.metrics.exposure import exposure_overlapped_s
 from testbed.metrics.failover import failover_summary, failover_table
-from testbed.metrics.fidelity import SIMULATED, RunEvidence, add_reason, judge, overrun_reason
+from testbed.metrics.fidelity import (
+    SIMULATED,
+    RunEvidence,
+    add_reason,
+    call_cost_reason,
+    judge,
+    overrun_reason,
+)
 from testbed.metrics.startgate import gate_summary
 from testbed.metrics.wire import WireVerdict, wire_text
 from testbed.results import store
@@ -78,7 +87,8 @@ class Observed:
 
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
-                 modeled_iteration_s: float | None = None) -> RunEvidence:
+                 modeled_iteration_s: float | None = None,
+                 call_cost: CallCostBound | None = None) -> RunEvidence:
     """What the run's verdict rests on (:func:`~testbed.metrics.fidelity.judge`), from what
     was observed and the metrics. Only switches inside the measured iterations (``windows``)
     bear on the figures; the late light among them counts where some collective waited on
@@ -97,7 +107,8 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
                        s["throughput_ratio_median"], s["throughput_ratio_p10"], seen.dark,
                        bound, seen.quota, s.get("iteration_time_s"), expected,
                        wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
-                       wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else ())
+                       wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else (),
+                       call_cost=call_cost)
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
@@ -121,7 +132,12 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     s = m.summary
     windows = [(float(r["t_start_s"]), float(r["t_end_s"])) for r in m.iterations
                if r["measured"]]
-    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s)
+    k = float(getattr(prep, "time_dilation", 1.0))
+    call_costs = (call_cost_bound(records, warmup=cfg.warmup, link_mbps=prep.link_mbps,
+                                  scale=prep.scale, iteration_s=s.get("iteration_time_s"),
+                                  events=events)
+                  if backend == "emu" else None)
+    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs)
     bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
     verdict = judge(evidence) if backend == "emu" else SIMULATED
@@ -143,6 +159,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
                "wire": seen.wire.to_summary() if seen.wire is not None else None,
                "wall_s": seen.wall_s,
+               **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
+               "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,
                "exposed_reconfig_overlapped_s": exposure_overlapped_s(
                    records, ((a, b) for a, b, _g, _s in exposed_intervals(events)), windows),
                "mispredictions": sum(e.get("event") == "mispredict" for e in events),
@@ -161,6 +179,32 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     store.write_json(out / "manifest.json", manifest)
     store.render_run(out)
     return summary
+
+
+def dilation_keys(prep: RunFacts, seen: Observed, dark: DarkCheck | None,
+                  windows: Sequence[tuple[float, float]], k: float) -> dict[str, Any]:
+    """The summary's time dilation: the factor, how it was chosen, the run's model time
+    (``wall_s`` / k) and the dark-time errors on the wall (model ms x k)."""
+    choice = getattr(prep, "dilation", None)
+    out: dict[str, Any] = {"time_dilation": k, "model_s": seen.wall_s / k,
+                           "time_dilation_choice": (choice.to_json() if choice is not None
+                                                    else None)}
+    if dark is not None:
+        out["dark_error_wall_ms"] = _scaled(dark.to_summary(windows), k)
+    return out
+
+
+def _scaled(stats: dict[str, Any], k: float) -> dict[str, Any]:
+    """``dark_error_ms``'s statistics (model ms) on the wall clock: times ``k``."""
+    out: dict[str, Any] = {}
+    for key, value in stats.items():
+        if isinstance(value, dict) and key in ("measured", "unmeasured"):
+            out[key] = _scaled(value, k)
+        elif key in ("p50", "p99", "max", "min") and isinstance(value, int | float):
+            out[key] = value * k
+        elif key == "count":
+            out[key] = value
+    return out
 
 
 def _failover_keys(out: Path, prep: RunFacts, records: list[dict[str, Any]],
@@ -187,6 +231,20 @@ def judge_against_baseline(summary: dict[str, Any]) -> dict[str, Any]:
     text = overhead_exceeded(bound, it, base)
     if text:
         add_reason(summary, overrun_reason(text, summary.get("cpu") or {}))
+    return summary
+
+
+def judge_call_costs(summary: dict[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """Once the baseline is known: the per-call costs' effect on the overhead (the difference
+    of the two runs' bounds, :func:`~testbed.metrics.callcost.overhead_effect_pts`), recorded
+    in ``call_cost_bound`` and judged. Returns ``summary``."""
+    pts = overhead_effect_pts(summary, baseline)
+    if pts is None:
+        return summary
+    summary["call_cost_bound"]["overhead_pts"] = round(pts, 4)
+    text = call_overhead_exceeded(pts)
+    if text:
+        add_reason(summary, call_cost_reason(text, summary.get("cpu") or {}))
     return summary
 
 
@@ -262,6 +320,9 @@ def summary_text(summary: dict[str, Any]) -> str:
     if summary["backend"] == "emu":
         lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
                                                         summary.get("dark_overrun_bound")))
+        lines.insert(-1, "time dilation       " + dilation_text(summary))
+        if summary.get("call_cost_bound"):
+            lines.insert(-1, "per-call costs      " + call_cost_text(summary))
         if summary.get("wire") is not None:
             lines.insert(-1, "wire                " + wire_text(summary["wire"]))
         cpu = summary.get("cpu") or {}
@@ -277,6 +338,36 @@ def summary_text(summary: dict[str, Any]) -> str:
                      f"{summary['loss_max_abs_diff']} over {summary['losses_compared']} "
                      "(rank, step) losses")
     return "\n".join(lines)
+
+
+def dilation_text(summary: dict[str, Any]) -> str:
+    """The factor, how it was chosen, model and wall time, and the dark-time error in both."""
+    k = float(summary.get("time_dilation") or 1.0)
+    how = (summary.get("time_dilation_choice") or {}).get("how", "file")
+    text = (f"{k:g} ({'auto' if how == 'auto' else 'as configured'}): every figure in model "
+            f"time; the run took {summary.get('model_s') or 0.0:.1f} s of model time, "
+            f"{summary.get('wall_s') or 0.0:.1f} s of wall time")
+    model = (summary.get("dark_error_ms") or {}).get("measured") or {}
+    wall = (summary.get("dark_error_wall_ms") or {}).get("measured") or {}
+    if model.get("count") and model.get("p50") is not None and wall.get("p50") is not None:
+        text += (f"; dark-time error p50 {model['p50']:+.3f} ms model, {wall['p50']:+.3f} ms "
+                 f"wall (max {model['max']:+.3f} / {wall['max']:+.3f})")
+    return text
+
+
+def call_cost_text(summary: dict[str, Any]) -> str:
+    """The emulator's per-call costs and what they may add to an iteration and the overhead."""
+    b = summary["call_cost_bound"]
+    pct = b.get("iteration_pct")
+    excess = ", ".join(f"{kind} {ms:.2f}" for kind, ms in (b.get("excess_ms") or {}).items())
+    text = (f"control round trip {b.get('control_ms') or 0.0:.2f} ms, transport ms per call "
+            f"{excess or 'n/a'}: up to {1e3 * b['per_iteration_s']:.1f} ms on an iteration ("
+            + ("n/a" if pct is None else f"{pct:.1f} %")
+            + f" of it, limit {b['iteration_limit_pct']:g} %)")
+    pts = b.get("overhead_pts")
+    if pts is not None:
+        text += f"; {pts:.2f} points of the overhead (limit {b['overhead_limit_pts']:g})"
+    return text
 
 
 def windows_text(summary: dict[str, Any]) -> str:

@@ -154,10 +154,16 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
     """
     from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
-    from testbed.experiment.config import EMULATOR
+    from testbed.experiment.config import EMULATOR, FABRIC
+    from testbed.experiment.dilation import dilated_costs
     from testbed.experiment.prepare import prepare
     from testbed.metrics.compute import compute_metrics
-    from testbed.simulator.network import COST_MODEL_TEXT
+    from testbed.simulator.network import (
+        COST_MODEL_TEXT,
+        EMULATOR_COSTS,
+        FABRIC_COSTS,
+        network_model,
+    )
     from testbed.simulator.run import run_simulated, simulate_plan
 
     if os.geteuid() != 0:
@@ -175,16 +181,29 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
                           if p.is_dir()) if (base / "emu" / "emulator").exists() else []
         costs = measure_costs(base / "emu")
         say(f"cross-validation: simulated run (costs {EMULATOR}: "
-            f"{COST_MODEL_TEXT[EMULATOR]})")
+            f"{COST_MODEL_TEXT[EMULATOR]}; its times / {prep.time_dilation:g}, the run's time "
+            "dilation)")
         seeds = [cfg.seed + 1 + i for i in range(max(1, sim_seeds))]
-        sim = run_simulated(prep, base / "sim", say, seed=seeds[0])
+        # the emulator's fixed costs in model time at the run's dilation
+        k = prep.time_dilation
+        net = network_model(prep.link_mbps, cfg.latency_us,
+                            dilated_costs(EMULATOR_COSTS, k))
+        sim = run_simulated(prep, base / "sim", say, seed=seeds[0], network=net)
     sim_times = list(sim.get("iteration_times_s") or [])
     for seed in seeds[1:]:
-        records, events = simulate_plan(prep, seed=seed)
+        records, events = simulate_plan(prep, seed=seed, network=net)
         sim_times += compute_metrics(records, events, warmup=cfg.warmup,
                                      link_mbps=prep.link_mbps, scale=prep.scale,
                                      num_rails=cfg.workload.cluster.gpus_per_server
                                      ).summary["iteration_times_s"]
+    # the datacenter's figure (issue 34's fabric model): what the testbed still adds beside it
+    fabric = prepare(cfg, check_capacity=False, costs=FABRIC)
+    records, events = simulate_plan(fabric, seed=seeds[0], network=network_model(
+        fabric.link_mbps, cfg.latency_us, FABRIC_COSTS))
+    fabric_it = compute_metrics(records, events, warmup=cfg.warmup,
+                                link_mbps=fabric.link_mbps, scale=fabric.scale,
+                                num_rails=cfg.workload.cluster.gpus_per_server
+                                ).summary.get("iteration_time_s")
     emu_times = list(emu.get("iteration_times_s") or [])
     emu_it = statistics.mean(emu_times) if emu_times else None
     sim_it = statistics.mean(sim_times) if sim_times else None
@@ -192,6 +211,12 @@ def run_crossval(config_path: str | Path, *, work_dir: Path | None = None,
         "config": str(config_path), "mode": cfg.mode, "semantics": cfg.effective_semantics,
         "switching_delay_ms": cfg.switching_delay_ms, "world_size": prep.schedule.world_size,
         "link_mbps": prep.link_mbps, "sim_costs": prep.costs,
+        "time_dilation": prep.time_dilation,
+        "sim_costs_divided_by": prep.time_dilation,
+        "emu_call_cost_bound": emu.get("call_cost_bound"),
+        "fabric_iteration_s": fabric_it,
+        "emu_minus_fabric_pct": (100.0 * (emu_it / fabric_it - 1.0)
+                                 if emu_it and fabric_it else None),
         "emu_iteration_s": emu_it, "sim_iteration_s": sim_it,
         "ratio": (sim_it / emu_it) if emu_it and sim_it is not None else None,
         "emu_iteration_times_s": emu.get("iteration_times_s"),
@@ -223,17 +248,20 @@ def degraded_marks(emu: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
 
 def run_crossval_points(config_path: str | Path, semantics: Sequence[str],
                         delays_ms: Sequence[float], *, work_dir: Path | None = None,
-                        say: Say = say_stderr, sim_seeds: int = 5) -> dict[str, Any]:
+                        say: Say = say_stderr, sim_seeds: int = 5,
+                        overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`run_crossval` of the config at every (semantics, delay) point, in the config's
     mode (a 0 ms point switches in no time; it is not the electrical baseline); per point the
-    agreement ``|emu - sim| / sim`` and whether it is within :data:`AGREEMENT_BOUND`."""
+    agreement ``|emu - sim| / sim`` and whether it is within :data:`AGREEMENT_BOUND`.
+    ``overrides`` apply to every point (``time_dilation``, ...)."""
     points = []
     for sem in semantics:
         for delay in delays_ms:
             say(f"cross-validation point: {sem}, {delay:g} ms")
             keep = work_dir / f"{sem}-{delay:g}ms" if work_dir is not None else None
             res = run_crossval(config_path, work_dir=keep, say=say, sim_seeds=sim_seeds,
-                               overrides={"semantics": sem, "switching_delay": float(delay)})
+                               overrides={**(overrides or {}), "semantics": sem,
+                                          "switching_delay": float(delay)})
             points.append(crossval_point(sem, float(delay), res))
     rests_on = union(*(p[RESTS_ON] for p in points))
     return {"config": str(config_path), "bound_pct": 100.0 * AGREEMENT_BOUND,

@@ -18,7 +18,7 @@ from testbed.errors import Say
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.results import store
 from testbed.results.baseline import against_baseline
-from testbed.studies.run import check_one, run_one
+from testbed.studies.run import check_one, run_one, shared_dilation
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
 #: The artifact's experiment, run under rail-state (sim backend) for the demo's last line.
@@ -52,12 +52,18 @@ def run_dir(out: Path, label: str) -> Path:
     return out / label.replace(" ", "-").replace("=", "")
 
 
-def run_demo(out: Path, say: Say, delay: float | str | None = None) -> DemoResult:
+def run_demo(out: Path, say: Say, delay: float | str | None = None,
+             time_dilation: float | str | None = None) -> DemoResult:
     """Every run of :data:`DEMO_RUNS` on the emulator, then :data:`ARTIFACT_RUNS` on the
-    simulator at the same delay; ``delay`` (ms or a Table 3 technology) overrides the demo's."""
+    simulator at the same delay; ``delay`` (ms or a Table 3 technology) overrides the demo's,
+    ``time_dilation`` the demo's factor (``auto``: the one picked for the on-demand run, which
+    switches most, shared by every row so that each is set against a baseline run alike)."""
     cfg = load_experiment(DEMO_CONFIG)
     if delay is not None:
         cfg = cfg.replace(switching_delay=delay)
+    if time_dilation is not None:
+        cfg = cfg.replace(time_dilation=time_dilation)
+    cfg = shared_dilation(cfg.replace(mode="on-demand"), "emu", say).replace(mode=cfg.mode)
     delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
     artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)
     for _label, mode, semantics in DEMO_RUNS:  # every check before the first run starts

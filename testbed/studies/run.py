@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.errors import RunRefused, Say, require_empty_dir
 from testbed.experiment.config import ExperimentConfig
+from testbed.experiment.dilation import AUTO
 from testbed.results import store
 from testbed.results.baseline import adopt_baseline_windows, with_baseline
 from testbed.torchjob.config import TorchExperiment
@@ -77,10 +78,25 @@ class Outcome:
     has_baseline: bool
 
 
+def shared_dilation(cfg: ExperimentConfig, backend: str, say: Say) -> ExperimentConfig:
+    """``cfg`` with ``auto`` time dilation resolved for its own (OCS) run, so that the runs
+    set against each other (its baseline, a demo's rows) share the factor: their per-call
+    costs are then alike in model time. Unchanged off the emulator or with a set factor."""
+    if backend != "emu" or cfg.time_dilation != AUTO:
+        return cfg
+    from testbed.experiment.prepare import prepare
+
+    prep = prepare(cfg)
+    if prep.dilation is not None:
+        say(f"{cfg.name}: {prep.dilation.text()}; its baseline runs at it too")
+    return cfg.replace(time_dilation=prep.time_dilation)
+
+
 def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
                    say: Say, baseline: bool = False) -> Outcome:
     """Run ``cfg`` into ``out``; with ``baseline`` (and an OCS mode) the electrical baseline
-    first into ``out/baseline``, then the run into ``out/MODE``, judged against it."""
+    first into ``out/baseline``, then the run into ``out/MODE``, judged against it; with
+    ``auto`` time dilation the baseline runs at the factor the run gets."""
     if not baseline or cfg.mode == "baseline":
         return Outcome(run_one(cfg, out, backend, say), out, out, False)
     base_cfg, run_dir = cfg.replace(mode="baseline"), out / cfg.mode
@@ -88,7 +104,12 @@ def run_experiment(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: 
     # folder, must not be found after the baseline ran (its folder would block the retry)
     for path in (out / "baseline", run_dir):
         require_empty_dir(path)
-    base_prep, run_prep = check_one(base_cfg, backend), check_one(cfg, backend)
+    run_prep = check_one(cfg, backend)
+    if run_prep is not None and run_prep.dilation is not None and cfg.time_dilation == AUTO:
+        # the baseline at the run's factor: their per-call costs alike in model time
+        base_cfg = base_cfg.replace(time_dilation=run_prep.time_dilation)
+        say(f"{cfg.name}: {run_prep.dilation.text()}; its baseline runs at it too")
+    base_prep = check_one(base_cfg, backend)
     base = run_one(base_cfg, out / "baseline", backend, say, base_prep)
     summary = with_baseline(run_one(cfg, run_dir, backend, say, run_prep), base)
     adopt_baseline_windows(run_dir, out / "baseline", summary)

@@ -44,6 +44,7 @@ from typing import Any
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import MODES, ExperimentConfig
+from testbed.experiment.dilation import AUTO
 from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
 from testbed.metrics.fit import fit_families
 from testbed.results import store
@@ -134,6 +135,31 @@ def _run_emu_point(cfg: ExperimentConfig, point: Point, run_dir: Path, say: Say
         return run_emulated(prep=prepare(_point_config(cfg, point)), out=run_dir, say=say)
     except RunError as exc:
         return {"error": str(exc), "wall_s": time.monotonic() - t0}
+
+
+def sweep_dilation(cfg: ExperimentConfig, points: Sequence[Point], say: Say
+                   ) -> ExperimentConfig:
+    """``cfg`` with ``auto`` time dilation resolved once for the whole emulated sweep: the
+    largest factor any of its points gets alone, so that every point and the baseline they are
+    set against run at one factor (their per-call costs alike in model time)."""
+    if cfg.time_dilation != AUTO:
+        return cfg
+    from testbed.errors import RunError
+    from testbed.experiment.prepare import prepare
+
+    picks: list[tuple[float, str]] = []
+    for p in points:
+        try:
+            prep = prepare(_point_config(cfg, p))
+        except RunError:
+            continue  # the point refuses when it runs, with its reason
+        if prep.dilation is not None:
+            picks.append((prep.time_dilation, f"{point_label(p)}: {prep.dilation.text()}"))
+    if not picks:
+        return cfg
+    k, why = max(picks, key=lambda kv: kv[0])
+    say(f"time dilation {k:g} for every point (the largest auto picks; {why})")
+    return cfg.replace(time_dilation=k)
 
 
 def check_points(cfg: ExperimentConfig, points: Sequence[Point], backend: str) -> None:
@@ -243,6 +269,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     if backend == "sim":
         summaries = _map_sim(cfg, points, dirs, workers, engine, say)
     else:
+        cfg = sweep_dilation(cfg, points, say)
         summaries = []
         for p, run_dir in zip(points, dirs, strict=True):
             say(f"point {point_label(p)}")

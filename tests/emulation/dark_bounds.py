@@ -27,11 +27,13 @@ the fidelity verdict's business, reported in its summary, not asserted here.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from testbed.experiment.dilation import to_model_time
 from testbed.metrics.darktime import (
     ExpectedDelay,
     early_slack_ms,
@@ -68,8 +70,12 @@ def dark_bound_ms(delay_ms: float) -> float:
 
 
 def switch_log(out: Path) -> list[dict[str, Any]]:
-    """The OCS app's records of an emulated run (``emulator/ocs-events.jsonl``), [] if none."""
-    return read_jsonl(out / "emulator" / "ocs-events.jsonl")
+    """The OCS app's records of an emulated run (``emulator/ocs-events.jsonl``), [] if none,
+    in model time (a dilated run's log keeps the wall clock: its manifest's factor)."""
+    manifest = out / "manifest.json"
+    k = float(json.loads(manifest.read_text()).get("time_dilation") or 1.0) \
+        if manifest.exists() else 1.0
+    return to_model_time(read_jsonl(out / "emulator" / "ocs-events.jsonl"), k)
 
 
 def switching_problems(records: list[Mapping[str, Any]], delay_ms: float,

@@ -155,9 +155,11 @@ def test_run_refuses_a_fault_on_a_missing_rank_and_starts_nothing(tmp_path: Path
 
 
 def test_run_refuses_more_spares_than_the_machine_hosts(tmp_path: Path) -> None:
-    """Each spare is a standby rank process: 4 ranks fit, 4 + 200 do not."""
-    assert_run_refused(tmp_path, FAILOVER_BASE.replace("spare_servers: 1", "spare_servers: 200"),
-                       "bad.yaml:1:58: cluster.spares_per_server/spare_servers: 200 spares",
+    """Each spare is a standby rank process: 4 ranks fit, 4 + 300 do not (past the emulator's
+    rank limit: 4 + 200 would now fit at a time dilation of 8, the cap on ranks per core
+    scaling with it)."""
+    assert_run_refused(tmp_path, FAILOVER_BASE.replace("spare_servers: 1", "spare_servers: 300"),
+                       "bad.yaml:1:58: cluster.spares_per_server/spare_servers: 300 spares",
                        "use fewer spares")
 
 
