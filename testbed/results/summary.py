@@ -48,7 +48,7 @@ from testbed.results import store
 #: Where every ``summary.json`` field is described: (file from the repository root, heading
 #: of the section whose table lists them). tests/testbed/test_summary_fields.py keeps it
 #: complete; move both together.
-FIELD_TABLE = ("README.md", "The summary's fields")
+FIELD_TABLE = ("docs/results.md", "The summary's fields")
 
 
 class RunFacts(Protocol):

@@ -52,7 +52,7 @@ CALL_RETRIES = 3
 @dataclass(frozen=True)
 class FailoverCosts:
     """The emulator's fixed failover costs, in seconds, as ``opus-testbed bench failover``
-    measured them on the 2-core development machine at load 11-13 (README, "Spare GPUs")."""
+    measured them on the 2-core development machine at load 11-13 (docs/failover.md, "Measured")."""
 
     #: from a process's death to the runner seeing it (its poll is 20 ms; measured p50
     #: 0.013-0.025 s)

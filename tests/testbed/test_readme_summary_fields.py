@@ -1,4 +1,4 @@
-"""The README's table of summary fields names keys the code writes, and the ones a reader needs."""
+"""The field table (testbed.results.summary.FIELD_TABLE) names written keys and the needed ones."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_every_key_in_the_table_is_written_by_the_code() -> None:
     source = _written_keys()
     missing = sorted(k for k in _table_keys()
                      if f'"{k}"' not in source and f"{k}=" not in source)
-    assert not missing, f"README table names keys no code writes: {missing}"
+    assert not missing, f"{FIELD_TABLE[0]}'s table names keys no code writes: {missing}"
 
 
 def test_the_table_has_the_fields_a_reader_needs() -> None:

@@ -1,4 +1,4 @@
-"""The README's profiler recipe, run as written: torchrun, ``import kineto``, a sim run.
+"""The profiler recipe of docs/imports.md, run as written: torchrun, ``import kineto``, a sim run.
 
 Needs torch in the test's interpreter; without it the test is skipped, except under CI
 (``CI=true``) once the project declares its ``torch`` extra: then a missing torch fails.
@@ -29,7 +29,7 @@ PROGRAMS = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
 
 def _recipe() -> tuple[str, list[str]]:
     """The recipe's Python file and its shell lines (comments removed)."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "imports.md").read_text()
     section = text.split("**A profiler recipe**", 1)[1].split("\n## ", 1)[0]
     script = section.split("```python\n", 1)[1].split("```", 1)[0]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
@@ -51,7 +51,7 @@ def _require_torch() -> None:
 
 def test_the_recipe_is_short() -> None:
     script, lines = _recipe()
-    assert len(script.strip().splitlines()) <= 16  # 15 before os._exit (README says why)
+    assert len(script.strip().splitlines()) <= 16  # 15 before os._exit (the page says why)
     assert [ln.split()[0] for ln in lines] == ["torchrun", "opus-testbed", "opus-testbed"]
 
 
