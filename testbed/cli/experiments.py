@@ -64,9 +64,9 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
     p.add_argument("--wire-check", choices=("on", "off"),
-                   help="override run.wire_check: on, tcpdump captures every OCS port of an "
-                   "emulated run and the verdict judges each switch's dark period and the "
-                   "one-to-one rule from the capture (see docs/validation.md)")
+                   help="override run.wire_check (default off): on, tcpdump captures every OCS "
+                   "port of an emulated run and the verdict judges each switch's dark period "
+                   "and the one-to-one rule from the capture (docs/wire.md)")
     p.add_argument("--no-spares", action="store_true",
                    help="run without the config's spare GPUs: a failed rank makes every rank "
                    "restart from the last completed iteration (after failover."
