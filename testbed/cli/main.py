@@ -414,7 +414,7 @@ def _add_run_benches(bench: Any) -> None:
     b = bench.add_parser("crossval", help="one experiment emulated and simulated (root)",
                          description="Run CONFIG emulated and simulated from the same plan and "
                          "compare their mean iteration times (with --semantics/--delays, per "
-                         "point against a 10 %% bound). Exit status: 0, or 3 when an emulated "
+                         "point against a 10 % bound). Exit status: 0, or 3 when an emulated "
                          "run is degraded (its figures are marked and listed under "
                          "rests_on_degraded); 1 a run failed, 2 bad input.")
     b.add_argument("config", help="experiment YAML that fits the emulator")
