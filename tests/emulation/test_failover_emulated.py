@@ -128,7 +128,9 @@ def test_cut_links_a_hung_rank_and_a_failed_ocs_port_each_take_a_spare(
 
 def test_refused_and_jittery_switching_are_survived(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
-    cfg = load_experiment(FAILOVER).replace(mode="on-demand", faults=(
+    # at k = 1: the OCS app's records below are read on the wall clock, where a dilated run's
+    # delays are k times the configured ones
+    cfg = load_experiment(FAILOVER).replace(mode="on-demand", time_dilation=1, faults=(
         Fault("refuse", 0, count=2, at_iteration=1), Fault("jitter", 1, jitter_ms=4.0)))
     out = tmp_path / "refuse"
     summary = _run(cfg, out, no_leftovers)
