@@ -31,10 +31,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controller.drivers.calient import wire
-from emulator.polatis.model import Change, DeviceError, SwitchBackend, TimedBackend
+from emulator.polatis.model import Change, DeviceError, Faults, SwitchBackend, TimedBackend
 
 
 @dataclass
@@ -63,28 +63,13 @@ class Conn:
 
 
 @dataclass
-class CalientFaults:
-    """Fault injection, settable while the server runs (thread-safe)."""
+class CalientFaults(Faults):
+    """Fault injection, settable while the server runs (thread-safe): the Polatis knobs, where
+    an edit is an ENT/ACT/CANC/DLT-CRS command and a failed port reads INOC/OUTOC=FAIL, has no
+    light and takes no new connection, plus refused edits."""
 
-    #: the Nth edit command (ENT/ACT/CANC/DLT-CRS) from now is applied, then the line drops
-    drop_after_edits: int | None = None
-    #: every reply waits this long first (a slow or overloaded controller card)
-    reply_delay_s: float = 0.0
-    #: port indices that fail (INOC/OUTOC=FAIL, no light, no new connection on them)
-    failed_ports: set[int] = field(default_factory=set)
     #: the next N edit commands are refused (DENY SROF) and change nothing
     refuse_edits: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def take_drop(self) -> bool:
-        with self._lock:
-            if self.drop_after_edits is None:
-                return False
-            self.drop_after_edits -= 1
-            if self.drop_after_edits <= 0:
-                self.drop_after_edits = None
-                return True
-            return False
 
     def take_refusal(self) -> bool:
         with self._lock:
