@@ -34,7 +34,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from controller.drivers.calient import wire
-from emulator.polatis.model import Change, DeviceError, Faults, SwitchBackend, TimedBackend
+from emulator.polatis.model import (
+    Change,
+    DeviceError,
+    Faults,
+    SimulatedSwitch,
+    SwitchBackend,
+)
 
 
 @dataclass
@@ -79,7 +85,7 @@ class CalientFaults(Faults):
             return False
 
 
-class CalientDevice:
+class CalientDevice(SimulatedSwitch):
     """One simulated CALIENT switch of ``size`` duplex ports."""
 
     def __init__(self, size: int, *, switching_time_ms: float = 200.0,
@@ -88,20 +94,13 @@ class CalientDevice:
                  software: str = "opus-sim-1.0", backend: SwitchBackend | None = None,
                  reply_before_settle: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        self.size = size
+        super().__init__(size, switching_time_ms=switching_time_ms,
+                         input_power_dbm=input_power_dbm, insertion_loss_db=insertion_loss_db,
+                         model=model or f"S{size}-SIM", serial=serial, software=software,
+                         backend=backend, clock=clock)
         self.names = [wire.port_name(i) for i in range(1, size + 1)]
         self.index = {name: i for i, name in enumerate(self.names, start=1)}
-        self.switching_time_ms = switching_time_ms
-        self.input_power_dbm = input_power_dbm
-        self.insertion_loss_db = insertion_loss_db
-        self.model = model or f"S{size}-SIM"
-        self.serial = serial
-        self.software = software
-        self.backend: SwitchBackend = backend or TimedBackend(switching_time_ms)
         self.reply_before_settle = reply_before_settle
-        self.clock = clock
         self.faults = CalientFaults()
         self.edits = 0  # edit commands applied, for tests
         self._conns: dict[str, Conn] = {}
