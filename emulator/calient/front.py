@@ -15,10 +15,10 @@ import contextlib
 from collections.abc import Iterator
 
 from controller.drivers.polatis.ports import PortMap
-from controller.ocs import OcsDriver
+from controller.ocs import OcsDriver, RailDescription
 from emulator.calient.model import CalientDevice
 from emulator.calient.tl1_server import CalientTl1Server
-from emulator.polatis.front import EmulatedFronts, EmulatedRailBackend
+from emulator.polatis.front import EmulatedFronts, EmulatedRailBackend, FrontServer, rail_fronts
 
 
 @contextlib.contextmanager
@@ -27,24 +27,14 @@ def calient_fronts(driver: OcsDriver, *, username: str = "admin", password: str 
                    ) -> Iterator[EmulatedFronts]:
     """Start a CALIENT TL1 front for each (or each listed) OCS rail of ``driver``; always stops
     them. The fronts' :meth:`~EmulatedFronts.ocs_config` names ``calient-tl1``."""
-    servers: dict[int, CalientTl1Server] = {}
-    delays: dict[int, float] = {}
-    try:
-        for desc in driver.describe():
-            if desc.mode != "ocs" or (rails is not None and desc.rail not in rails):
-                continue
-            size = max(desc.ports)
-            pm = PortMap(desc.rail, size, tuple(desc.ports))
-            backend = EmulatedRailBackend(driver, pm, one_way_pairs=True)
-            device = CalientDevice(size, backend=backend, serial=f"EMU-RAIL{desc.rail}",
-                                   switching_time_ms=desc.switching_delay_ms)
-            device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
-            server = CalientTl1Server(device, host=host, port=0, username=username,
-                                      password=password)
-            servers[desc.rail] = server
-            delays[desc.rail] = desc.switching_delay_ms
-            server.start()
-        yield EmulatedFronts(servers, username, delays, "calient-tl1")
-    finally:
-        for server in servers.values():
-            server.stop()
+
+    def make(desc: RailDescription, pm: PortMap) -> FrontServer:
+        backend = EmulatedRailBackend(driver, pm, one_way_pairs=True)
+        device = CalientDevice(pm.size, backend=backend, serial=f"EMU-RAIL{desc.rail}",
+                               switching_time_ms=desc.switching_delay_ms)
+        device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
+        return CalientTl1Server(device, host=host, port=0, username=username, password=password)
+
+    with rail_fronts(driver, make, username=username, ocs_driver="calient-tl1",
+                     rails=rails) as fronts:
+        yield fronts

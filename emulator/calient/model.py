@@ -31,10 +31,16 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controller.drivers.calient import wire
-from emulator.polatis.model import Change, DeviceError, SwitchBackend, TimedBackend
+from emulator.polatis.model import (
+    Change,
+    DeviceError,
+    Faults,
+    SimulatedSwitch,
+    SwitchBackend,
+)
 
 
 @dataclass
@@ -63,28 +69,13 @@ class Conn:
 
 
 @dataclass
-class CalientFaults:
-    """Fault injection, settable while the server runs (thread-safe)."""
+class CalientFaults(Faults):
+    """Fault injection, settable while the server runs (thread-safe): the Polatis knobs, where
+    an edit is an ENT/ACT/CANC/DLT-CRS command and a failed port reads INOC/OUTOC=FAIL, has no
+    light and takes no new connection, plus refused edits."""
 
-    #: the Nth edit command (ENT/ACT/CANC/DLT-CRS) from now is applied, then the line drops
-    drop_after_edits: int | None = None
-    #: every reply waits this long first (a slow or overloaded controller card)
-    reply_delay_s: float = 0.0
-    #: port indices that fail (INOC/OUTOC=FAIL, no light, no new connection on them)
-    failed_ports: set[int] = field(default_factory=set)
     #: the next N edit commands are refused (DENY SROF) and change nothing
     refuse_edits: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def take_drop(self) -> bool:
-        with self._lock:
-            if self.drop_after_edits is None:
-                return False
-            self.drop_after_edits -= 1
-            if self.drop_after_edits <= 0:
-                self.drop_after_edits = None
-                return True
-            return False
 
     def take_refusal(self) -> bool:
         with self._lock:
@@ -94,7 +85,7 @@ class CalientFaults:
             return False
 
 
-class CalientDevice:
+class CalientDevice(SimulatedSwitch):
     """One simulated CALIENT switch of ``size`` duplex ports."""
 
     def __init__(self, size: int, *, switching_time_ms: float = 200.0,
@@ -103,20 +94,13 @@ class CalientDevice:
                  software: str = "opus-sim-1.0", backend: SwitchBackend | None = None,
                  reply_before_settle: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        self.size = size
+        super().__init__(size, switching_time_ms=switching_time_ms,
+                         input_power_dbm=input_power_dbm, insertion_loss_db=insertion_loss_db,
+                         model=model or f"S{size}-SIM", serial=serial, software=software,
+                         backend=backend, clock=clock)
         self.names = [wire.port_name(i) for i in range(1, size + 1)]
         self.index = {name: i for i, name in enumerate(self.names, start=1)}
-        self.switching_time_ms = switching_time_ms
-        self.input_power_dbm = input_power_dbm
-        self.insertion_loss_db = insertion_loss_db
-        self.model = model or f"S{size}-SIM"
-        self.serial = serial
-        self.software = software
-        self.backend: SwitchBackend = backend or TimedBackend(switching_time_ms)
         self.reply_before_settle = reply_before_settle
-        self.clock = clock
         self.faults = CalientFaults()
         self.edits = 0  # edit commands applied, for tests
         self._conns: dict[str, Conn] = {}

@@ -11,126 +11,27 @@ port, slow replies, and a line dropped right after an applied edit, before its r
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hmac
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from controller.drivers.calient import wire
-from controller.drivers.polatis.tl1 import Tl1Command, format_reply, parse_command
+from controller.drivers.polatis.tl1 import Tl1Command
 from emulator.calient.model import CalientDevice
-from emulator.polatis.model import DeviceError
-from emulator.polatis.server import BackgroundServer
+from emulator.tl1_server_base import Tl1Deny, Tl1Result, Tl1ServerBase
 
 EDITS = ("ENT-CRS", "ACT-CRS", "CANC-CRS", "DLT-CRS")
 
 
-@dataclass
-class _Conn:
-    user: str | None = None
-
-
-class _Deny(Exception):
-    def __init__(self, code: str, comment: str) -> None:
-        self.code = code
-        self.comment = comment
-        super().__init__(f"{code}: {comment}")
-
-
-class CalientTl1Server(BackgroundServer):
+class CalientTl1Server(Tl1ServerBase[CalientDevice]):
     """TL1 over TCP for one :class:`CalientDevice`."""
 
     def __init__(self, device: CalientDevice, *, host: str = "127.0.0.1", port: int = 0,
                  username: str = "admin", password: str = "root", sid: str = "CALIENT01"
                  ) -> None:
-        super().__init__(host, port)
-        self.device = device
-        self.username = username
-        self.password = password
-        self.sid = sid
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        super().__init__(device, host=host, port=port, username=username, password=password,
+                         sid=sid)
 
-    async def _start(self) -> int:
-        self._server = await asyncio.start_server(self._client, self.host, self.port)
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self._writers.add(writer)
-        conn = _Conn()
-        buf = ""
-        try:
-            while True:
-                data = await reader.read(4096)
-                if not data:
-                    return
-                buf += data.decode(errors="replace")
-                while ";" in buf:
-                    text, _, buf = buf.partition(";")
-                    if not text.strip():
-                        continue
-                    reply, action = await self._command(text, conn)
-                    if action == "drop":
-                        writer.transport.abort()
-                        return
-                    if self.device.faults.reply_delay_s:
-                        await asyncio.sleep(self.device.faults.reply_delay_s)
-                    writer.write(reply.encode())
-                    await writer.drain()
-                    if action == "close":
-                        return
-        except (asyncio.CancelledError, OSError):
-            writer.transport.abort()
-        finally:
-            self._writers.discard(writer)
-            self._tasks.discard(task)
-            with contextlib.suppress(Exception):
-                writer.close()
-
-    async def _command(self, text: str, conn: _Conn) -> tuple[str, str | None]:
-        try:
-            cmd = parse_command(text)
-        except ValueError as exc:
-            return format_reply("0", ok=False, code="IISP", comment=str(exc), sid=self.sid), None
-        try:
-            data, action = await self._execute(cmd, conn)
-        except _Deny as deny:
-            return format_reply(cmd.ctag, ok=False, code=deny.code, comment=deny.comment,
-                                sid=self.sid), None
-        if action == "drop":
-            return "", "drop"
-        return format_reply(cmd.ctag, data=data, sid=self.sid), action
-
-    async def _execute(self, cmd: Tl1Command, conn: _Conn) -> tuple[list[str], str | None]:
+    async def _serve(self, cmd: Tl1Command) -> Tl1Result:
         device = self.device
-        if cmd.verb == "ACT-USER":
-            password = cmd.params[1] if len(cmd.params) > 1 else ""
-            if not (hmac.compare_digest(cmd.aid.encode(), self.username.encode())
-                    and hmac.compare_digest(password.encode(), self.password.encode())):
-                raise _Deny("PIUI", "login incorrect")
-            conn.user = cmd.aid
-            return [], None
-        if conn.user is None:
-            raise _Deny("PLNA", "Login Not Active")
-        if cmd.verb == "CANC-USER":
-            conn.user = None
-            return [], "close"
         now = device.clock()
         if cmd.verb == "RTRV-NE":
             return [wire.ne_line(self.sid, {
@@ -152,16 +53,8 @@ class CalientTl1Server(BackgroundServer):
                 names = [n for n in names if n == wanted]
             return [device.state_of(n, now).to_line() for n in names], None
         if cmd.verb in EDITS:
-            action = self._edit(cmd)
-            loop = asyncio.get_running_loop()
-            try:
-                await loop.run_in_executor(None, action)
-            except DeviceError as err:
-                raise _Deny(err.tl1_code, err.message) from None
-            if device.faults.take_drop():
-                return [], "drop"
-            return [], None
-        raise _Deny("ICNV", f"command {cmd.verb} is not supported")
+            return await self._apply_edit(self._edit(cmd))
+        raise Tl1Deny("ICNV", f"command {cmd.verb} is not supported")
 
     def _edit(self, cmd: Tl1Command) -> Callable[[], object]:
         device = self.device
@@ -196,19 +89,19 @@ class CalientTl1Server(BackgroundServer):
             if found is not None:
                 return found
         if required:
-            raise _Deny("IENE", f"Invalid Connection: no connection {cmd.aid or cmd.params}")
+            raise Tl1Deny("IENE", f"Invalid Connection: no connection {cmd.aid or cmd.params}")
         return None
 
     def _pair(self, aid: str) -> tuple[int, int]:
         src, sep, dst = aid.partition(",")
         if not sep:
-            raise _Deny("IIAC", f"need <src>,<dst> ports, got {aid!r}")
+            raise Tl1Deny("IIAC", f"need <src>,<dst> ports, got {aid!r}")
         return self._index(src), self._index(dst)
 
     def _index(self, name: str) -> int:
         index = self.device.index.get(name.strip())
         if index is None:
-            raise _Deny("IIAC", f"Invalid AID: no port {name.strip()!r}")
+            raise Tl1Deny("IIAC", f"Invalid AID: no port {name.strip()!r}")
         return index
 
     def _ports(self, aid: str) -> list[int]:
@@ -224,6 +117,6 @@ class CalientTl1Server(BackgroundServer):
                 continue
             match = [i for i, n in enumerate(names, start=1) if n.startswith(part + ".")]
             if not match:
-                raise _Deny("IIAC", f"Invalid AID: no port {part!r}")
+                raise Tl1Deny("IIAC", f"Invalid AID: no port {part!r}")
             out.extend(match)
         return out

@@ -28,14 +28,14 @@ re-reads the rail, so its glass matches the real circuits again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.drivers.config import DEFAULT_PASSWORD_ENV
 from controller.drivers.polatis.ports import PortMap
 from controller.drivers.polatis.xml import CURRENT_REVISION
-from controller.ocs import OcsDriver, Reconfiguration, ReconfigurationRejected
+from controller.ocs import OcsDriver, RailDescription, Reconfiguration, ReconfigurationRejected
 from emulator.polatis.model import Change, DeviceError, PolatisDevice
 from emulator.polatis.netconf_server import NetconfServer
 from emulator.polatis.tl1_server import Tl1Server
@@ -96,6 +96,8 @@ class FrontServer(Protocol):
     port: int
     device: Any  # the simulated device: its ``size`` and an :class:`EmulatedRailBackend`
 
+    def start(self, timeout_s: float = ...) -> object: ...
+
     def stop(self, timeout_s: float = ...) -> None: ...
 
 
@@ -142,26 +144,37 @@ def emulated_fronts(driver: OcsDriver, ocs_driver: str = "polatis-netconf", *,
         raise ValueError(f"no emulated Polatis front for driver {ocs_driver!r}; these fronts "
                          f"serve {', '.join(POLATIS_DRIVERS)}")
     protocol = ocs_driver.removeprefix("polatis-")
-    servers: dict[int, NetconfServer | Tl1Server] = {}
+
+    def make(desc: RailDescription, pm: PortMap) -> FrontServer:
+        backend = EmulatedRailBackend(driver, pm, one_way_pairs=protocol == "tl1")
+        device = PolatisDevice(pm.size, revision=revision, backend=backend,
+                               switching_time_ms=desc.switching_delay_ms,
+                               serial=f"EMU-RAIL{desc.rail}")
+        device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
+        if protocol == "tl1":
+            return Tl1Server(device, host=host, port=0, username=username, password=password)
+        return NetconfServer(device, host=host, port=0, username=username, password=password)
+
+    with rail_fronts(driver, make, username=username, ocs_driver=ocs_driver,
+                     rails=rails) as fronts:
+        yield fronts
+
+
+@contextlib.contextmanager
+def rail_fronts(driver: OcsDriver, make: Callable[[RailDescription, PortMap], FrontServer], *,
+                username: str, ocs_driver: str, rails: list[int] | None = None
+                ) -> Iterator[EmulatedFronts]:
+    """Start the server ``make`` builds for each (or each listed) OCS rail of ``driver``, given
+    the rail and its :class:`PortMap` (size = the rail's highest port); always stops them.
+    Every vendor's fronts start and stop here."""
+    servers: dict[int, FrontServer] = {}
     delays: dict[int, float] = {}
     try:
         for desc in driver.describe():
             if desc.mode != "ocs" or (rails is not None and desc.rail not in rails):
                 continue
-            size = max(desc.ports)
-            pm = PortMap(desc.rail, size, tuple(desc.ports))
-            backend = EmulatedRailBackend(driver, pm, one_way_pairs=protocol == "tl1")
-            device = PolatisDevice(size, revision=revision, backend=backend,
-                                   switching_time_ms=desc.switching_delay_ms,
-                                   serial=f"EMU-RAIL{desc.rail}")
-            device.load(dict(pm.pairs_of_all(driver.circuits(desc.rail))))
-            server: NetconfServer | Tl1Server
-            if protocol == "tl1":
-                server = Tl1Server(device, host=host, port=0, username=username,
-                                   password=password)
-            else:
-                server = NetconfServer(device, host=host, port=0, username=username,
-                                       password=password)
+            pm = PortMap(desc.rail, max(desc.ports), tuple(desc.ports))
+            server = make(desc, pm)
             servers[desc.rail] = server
             delays[desc.rail] = desc.switching_delay_ms
             server.start()

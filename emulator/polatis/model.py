@@ -144,7 +144,27 @@ class TimedBackend:
         return None  # the device's own state is the truth
 
 
-class PolatisDevice:
+class SimulatedSwitch:
+    """What every vendor's simulated switch is given: its size, optics, identity, the backend
+    that realises edits and the clock it reads (both vendors' devices subclass it)."""
+
+    def __init__(self, size: int, *, switching_time_ms: float, input_power_dbm: float,
+                 insertion_loss_db: float, model: str, serial: str, software: str,
+                 backend: SwitchBackend | None, clock: Callable[[], float]) -> None:
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.size = size
+        self.switching_time_ms = switching_time_ms
+        self.input_power_dbm = input_power_dbm
+        self.insertion_loss_db = insertion_loss_db
+        self.model = model
+        self.serial = serial
+        self.software = software
+        self.backend: SwitchBackend = backend or TimedBackend(switching_time_ms)
+        self.clock = clock
+
+
+class PolatisDevice(SimulatedSwitch):
     """The state of one simulated switch. Plan/commit/settle take ``now_s`` explicitly."""
 
     def __init__(self, size: int, *, revision: str = CURRENT_REVISION,
@@ -153,19 +173,12 @@ class PolatisDevice:
                  serial: str = "SIM000001", software: str = "opus-sim-1.0",
                  backend: SwitchBackend | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        self.size = size
+        super().__init__(size, switching_time_ms=switching_time_ms,
+                         input_power_dbm=input_power_dbm, insertion_loss_db=insertion_loss_db,
+                         model=model or f"OST-{size}x{size}-SIM", serial=serial,
+                         software=software, backend=backend, clock=clock)
         self.revision = revision
         self.list_name = pair_list_name(revision)
-        self.switching_time_ms = switching_time_ms
-        self.input_power_dbm = input_power_dbm
-        self.insertion_loss_db = insertion_loss_db
-        self.model = model or f"OST-{size}x{size}-SIM"
-        self.serial = serial
-        self.software = software
-        self.backend: SwitchBackend = backend or TimedBackend(switching_time_ms)
-        self.clock = clock
         self.faults = Faults()
         self.edits = 0  # edits applied, for tests and the CLI
         self._pairs: dict[int, int] = {}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import socket
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -34,7 +33,7 @@ from functools import partial
 from controller.drivers.calient import wire
 from controller.drivers.polatis import errors
 from controller.drivers.polatis.session import DeviceInfo
-from controller.drivers.polatis.tl1 import Tl1Framer, Tl1Session, act_user
+from controller.drivers.polatis.tl1 import Tl1Session
 
 
 class CalientSession(Tl1Session):
@@ -52,24 +51,7 @@ class CalientSession(Tl1Session):
     # --- DeviceSession -----------------------------------------------------------------------
 
     def open(self) -> DeviceInfo:
-        self.close()
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-        except TimeoutError as exc:
-            raise errors.DeviceUnreachable(self.name,
-                                           f"no answer within {self.timeout_s:g} s") from exc
-        except OSError as exc:
-            raise errors.DeviceUnreachable(self.name,
-                                           f"cannot connect: {exc.strerror or exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        self._framer = Tl1Framer()
-        self._pending = []
-        reply = self._command(partial(act_user, self.username, self._password), check=False)
-        if not reply.ok:
-            self._drop()
-            raise errors.DeviceAuthError(self.name, f"login as {self.username!r} refused "
-                                         f"({reply.code}: {reply.text})")
+        self._login()
         ne = wire.parse_ne(self._command(wire.rtrv_ne).data)
         ports = wire.parse_ports(self._command(wire.rtrv_port).data)
         if not ports:

@@ -245,7 +245,9 @@ class Tl1Session(DeviceSession):
     def connected(self) -> bool:
         return self._sock is not None
 
-    def open(self) -> DeviceInfo:
+    def _login(self) -> None:
+        """Close any old connection, connect afresh and log in (ACT-USER); shared by every TL1
+        vendor's :meth:`open`, which then reads the switch."""
         self.close()
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
@@ -264,6 +266,9 @@ class Tl1Session(DeviceSession):
             self._drop()
             raise errors.DeviceAuthError(self.name, f"login as {self.username!r} refused "
                                          f"({reply.code}: {reply.text})")
+
+    def open(self) -> DeviceInfo:
+        self._login()
         netype = self._command(rtrv_netype)
         fields = next(iter(netype.data), "").split(",")
         size = next((s for s in map(size_from_model, fields) if s), None)
