@@ -120,7 +120,10 @@ def test_a_client_without_a_valid_key_is_refused_logged_and_never_reaches_the_co
             with Shim(endpoint, "j", 0, connect_timeout_s=3.0, controller_silence_s=30,
                       curve=curve) as shim, pytest.raises(ControllerUnavailable):
                 shim.connect()
-        reasons = ("not in authorized_clients", "not a CURVE client", "hung up")
+        # the two CURVE clients' refusals are logged for certain; the plain client's hang-up
+        # is seen only if it is still connected when the handshake fails (CI once saw only
+        # the two in 60 s): its refusal is the unanswered register above and the core below
+        reasons = ("not in authorized_clients", "not a CURVE client")
 
         def seen() -> list[str]:
             return [e["reason"] for e in events.records if e["event"] == "client_refused"]

@@ -69,13 +69,15 @@ def test_model_time_figures_do_not_depend_on_the_factor(
         "per_iteration_s"]
     if any(s.get("fidelity_blame") == MACHINE for s in (base1, run1, base2, run2)):
         return  # a busy machine's figures are its own; the verdict says so
+    # each run's own costs lie between 0 and its bound (a bound, not the cost): two runs of one
+    # model-time figure can differ by the larger of their bounds, plus the tolerance
     for one, two in ((base1, base2), (run1, run2)):
         gap_s = abs(one["iteration_time_s"] - two["iteration_time_s"])
         allowed_s = (ITERATION_PCT / 100 * two["iteration_time_s"]
-                     + abs(_explained(one) - _explained(two)))
+                     + max(_explained(one), _explained(two)))
         assert gap_s <= allowed_s, (one["mode"], one["iteration_time_s"],
                                     two["iteration_time_s"], allowed_s)
-    explained_pts = 100 * (abs(_explained(run1) - _explained(run2))
-                           + abs(_explained(base1) - _explained(base2))) / base2[
+    explained_pts = 100 * (max(_explained(run1), _explained(run2))
+                           + max(_explained(base1), _explained(base2))) / base2[
         "iteration_time_s"]
     assert abs(run1["overhead_pct"] - run2["overhead_pct"]) <= OVERHEAD_PTS + explained_pts
