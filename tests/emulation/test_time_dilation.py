@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testbed.emulated.runner import run_emulated
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
@@ -57,6 +59,11 @@ def _explained(s: dict[str, Any]) -> float:
     return float(s["call_cost_bound"]["per_iteration_s"]) + float(late)
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 35 is open: in 3 of 11 runs one run's figure moved beyond the bounds; in the one "
+    "examined (CI, 2026-12-07) a pipeline send at k = 2 took 1.0 s of wall time, a lost TCP SYN "
+    "retransmitted after Linux's 1 s initial timeout, which does not dilate and which the "
+    "verdict does not yet see (docs/validation.md 11.3)"))
 def test_model_time_figures_do_not_depend_on_the_factor(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: Callable[..., None]) -> None:
     base1, run1 = _run(tmp_path, 1.0, no_leftovers, fidelity_gate)
