@@ -213,6 +213,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                host_key=args.host_key)
     else:
         server = Tl1Server(device, port=args.port, username=args.user, password=args.password)
+    def describe(server: Any) -> tuple[dict[str, Any], list[str]]:
+        fingerprint = getattr(server, "host_key_fingerprint", None)
+        info = {"protocol": args.protocol, "host": server.host, "port": server.port,
+                "size": f"{size}x{size}", "username": args.user, "revision": device.revision,
+                "switching_ms": args.switching_ms, "host_key_fingerprint": fingerprint}
+        lines = [f"simulated Polatis {size}x{size} ({args.protocol}, revision "
+                 f"{device.revision}) listening on {server.host}:{server.port}; login "
+                 f"{args.user}; Ctrl-C to stop"]
+        if fingerprint:
+            lines.append(f"SSH host key {fingerprint}: pin it with host_key_fingerprint: "
+                         f"\"{fingerprint}\" (or --host-key-fingerprint)")
+        return info, lines
+
+    return _serve(args, server, device, describe)
+
+
+def _serve(args: argparse.Namespace, server: Any, device: Any,
+           describe: Callable[[Any], tuple[dict[str, Any], list[str]]]) -> int:
+    """Serve a simulated switch until Ctrl-C, announcing it first (its JSON line with
+    ``--json``, else its banner lines); 1 when it cannot listen."""
     try:
         server.start()
     except OSError as exc:
@@ -220,19 +240,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     try:
-        fingerprint = getattr(server, "host_key_fingerprint", None)
-        info = {"protocol": args.protocol, "host": server.host, "port": server.port,
-                "size": f"{size}x{size}", "username": args.user, "revision": device.revision,
-                "switching_ms": args.switching_ms, "host_key_fingerprint": fingerprint}
+        info, lines = describe(server)
         if args.json:
             print(json.dumps(info), flush=True)
         else:
-            print(f"simulated Polatis {size}x{size} ({args.protocol}, revision "
-                  f"{device.revision}) listening on {server.host}:{server.port}; login "
-                  f"{args.user}; Ctrl-C to stop", flush=True)
-            if fingerprint:
-                print(f"SSH host key {fingerprint}: pin it with host_key_fingerprint: "
-                      f"\"{fingerprint}\" (or --host-key-fingerprint)", flush=True)
+            for line in lines:
+                print(line, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
@@ -258,30 +271,16 @@ def _simulate_calient(args: argparse.Namespace, size: int) -> int:
     device.faults.reply_delay_s = args.reply_delay_ms / 1e3
     server = CalientTl1Server(device, port=args.port, username=args.user,
                               password=args.password)
-    try:
-        server.start()
-    except OSError as exc:
-        print(f"opus-testbed ocs: error: cannot listen on 127.0.0.1:{args.port}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    try:
+
+    def describe(server: Any) -> tuple[dict[str, Any], list[str]]:
         info = {"driver": CALIENT, "protocol": "tl1", "host": server.host, "port": server.port,
                 "size": f"{size}x{size}", "username": args.user, "model": device.model,
                 "switching_ms": switching_ms}
-        if args.json:
-            print(json.dumps(info), flush=True)
-        else:
-            print(f"simulated CALIENT {device.model} ({size} ports {device.names[0]}.."
-                  f"{device.names[-1]}, TL1) listening on {server.host}:{server.port}; login "
-                  f"{args.user}; Ctrl-C to stop", flush=True)
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    if not args.json:
-        print(f"simulator stopped after {device.edits} edit(s)", file=sys.stderr)
-    return 0
+        return info, [f"simulated CALIENT {device.model} ({size} ports {device.names[0]}.."
+                      f"{device.names[-1]}, TL1) listening on {server.host}:{server.port}; "
+                      f"login {args.user}; Ctrl-C to stop"]
+
+    return _serve(args, server, device, describe)
 
 
 def _ocs_config(args: argparse.Namespace) -> Any:
