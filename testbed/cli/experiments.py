@@ -55,11 +55,18 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
         p.add_argument("--semantics", choices=SEMANTICS,
                        help="override ocs.semantics: port-exact (one-to-one circuits, the "
                        "default) or rail-state (the public Opus artifact's bitmask model)")
+        p.add_argument("--plane", choices=("opus", "static", "rotor"),
+                       help="override controller.plane (--backend sim): opus (reconfigures "
+                       "per collective phase, the default), static (a TopoOpt-style topology "
+                       "set once from the job's traffic) or rotor (a RotorNet-style cycle of "
+                       "matchings); the rivals relay through GPUs (docs/validation.md)")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.add_argument("--link-mbps", type=float,
                    help="emulated per-port rate in Mbit/s (default: calibrated for this machine)")
     p.add_argument("--ports-per-rank", type=int, help="OCS ports per GPU (K)")
+    p.add_argument("--rotor-slot-ms", type=float,
+                   help="the rotor plane's slot (default: max(10 x the switching delay, 0.1 ms))")
     p.add_argument("--start-gate", choices=("on", "off"),
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
@@ -167,6 +174,10 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["switching_delay"] = args.delay
     if getattr(args, "semantics", None):
         changes["semantics"] = args.semantics
+    if getattr(args, "plane", None):
+        changes["plane"] = args.plane
+    if getattr(args, "rotor_slot_ms", None) is not None:
+        changes["rotor_slot_ms"] = args.rotor_slot_ms
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank", "ranks_per_process"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
@@ -261,8 +272,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / (
         f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
+        planes = [p.strip() for p in args.planes.split(",") if p.strip()]
         rows = run_sweep(cfg, delays, modes, out, args.backend, args.workers, make_say(),
-                         engine=args.engine, semantics=semantics, reference=args.reference)
+                         engine=args.engine, semantics=semantics, reference=args.reference,
+                         planes=planes)
     except SweepError as exc:  # a bad option: nothing was run
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -558,6 +571,10 @@ def _add_sweep(sub: Any) -> None:
                    help="comma-separated controller semantics among "
                    f"{', '.join(SEMANTICS)} (default: the config's ocs.semantics); each runs "
                    "every mode and delay")
+    p.add_argument("--planes", default="opus",
+                   help="comma-separated control planes among opus, static, rotor (--backend "
+                   "sim): opus runs --modes; static and rotor each run every delay as a curve "
+                   "of their own (e.g. --planes opus,static,rotor; default %(default)s)")
     p.add_argument("--out", help="sweep directory (default results/NAME-sweep-TIME)")
     p.add_argument("--workers", type=int, default=2,
                    help="parallel points with --backend sim (emulated points run one by one)")

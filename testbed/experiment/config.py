@@ -136,6 +136,10 @@ DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
 ARTIFACT_KEYS = ("port",)
 SIM_KEYS = ("costs",)
+#: ``controller:`` (issue 40): the control plane and the rotor's slot
+#: (:mod:`controller.planes`; named here so that the file's checks need no controller import).
+CONTROLLER_KEYS = ("plane", "rotor_slot_ms")
+PLANES = ("opus", "static", "rotor")
 #: ``sim.costs`` values (:data:`testbed.simulator.network.COST_MODELS`; named here so that the
 #: file's checks need no simulator import).
 FABRIC, EMULATOR = "fabric", "emulator"
@@ -183,11 +187,14 @@ class RunSettings:
     wire_check: bool = False
     artifact_port: int | None = None  # the ranks speak the artifact's protocol on this port
     sim_costs: str = FABRIC  # the sim backend's cost model: fabric | emulator
+    plane: str = "opus"  # the control plane: opus | static | rotor (controller.planes)
+    rotor_slot_ms: float | None = None  # None: max(10 x the switching delay, 0.1 ms)
 
     @property
     def switching_delay_ms(self) -> float:
-        return 0.0 if self.mode == "baseline" else resolve_switching_delay_ms(
-            self.switching_delay)
+        if self.mode == "baseline" and self.plane == "opus":
+            return 0.0
+        return resolve_switching_delay_ms(self.switching_delay)
 
     @property
     def timing_model(self) -> TimingModel:
@@ -198,6 +205,8 @@ class RunSettings:
     def effective_ports_per_rank(self) -> int:
         """K used by the run: degree-aware assignment needs a spare port to keep circuits;
         rail-state's data rails are packet-switched, one port per rank (as the baseline's)."""
+        if self.plane != "opus":  # a rival plane uses every port the file gives
+            return self.ports_per_rank
         if self.mode == "degree-aware":
             return max(2, self.ports_per_rank)
         return 1 if self.effective_semantics == RAIL_STATE else self.ports_per_rank
@@ -206,12 +215,15 @@ class RunSettings:
     def packet_switched(self) -> bool:
         """Whether the data rails are packet switches (the baseline's electrical rails, and
         rail-state's data rails): no circuit limits what a rank's ports carry."""
-        return self.mode == "baseline" or self.effective_semantics == RAIL_STATE
+        return (self.mode == "baseline" or self.effective_semantics == RAIL_STATE
+                or self.plane != "opus")  # a rival plane: the ranks send as on packet rails
 
     @property
     def effective_semantics(self) -> str:
         """The controller's semantics; the electrical baseline has no controller decisions."""
-        return PORT_EXACT if self.mode == "baseline" else self.semantics
+        if self.mode == "baseline" or self.plane != "opus":
+            return PORT_EXACT
+        return self.semantics
 
     @property
     def effective_request_points(self) -> str:
@@ -280,6 +292,13 @@ class RunSettings:
         if self.sim_costs not in SIM_COSTS:
             raise ExperimentError(f"must be one of {', '.join(SIM_COSTS)}, got "
                                   f"{self.sim_costs!r}", "sim.costs", self.source)
+        if self.plane not in PLANES:
+            raise ExperimentError(f"must be one of {', '.join(PLANES)}, got {self.plane!r}",
+                                  "controller.plane", self.source)
+        if self.rotor_slot_ms is not None and not self.rotor_slot_ms > self.switching_delay_ms:
+            raise ExperimentError(f"must be longer than the switching delay "
+                                  f"({self.switching_delay_ms:g} ms), got {self.rotor_slot_ms}",
+                                  "controller.rotor_slot_ms", self.source)
         self._validate_semantics()
         self._validate_faults()
 
@@ -350,7 +369,8 @@ class RunSettings:
                 "ranks_per_process": self.ranks_per_process,
                 "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
                 "time_dilation": self.time_dilation, "artifact_port": self.artifact_port,
-                "wire_check": self.wire_check, "sim_costs": self.sim_costs}
+                "wire_check": self.wire_check, "sim_costs": self.sim_costs,
+                "plane": self.plane, "rotor_slot_ms": self.rotor_slot_ms}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -558,6 +578,18 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("sim.costs", f"must be one of {', '.join(SIM_COSTS)}, got "
                             f"{costs!r}")
         kwargs["sim_costs"] = costs
+    ctl = _mapping(doc, top.get("controller", {}), "controller", CONTROLLER_KEYS)
+    if "plane" in ctl:  # issue 40; the coordinator ports this to the schema
+        plane = _typed(doc, ctl["plane"], "controller.plane", str)
+        if plane not in PLANES:
+            raise doc.error("controller.plane", f"must be one of {', '.join(PLANES)}, got "
+                            f"{plane!r}")
+        kwargs["plane"] = plane
+    if ctl.get("rotor_slot_ms") is not None:
+        slot = _typed(doc, ctl["rotor_slot_ms"], "controller.rotor_slot_ms", float)
+        if slot <= 0:
+            raise doc.error("controller.rotor_slot_ms", f"must be > 0 ms, got {slot}")
+        kwargs["rotor_slot_ms"] = slot
     return kwargs
 
 

@@ -27,7 +27,8 @@ Row = Mapping[str, Any]
 AXIS_COLORS = {"dp": "tab:blue", "pp": "tab:orange", "cp": "tab:green", "ep": "tab:purple",
                "tp": "tab:brown"}
 MODE_STYLE = {"baseline": ("black", "--"), "on-demand": ("tab:red", "-"),
-              "provisioning": ("tab:blue", "-"), "degree-aware": ("tab:green", "-")}
+              "provisioning": ("tab:blue", "-"), "degree-aware": ("tab:green", "-"),
+              "static": ("tab:purple", "-"), "rotor": ("tab:orange", "-")}  # rival planes
 
 
 def _f(v: Any) -> float:
@@ -229,7 +230,8 @@ def window_cdf(windows: Sequence[Row], path: Path, title: str,
 SEMANTICS_STYLE = {"port-exact": "-", "rail-state": "--"}
 
 
-MODE_MARKER = {"on-demand": "o", "provisioning": "s", "degree-aware": "^"}
+MODE_MARKER = {"on-demand": "o", "provisioning": "s", "degree-aware": "^", "static": "P",
+               "rotor": "X"}
 #: A data span (largest / smallest positive value) above which an axis is drawn logarithmic.
 LOG_SPAN = 20.0
 

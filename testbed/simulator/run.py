@@ -52,6 +52,16 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
                            cfg.effective_ports_per_rank)
     job = prep.plan.job("train", ports)
     net = network or sim_network(prep)
+    if cfg.plane != "opus":  # issue 40: a rival plane (testbed.simulator.planes)
+        from testbed.simulator.planes import PlaneSimulation
+
+        if cfg.faults or cfg.shape.spares:
+            raise SimulationError(f"controller.plane {cfg.plane} runs without faults or spares")
+        return PlaneSimulation(
+            prep.plan.programs, job, plane=cfg.plane, delay_s=cfg.switching_delay_ms / 1e3,
+            iterations=cfg.total_iterations, network=net,
+            gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed,
+            rotor_slot_s=None if cfg.rotor_slot_ms is None else cfg.rotor_slot_ms / 1e3)
     spares = cfg.shape.spares
     if cfg.faults or spares:
         from testbed.simulator.failover import FailoverSimulation
@@ -100,7 +110,9 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         out, "sim", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
         network_model=asdict(net), costs=prep.costs, seed=seed or cfg.seed)
-    say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
+    plane = "" if cfg.plane == "opus" else f"plane {cfg.plane} (no Opus), "
+    say(f"run {cfg.name} (sim): {plane}mode {cfg.mode}, switching delay "
+        f"{cfg.switching_delay_ms:g} ms, "
         f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, "
         f"{cfg.effective_semantics}, {link_text(prep)}, costs {prep.costs} "
         f"({COST_MODEL_TEXT[prep.costs]}), {cfg.warmup}+{cfg.iterations} iterations; "
@@ -128,7 +140,16 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
             {"rank": r, "iterations": cfg.total_iterations,
              "ops": [op.to_json() for op in plan.programs[r]]}))
     cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
-    return finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
+    summary = finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
                              num_rails=rails,
                              ranks_rail0=[r for r in range(world) if r % rails == 0],
                              backend="sim", costs=prep.costs)
+    plane_summary = getattr(sim, "plane_summary", None)
+    if plane_summary is not None:  # issue 40: a rival plane's figures beside the summary
+        stats = plane_summary()
+        summary.update(plane=cfg.plane, plane_stats=stats)
+        store.write_json(out / "summary.json", summary)
+        say(f"plane {cfg.plane}: {stats['relayed_share']:.1%} of the bytes relayed"
+            + (f", slot {stats['slot_ms']:g} ms, {stats['wait_s']:.3f} s of transfer waits "
+               "for a circuit" if "slot_ms" in stats else ""))
+    return summary

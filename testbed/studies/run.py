@@ -37,6 +37,9 @@ def check_one(cfg: ExperimentConfig | TorchExperiment, backend: str) -> Prepared
                              "its run writes replay.yaml (the captured schedule), which "
                              "`run --backend sim` replays")
         return None
+    if cfg.plane != "opus" and backend != "sim":  # issue 40: the emulator side is not built
+        raise RunRefused(f"{cfg.source}: controller.plane {cfg.plane} runs on the sim backend "
+                         "only (--backend sim); the emulated rails run the Opus plane")
     if backend == "sim":  # under the file's cost model, sim.costs (--costs)
         from testbed.simulator.run import prepare_sim
 

@@ -54,6 +54,9 @@ from testbed.results.reference import artifact_reference, matches_artifact
 BACKENDS = ("emu", "sim")
 ENGINES = ("process", "ray", "dask")
 Point = tuple[str, str, float]  # (semantics, mode, delay_ms); the baseline's semantics is ""
+#: ``--planes`` (issue 40): a rival plane's points are ("", PLANE, delay_ms), a family each
+RIVAL_PLANES = ("static", "rotor")
+PLANES = ("opus", *RIVAL_PLANES)
 COLUMNS = ("mode", "semantics", "delay_ms", "iteration_time_s", "overhead_pct",
            "exposed_reconfig_s",
            "reconfigurations_per_iteration", "all_iterations_completed", "fidelity",
@@ -73,9 +76,14 @@ def _quiet(_msg: str) -> None:
 
 
 def sweep_points(modes: Sequence[str], delays_ms: Sequence[float],
-                 semantics: Sequence[str] = (PORT_EXACT,)) -> list[Point]:
+                 semantics: Sequence[str] = (PORT_EXACT,),
+                 planes: Sequence[str] = ("opus",)) -> list[Point]:
     """(semantics, mode, delay_ms) of every run: the baseline once at 0 (semantics ""), then
-    per semantics each mode at each delay > 0."""
+    per semantics each mode at each delay > 0 (if ``planes`` has ``opus``), then each rival
+    plane of ``planes`` at each delay > 0 (its mode column is the plane's name)."""
+    bad = [p for p in planes if p not in PLANES]
+    if bad or not planes:
+        raise SweepError(f"unknown planes {bad}; choose from {', '.join(PLANES)}")
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SweepError(f"unknown modes {bad}; choose from {', '.join(MODES)}")
@@ -92,6 +100,10 @@ def sweep_points(modes: Sequence[str], delays_ms: Sequence[float],
         for mode in dict.fromkeys(modes):
             if mode != "baseline":  # a delay of 0 ms is the baseline's point
                 points += [(sem, mode, float(d)) for d in dict.fromkeys(delays_ms) if d > 0]
+    if "opus" not in planes:
+        points = points[:1]
+    for plane in dict.fromkeys(p for p in planes if p in RIVAL_PLANES):
+        points += [("", plane, float(d)) for d in dict.fromkeys(delays_ms) if d > 0]
     return points
 
 
@@ -108,6 +120,8 @@ def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
     semantics, mode, delay_ms = point
     if mode == "baseline":
         return cfg.replace(mode=mode)
+    if mode in RIVAL_PLANES:
+        return cfg.replace(plane=mode, switching_delay=float(delay_ms))
     return cfg.replace(mode=mode, switching_delay=float(delay_ms), semantics=semantics)
 
 
@@ -234,7 +248,8 @@ def _brief(summary: dict[str, Any]) -> str:
 def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], out: Path,
               backend: str, workers: int, say: Say = say_stderr, *,
               engine: str = "process", semantics: Sequence[str] | None = None,
-              reference: bool = False) -> list[dict[str, Any]]:
+              reference: bool = False, planes: Sequence[str] = ("opus",)
+              ) -> list[dict[str, Any]]:
     """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows.
     ``semantics`` defaults to the config's. The artifact's points go into ``sweep.json`` (and
     the plot) when the workload is the artifact's or ``reference`` asks for them."""
@@ -248,7 +263,9 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     if workers < 1:
         raise SweepError(f"workers must be >= 1, got {workers}")
     semantics = list(dict.fromkeys([cfg.semantics] if semantics is None else semantics))
-    points = sweep_points(modes, delays_ms, semantics)
+    points = sweep_points(modes, delays_ms, semantics, planes)
+    if backend != "sim" and any(p[1] in RIVAL_PLANES for p in points):
+        raise SweepError("the rival planes (--planes static,rotor) run on the sim backend only")
     for point in points:  # refused combinations stop the sweep before anything runs
         _point_config(cfg, point)
     check_points(cfg, points, backend)
@@ -258,7 +275,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     dirs = [point_dir(out, p, tagged=RAIL_STATE in semantics) for p in points]
     out.mkdir(parents=True, exist_ok=True)
     ocs_delays = [d for d in dict.fromkeys(delays_ms) if d > 0]
-    ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
+    ocs_modes = list(dict.fromkeys(p[1] for p in points if p[1] != "baseline"))
     what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
             f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
     costs = cfg.sim_costs if backend == "sim" else None
@@ -287,7 +304,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     store.write_csv(out / "sweep.csv", csv_rows(rows))
     store.write_json(out / "sweep.json", {
         "name": cfg.name, "backend": backend, "costs": costs, "engine": engine,
-        "modes": list(modes),
+        "modes": list(modes), "planes": list(planes),
         "semantics": semantics, "delays_ms": list(delays_ms), "config": cfg.to_json(),
         "calibration": calibration, "wall_s": time.monotonic() - t0,
         "families": fit_families(rows), "reference_matches": matches,
