@@ -315,7 +315,8 @@ def sweep_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
         lines.append("0 ms is the baseline: electrical rails, no OCS; each overhead_% is "
                      "against it")
     for fam in meta["families"]:
-        lines.append(f"{fam['mode']}, {fam['semantics']}: {_slope_text(fam, rows)}, "
+        name = f"{fam['mode']}, {fam['semantics']}" if fam["semantics"] else fam["mode"]
+        lines.append(f"{name}: {_slope_text(fam, rows)}, "
                      f"{_overhead_100_text(fam)}")
     return lines + legend((r["point"], r) for r in rows)
 
