@@ -4,6 +4,7 @@ the rotor's transfers wait for their slot and span slots, and every check fires 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 from sim_programs import Programs
@@ -146,14 +147,15 @@ def test_sweep_points_add_a_family_per_rival_plane() -> None:
         sweep_points(["provisioning"], [1], planes=["sirius"])
 
 
-def test_controller_plane_in_the_experiment_file(tmp_path) -> None:
-    from testbed.experiment.config import ExperimentError, load_experiment
+def test_controller_plane_in_the_experiment_file(tmp_path: Path) -> None:
+    from testbed.experiment.config import load_experiment
+    from workloads.errors import WorkloadConfigError
 
-    text = open("examples/tiny.yaml").read()
+    text = Path("examples/tiny.yaml").read_text()
     path = tmp_path / "t.yaml"
     path.write_text(text + "controller:\n  plane: rotor\n  rotor_slot_ms: 200\n")
     cfg = load_experiment(path)
     assert (cfg.plane, cfg.rotor_slot_ms, cfg.packet_switched) == ("rotor", 200.0, True)
     path.write_text(text + "controller:\n  plane: sirius\n")
-    with pytest.raises(ExperimentError, match="controller.plane.*opus, static, rotor"):
+    with pytest.raises(WorkloadConfigError, match=r"controller\.plane.*opus, static, rotor"):
         load_experiment(path)
