@@ -84,7 +84,7 @@ class PlaneSimulation(PlanSimulation):
         self.stats: dict[str, float] = {"relayed_bytes": 0.0, "direct_bytes": 0.0,
                                         "wait_s": 0.0, "slots": 0, "pieces": 0}
         self.rotor: RotorSchedule | None = None
-        self._lit = True
+        self._circuits_lit = True
         self._ticking = False
         self._slot = -1
         if plane == STATIC:
@@ -131,7 +131,7 @@ class PlaneSimulation(PlanSimulation):
 
     def _path(self, a: int, b: int) -> list[Hop] | None:
         s, t = a // self.gpus, b // self.gpus
-        if not self._lit:
+        if not self._circuits_lit:
             return None
         key = (self._config_id, t)
         dist = self._dist.get(key)
@@ -159,16 +159,16 @@ class PlaneSimulation(PlanSimulation):
         slot = max(rotor.slot_at(self.now), self._slot + 1)
         self._rotor_config(slot)
         if self.now < rotor.light_s(slot):
-            self._lit = False
+            self._circuits_lit = False
             self._at(rotor.light_s(slot), self._light, slot)
         else:
-            self._lit = True
+            self._circuits_lit = True
             self._at(max(self.now, rotor.start_s(slot + 1)), self._dark, slot + 1)
 
     def _dark(self, slot: int) -> None:
         """Slot ``slot`` starts: every circuit goes dark; open transfers pause."""
         assert self.rotor is not None
-        self._lit = False
+        self._circuits_lit = False
         for flow, ports in self._ports.items():
             self._account(flow)
             flow.token += 1  # its scheduled end no longer holds
@@ -186,7 +186,7 @@ class PlaneSimulation(PlanSimulation):
     def _light(self, slot: int) -> None:
         """Slot ``slot``'s circuits light: waiting transfers take them if they can."""
         assert self.rotor is not None
-        self._lit = True
+        self._circuits_lit = True
         parked = self._parked
         self._parked = {}
         placed: list[Port] = []
@@ -218,7 +218,7 @@ class PlaneSimulation(PlanSimulation):
         """Put ``flow``'s next piece on ``path``'s ports; returns them (rated unless not
         ``rerate``: the caller rates a batch at once)."""
         a, b = flow.call.rank.rank, flow.peer
-        self.checks.hops(self._config, path, self._lit, self.now, a, b)
+        self.checks.hops(self._config, path, self._circuits_lit, self.now, a, b)
         ports: list[Port] = []
         for sw, u, v in path:
             ports.append(self._egress(u, sw))
