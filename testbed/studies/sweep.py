@@ -113,7 +113,7 @@ def point_dir(out: Path, point: Point, tagged: bool = False) -> Path:
     semantics, mode, delay_ms = point
     if mode == "baseline":
         return out / "baseline"
-    return out / (f"{semantics}-" * tagged + f"{mode}-{delay_ms:g}ms")
+    return out / (f"{semantics}-" * (tagged and bool(semantics)) + f"{mode}-{delay_ms:g}ms")
 
 
 def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
