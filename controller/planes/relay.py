@@ -6,7 +6,8 @@ server ``v``'s. Between hops the bytes cross a relay server's scale-up domain (f
 the next hop's switch, as a GPU forwarding for another (TopoOpt's host-based forwarding; one
 RotorLB hop for the rotor). :func:`route` picks a shortest path, hop by hop the least-loaded
 circuit that stays on a shortest path: a direct circuit when there is one, else the fewest relays
-(at most ``max_hops - 1``).
+(at most ``max_hops - 1``). :func:`rotor_route` is the rotor's choice within a slot, after
+RotorLB: the direct circuit by default, one relay hop when it has spare capacity.
 """
 
 from __future__ import annotations
@@ -68,4 +69,33 @@ def route(adj: Adjacency, s: int, t: int, load: Callable[[Switch, int, int], int
         assert best is not None  # dist[u] > 0 has a neighbour one hop nearer
         path.append((best[2], u, best[3]))
         u = best[3]
+    return path
+
+
+def rotor_route(adj: Adjacency, s: int, t: int, load: Callable[[Switch, int, int], int]
+                ) -> list[Hop] | None:
+    """The rotor's path from ``s`` to ``t`` in the current slot, after RotorLB (Mellette et al.,
+    SIGCOMM'17: one hop by default, two when there is spare capacity): among the direct circuits
+    and the one-relay paths, the one whose busiest hop carries the fewest flows; a tie goes to
+    the direct circuit, then to the first in switch order. None if neither exists."""
+    if s == t:
+        raise ValueError(f"no route from server {s} to itself: traffic inside a server is on the "
+                         "scale-up domain")
+    best: tuple[int, int, int] | None = None  # (busiest hop's load, hops, order)
+    path: list[Hop] | None = None
+    order = 0
+    for sw1, m in adj.get(s, ()):
+        l1 = load(sw1, s, m)
+        if m == t:
+            key = (l1, 1, order)
+            if best is None or key < best:
+                best, path = key, [(sw1, s, t)]
+            order += 1
+            continue
+        for sw2, v in adj.get(m, ()):
+            if v == t:
+                key = (max(l1, load(sw2, m, t)), 2, order)
+                if best is None or key < best:
+                    best, path = key, [(sw1, s, m), (sw2, m, t)]
+                order += 1
     return path

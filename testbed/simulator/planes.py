@@ -14,9 +14,11 @@ goes. It overrides only how a flow is placed on ports, rated and finished:
   never changes (no dark time); every transfer is placed when it starts;
 * **rotor** (:mod:`controller.planes.rotor`): at every slot start all circuits go dark for the
   switching delay: every transfer in progress pauses (its bits so far are kept) and resumes when
-  the slot lights, on a direct circuit of the new slot or one relay hop (at most 2 hops); a
-  transfer with neither waits for a later slot. A transfer thus spans slots. The rotor's clock
-  runs whatever the traffic; the engine only processes its slots while transfers are open.
+  the slot lights, on a direct circuit of the new slot or one relay hop, whichever has the
+  less loaded busiest hop (RotorLB: direct by default, two hops over spare capacity,
+  :func:`controller.planes.relay.rotor_route`); a transfer with neither waits for a later
+  slot. A transfer thus spans slots. The rotor's clock runs whatever the traffic; the engine
+  only processes its slots while transfers are open.
 
 Checks: :mod:`testbed.simulator.planecheck`. Figures beside the run's summary:
 :meth:`PlaneSimulation.plane_summary`.
@@ -29,7 +31,14 @@ from typing import Any
 
 from controller.job import JobSpec
 from controller.planes import ROTOR, STATIC, Matching, Switch, check_plane, switches
-from controller.planes.relay import Adjacency, Hop, adjacency, distances_to, route
+from controller.planes.relay import (
+    Adjacency,
+    Hop,
+    adjacency,
+    distances_to,
+    rotor_route,
+    route,
+)
 from controller.planes.rotor import RotorSchedule
 from controller.planes.static import static_topology, unreachable
 from testbed.plan.replay import PlanOp
@@ -133,12 +142,13 @@ class PlaneSimulation(PlanSimulation):
         s, t = a // self.gpus, b // self.gpus
         if not self._circuits_lit:
             return None
+        if self.plane == ROTOR:
+            return rotor_route(self._adj, s, t, self._load)
         key = (self._config_id, t)
         dist = self._dist.get(key)
         if dist is None:
             dist = self._dist[key] = distances_to(self._adj, t)
-        return route(self._adj, s, t, self._load,
-                     max_hops=2 if self.plane == ROTOR else None, dist=dist)
+        return route(self._adj, s, t, self._load, dist=dist)
 
     # ------------------------------------------------------------- rotor clock
 

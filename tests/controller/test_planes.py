@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from controller.planes import check_matching, check_plane, switches
-from controller.planes.relay import adjacency, route
+from controller.planes.relay import adjacency, rotor_route, route
 from controller.planes.rotor import RotorSchedule, default_slot_s, round_robin
 from controller.planes.static import static_topology, unreachable
 
@@ -93,3 +93,14 @@ def test_route_prefers_direct_then_least_loaded_relay() -> None:
     assert route(adj, 0, 2, lambda *_: 0, max_hops=1) is None
     with pytest.raises(ValueError, match="scale-up"):
         route(adj, 2, 2, lambda *_: 0)
+
+
+def test_rotor_route_is_direct_unless_a_relay_has_spare_capacity() -> None:
+    config = {(0, 0): {0: 1, 1: 0, 2: 3, 3: 2}, (1, 0): {1: 2, 2: 1, 0: 3, 3: 0},
+              (2, 0): {0: 2, 2: 0, 1: 3, 3: 1}}
+    adj = adjacency(config)
+    assert rotor_route(adj, 0, 1, lambda *_: 0) == [((0, 0), 0, 1)]  # a tie: direct
+    busy = {((0, 0), 0, 1): 2}
+    path = rotor_route(adj, 0, 1, lambda sw, u, v: busy.get((sw, u, v), 0))
+    assert path is not None and len(path) == 2  # the direct circuit is loaded: two idle hops
+    assert rotor_route(adjacency({(0, 0): {0: 1, 1: 0}}), 2, 3, lambda *_: 0) is None
