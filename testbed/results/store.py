@@ -189,7 +189,8 @@ def render_sweep(sweep_dir: Path) -> list[Path]:
         str(meta.get("name", sweep_dir.name)), str(meta.get("backend", "?")),
         meta.get("semantics") or sorted({str(r.get("semantics")) for r in rows
                                          if r.get("semantics")}),
-        meta.get("modes") or list(dict.fromkeys(str(r["mode"]) for r in rows)),
+        (meta.get("modes") if meta.get("planes", ["opus"]) == ["opus"] else None)  # issue 40
+        or list(dict.fromkeys(str(r["mode"]) for r in rows)),
         meta.get("delays_ms") or sorted({float(r["delay_ms"]) for r in rows}))
     plots.sweep_plot(rows, path, title, families=meta.get("families", ()),
                      reference=meta.get("reference"))
