@@ -19,13 +19,13 @@ the last completed iteration, which is what a job moved to a new rack must at le
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from controller import stats
 from testbed.errors import RunError, Say, say_stderr
 from testbed.experiment.config import EMULATOR, ExperimentConfig, load_experiment
 from testbed.experiment.prepare import prepare
@@ -34,12 +34,9 @@ CONFIG = Path(__file__).resolve().parents[2] / "examples" / "failover-16.yaml"
 LUMION_RECOVERY_S = 1.0
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+def percentile(values: list[float], p: float) -> float | None:
+    """:func:`controller.stats.percentile` (``p`` in 0..100); None for no values."""
+    return stats.percentile(values, p) if values else None
 
 
 def recovery_figures(summary: dict[str, Any], delay_ms: float) -> dict[str, Any]:

@@ -25,13 +25,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from controller.stats import percentiles
+
 
 def _quantiles_ms(values_s: list[float]) -> dict[str, float] | None:
+    """p50, p90 (:func:`controller.stats.percentile`), max and count, in ms; None for none."""
     if not values_s:
         return None
-    ms = sorted(v * 1e3 for v in values_s)
-    return {"p50": ms[len(ms) // 2], "p90": ms[min(len(ms) - 1, int(0.9 * len(ms)))],
-            "max": ms[-1], "n": len(ms)}
+    ms = [v * 1e3 for v in values_s]
+    p50, p90 = percentiles(ms, (50, 90))
+    return {"p50": p50, "p90": p90, "max": max(ms), "n": len(ms)}
 
 
 def compute_overshoots_s(records: Iterable[dict[str, Any]], durations_s: dict[int, float]
