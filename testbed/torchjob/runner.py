@@ -57,6 +57,7 @@ from testbed.emulated.runner import (
 )
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
+from testbed.plan.rankplan import Peer, RankPlan, TorchPart
 from testbed.results import store
 from testbed.torchjob.config import TorchExperiment
 from testbed.torchjob.groups import GroupError, observed_groups, rail_groups
@@ -189,20 +190,23 @@ def _launcher_args(prep: TorchPrepared, out: Path, rank: int, peers: dict[int, t
     def sock(r: int) -> str:
         return str(scale_up_dir / f"r{r}.sock")
 
-    reach = {str(r): sock(r) if r // gpus == rank // gpus and r != rank else list(address)
-             for r, address in peers.items()}
-    plan = {"rank": rank, "world_size": exp.world_size, "gpus_per_server": gpus,
-            "master_addr": master[0], "master_port": master[1],
-            "listen": [list(peers[rank])] + ([sock(rank)] if gpus > 1 else []),
-            "peers": reach, "endpoint": endpoint,
-            "job": "train", "ack_timeout_s": exp.ack_timeout_s,
-            "io_timeout_s": exp.ack_timeout_s, "records": str(ranks_dir / f"rank{rank}.jsonl"),
-            "log": str(ranks_dir / f"rank{rank}.log"), "script": str(exp.torch.script),
-            "args": exp.torch.argv(steps=exp.total_iterations, seed=exp.seed),
-            "axes": exp.torch.axes, "gloo_ifname": gloo_ifname,
-            "scale_up_dir": str(scale_up_dir)}
+    reach: dict[int, Peer] = {r: sock(r) if r // gpus == rank // gpus and r != rank
+                              else address for r, address in peers.items()}
+    plan = RankPlan(
+        rank=rank, job="train", endpoint=endpoint, peers=reach,
+        records=str(ranks_dir / f"rank{rank}.jsonl"), ack_timeout_s=exp.ack_timeout_s,
+        io_timeout_s=exp.ack_timeout_s,
+        torch=TorchPart(
+            world_size=exp.world_size, gpus_per_server=gpus, master_addr=master[0],
+            master_port=master[1],
+            listen=(peers[rank], *([sock(rank)] if gpus > 1 else [])),
+            log=str(ranks_dir / f"rank{rank}.log"), script=str(exp.torch.script),
+            args=tuple(str(a) for a in exp.torch.argv(steps=exp.total_iterations,
+                                                      seed=exp.seed)),
+            axes=dict(exp.torch.axes), gloo_ifname=gloo_ifname,
+            scale_up_dir=str(scale_up_dir)))
     path = ranks_dir / f"rank{rank}.plan.json"
-    path.write_text(json.dumps(plan, indent=1))
+    path.write_text(json.dumps(plan.to_json(), indent=1))
     return [sys.executable, "-m", "testbed.torchjob.launcher", str(path)]
 
 
