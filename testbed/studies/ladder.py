@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.railstate import JOIN, PORT_EXACT
+from testbed.backends import SIM
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.degraded import RESTS_ON, as_list, degraded_labels, degraded_runs, union
@@ -321,7 +322,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
             rows = rebase_rows(written, base, summary, label) if base else []
             base_on = degraded_labels([(label, summary)])
         else:
-            rows = in_rung(run_sweep(variant, delays_ms, modes, out / rung.name, "sim",
+            rows = in_rung(run_sweep(variant, delays_ms, modes, out / rung.name, SIM,
                                      workers, lambda _m: None, semantics=[variant.semantics]),
                            rung.name)
             runs += [(r["point"], r) for r in rows]

@@ -56,6 +56,7 @@ from testbed.emulated.runner import (
     spec_ports,
 )
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
+from testbed.experiment.backends import TIME_DILATION, TORCH, backend_spec
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.rankplan import Peer, RankPlan, TorchPart
 from testbed.results import store
@@ -87,12 +88,10 @@ class TorchPrepared:
 def prepare_torch(exp: TorchExperiment, *, check_capacity: bool = True) -> TorchPrepared:
     """Check what the run needs; raises :class:`RunRefused` (nothing started) if it can't run.
     A job's time dilation is 1 (``auto``'s pick here): its compute is real."""
-    if exp.time_dilation not in ("auto", 1, 1.0):
-        raise RunRefused(f"{exp.source}: run.time_dilation is {exp.time_dilation:g}, but a "
-                         "PyTorch job's compute runs on the CPU at its own speed and cannot be "
-                         "stretched by the factor, so its figures would mix model and wall "
-                         "time; use time_dilation: 1 (or auto) for a torch job, or replay its "
-                         "capture (replay.yaml) dilated")
+    reason = backend_spec(TORCH).refusal(TIME_DILATION)
+    if exp.time_dilation not in ("auto", 1, 1.0) and reason is not None:
+        raise RunRefused(f"{exp.source}: run.time_dilation is {exp.time_dilation:g}, but "
+                         f"{reason}")
     if importlib.util.find_spec("torch") is None:
         raise RunRefused(f"{exp.source}: the workload is a PyTorch script, but torch is not "
                          f"installed for {sys.executable}; install it: {INSTALL_HINT}")
