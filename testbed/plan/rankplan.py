@@ -6,7 +6,10 @@ Pure data with its JSON form, read and written on both sides of the process boun
   :class:`RankPlan` (with :class:`ReplayPart`) and a standby spare's :class:`StandbyPlan`; the
   rank process (:mod:`testbed.emulated.replayer`) reads either with :func:`load_plan`;
 * the torch runner (:mod:`testbed.torchjob.runner`) writes a torch rank's :class:`RankPlan`
-  (with :class:`TorchPart`); its launcher (:mod:`testbed.torchjob.launcher`) reads it.
+  (with :class:`TorchPart`); its launcher (:mod:`testbed.torchjob.launcher`) reads it;
+* the sim backend, which starts no rank process, keeps each rank's :class:`PlanRecord` (rank,
+  iterations, ops) in its results; the results' readers (:mod:`testbed.studies.crossval`,
+  :mod:`testbed.results.rankcompare`) take either form through :func:`plan_record`.
 
 The JSON form is one flat object: the fields every rank process has (``rank``, ``job``,
 ``endpoint``, ``peers``, ``records``, ``ack_timeout_s``, ``io_timeout_s``, ``time_dilation``,
@@ -194,6 +197,37 @@ class StandbyPlan:
                 ([f"unknown key(s) {', '.join(unknown)}"] if unknown else [])
                 + ([f"missing key(s) {', '.join(missing)}"] if missing else [])))
         return cls(str(d["records"]), dict(d["failover"]))
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """What a results directory keeps of a rank's plan where no rank process ran it (the sim
+    backend writes it as ``ranks/rank<R>.plan.json``): its rank, iterations and ops."""
+
+    rank: int
+    iterations: int
+    ops: tuple[PlanOp, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "iterations": self.iterations,
+                "ops": [op.to_json() for op in self.ops]}
+
+
+def plan_record(d: Mapping[str, Any], source: str = "rank plan") -> PlanRecord | None:
+    """The rank, iterations and ops of a results directory's plan file: a replayed rank's
+    :class:`RankPlan` or the sim backend's :class:`PlanRecord`; None for a plan with no ops (a
+    torch rank's or a standby spare's). :class:`RankPlanError` names ``source`` and the key."""
+    if set(d) == {"rank", "iterations", "ops"}:
+        try:
+            return PlanRecord(int(d["rank"]), int(d["iterations"]),
+                              tuple(PlanOp.from_json(o) for o in d["ops"]))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            raise RankPlanError(f"{source}: a value of the wrong kind ({type(exc).__name__}: "
+                                f"{exc})") from exc
+    plan = load_plan(d, source)
+    if not isinstance(plan, RankPlan) or plan.replay is None:
+        return None
+    return PlanRecord(plan.rank, plan.replay.iterations, plan.replay.ops)
 
 
 def load_plan(d: Mapping[str, Any], source: str = "rank plan") -> RankPlan | StandbyPlan:

@@ -16,6 +16,7 @@ from controller.job import JobError, rail_job_ports
 from testbed.errors import RunError, Say, require_empty_dir, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared, prepare
+from testbed.plan.rankplan import PlanRecord
 from testbed.results import store
 from testbed.results.summary import Observed, finish_run
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
@@ -124,9 +125,8 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         by_rank[int(rec["rank"])].append(json.dumps(rec, separators=(",", ":")))
     for r, lines in by_rank.items():
         (out / "ranks" / f"rank{r}.jsonl").write_text("".join(x + "\n" for x in lines))
-        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(
-            {"rank": r, "iterations": cfg.total_iterations,
-             "ops": [op.to_json() for op in plan.programs[r]]}))
+        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(PlanRecord(
+            r, cfg.total_iterations, tuple(plan.programs[r])).to_json()))
     cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
     return finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
                              num_rails=rails,

@@ -82,7 +82,7 @@ def test_a_refusal_names_the_file_and_the_reason() -> None:
 def test_resolve_refuses_what_the_file_asks_for_and_the_backend_cannot_run() -> None:
     cfg = parse_experiment(TINY + "artifact_protocol:\n  port: 0\n")
     assert resolve(cfg, EMU).name == EMU
-    with pytest.raises(RunRefused, match="artifact_protocol.*the sim backend has no such ranks"):
+    with pytest.raises(RunRefused, match=r"artifact_protocol.*the sim backend has no such ranks"):
         resolve(cfg, SIM)
     with pytest.raises(RunRefused, match="chosen by the experiment file"):
         resolve(parse_experiment(TINY), TORCH)

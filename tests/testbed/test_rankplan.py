@@ -11,12 +11,14 @@ import pytest
 from testbed.emulated.replayer import read_plan
 from testbed.plan.rankplan import (
     MIN_IO_TIMEOUT_S,
+    PlanRecord,
     RankPlan,
     RankPlanError,
     ReplayPart,
     StandbyPlan,
     TorchPart,
     load_plan,
+    plan_record,
     replay_io_timeout_s,
 )
 from testbed.plan.replay import PlanOp, Step
@@ -97,7 +99,7 @@ def test_a_value_of_the_wrong_kind_is_an_error() -> None:
 
 
 def test_a_plan_runs_a_replay_or_a_torch_script() -> None:
-    with pytest.raises(RankPlanError, match="exactly one.*neither"):
+    with pytest.raises(RankPlanError, match=r"exactly one.*neither"):
         RankPlan(0, "train", None, {}, "/r", 1.0, 1.0)
 
 
@@ -113,3 +115,16 @@ def test_the_replayer_reads_a_file_and_names_it_in_errors(tmp_path: Path) -> Non
     bad.write_text(json.dumps({k: v for k, v in replay_plan().to_json().items() if k != "job"}))
     with pytest.raises(RankPlanError, match=f"{bad}: .*missing key.*job"):
         read_plan(str(bad))
+
+
+def test_the_results_readers_take_a_replayed_ranks_plan_or_the_sims_record() -> None:
+    part = replay_plan().replay
+    assert part is not None
+    record = PlanRecord(3, 5, part.ops)  # the sim backend's, which starts no rank process
+    assert plan_record(json.loads(json.dumps(record.to_json()))) == record
+    from_rank = plan_record(replay_plan().to_json())
+    assert from_rank is not None and from_rank.ops == record.ops and from_rank.iterations == 5
+    assert plan_record(torch_plan().to_json()) is None  # a torch rank has no ops
+    assert plan_record(StandbyPlan("/r/s.jsonl", {}).to_json()) is None
+    with pytest.raises(RankPlanError, match=r"f\.json: a value of the wrong kind"):
+        plan_record({"rank": "x", "iterations": 1, "ops": []}, "f.json")
