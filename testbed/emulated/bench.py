@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.backends import SIM, resolve
+from testbed.backends import EMU, SIM, resolve
 from testbed.errors import RunError, Say, say_stderr
 from testbed.experiment.config import EMULATOR, ExperimentConfig, load_experiment
 
@@ -83,7 +83,7 @@ def _run(cfg: ExperimentConfig, out: Path, backend: str, say: Say) -> dict[str, 
 
 
 def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.0, 25.0, 100.0),
-                       *, no_spares_delay_ms: float | None = 25.0, backend: str = "emu",
+                       *, no_spares_delay_ms: float | None = 25.0, backend: str = EMU,
                        work_dir: Path | None = None, say: Say = say_stderr,
                        costs: str | None = None) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); returns the JSON-ready result.

@@ -196,7 +196,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
     manifest = store.start_manifest(
-        out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        out, EMU, cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
         modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares),
         rank_processes=cfg.rank_processes, time_dilation=k, wall_link_mbps=wall_mbps,

@@ -336,7 +336,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
         say("  " + progress_text(results[-1]))
     rungs_out = with_deltas(results)
     rests_on = ladder_rests_on(rungs_out)
-    ladder = {"name": cfg.name, "source": cfg.source, "backend": "sim",
+    ladder = {"name": cfg.name, "source": cfg.source, "backend": SIM,
               "delays_ms": delays_ms, "modes": modes, "rungs": rungs_out,
               RESTS_ON: rests_on,
               "degraded_runs": degraded_runs((x, s) for x, s in runs if x in rests_on),

@@ -56,7 +56,7 @@ from testbed.emulated.runner import (
     spec_ports,
 )
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
-from testbed.experiment.backends import TIME_DILATION, TORCH, backend_spec
+from testbed.experiment.backends import EMU, TIME_DILATION, TORCH, backend_spec
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
 from testbed.plan.rankplan import Peer, RankPlan, TorchPart
 from testbed.results import store
@@ -131,7 +131,7 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
                          "it; the rails were not started)") from exc
     (out / "ranks").mkdir(exist_ok=True)
     manifest = store.start_manifest(
-        out, "emu", {**exp.to_json(), "script": str(exp.torch.script),
+        out, EMU, {**exp.to_json(), "script": str(exp.torch.script),
                      "args": exp.torch.argv(steps=steps, seed=exp.seed)},
         link_mbps=prep.link_mbps, scale=1.0, world_size=exp.world_size, rails=spec.num_rails,
         modeled_iteration_s=None, job=job.to_json())
