@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.stats import percentiles
+from testbed.plan.rankplan import plan_record
 
 
 def _quantiles_ms(values_s: list[float]) -> dict[str, float] | None:
@@ -132,10 +133,10 @@ def load_run(out: Path) -> dict[str, Any]:
     durations: dict[int, dict[int, float]] = {}
     for rank in ranks:
         plan_path = out / "ranks" / f"rank{rank}.plan.json"
-        if plan_path.exists():
-            ops = json.loads(plan_path.read_text())["ops"]
-            durations[rank] = {int(op["i"]): float(op["duration_s"]) for op in ops
-                               if "duration_s" in op}
+        plan = (plan_record(json.loads(plan_path.read_text()), str(plan_path))
+                if plan_path.exists() else None)
+        if plan is not None:
+            durations[rank] = {op.index: op.duration_s for op in plan.ops if not op.is_call}
     timing = run_timing(ranks, launch.get("t_start"), durations)
     return {"dir": str(out), "rank_processes": manifest.get("rank_processes", "rank"),
             "processes": launch.get("processes"),
