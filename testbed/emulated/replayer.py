@@ -74,6 +74,7 @@ from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
+from testbed.metrics import tcpstats
 from testbed.plan.rankplan import RankPlan, RankPlanError, ReplayPart, StandbyPlan, load_plan
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.requestpoints import lane_positions, predicted_call
@@ -545,15 +546,17 @@ class Replayer:
             artifact.connection()
         if self._gated(ep):
             self._pass_gate(ep, [name for name in lanes if name != COMPUTE_LANE])
+        tcp_at_start = tcpstats.read()
         threads = [threading.Thread(target=self._lane, args=(ep, name, ops), daemon=True,
                                     name=f"lane-{name}") for name, ops in lanes.items()]
         for t in threads:
             t.start()
         if ep.number == 0:
-            self.emit(ev="started", t=time.time(), lanes=list(lanes))
+            self.emit(ev="started", t=time.time(), lanes=list(lanes), tcp=tcp_at_start)
         else:
             self.emit(ev="resumed", t=time.time(), epoch=ep.number, it=ep.start,
-                      host=self.failover.get("host") if self.failover else None)
+                      host=self.failover.get("host") if self.failover else None,
+                      tcp=tcp_at_start)
         try:
             for it in range(ep.start, self.iterations):
                 self._iteration_faults(it)
@@ -563,8 +566,9 @@ class Replayer:
                 ep.go[it].set()
                 for op in self.ops:
                     self._wait(ep, ep.done[(it, op.index)])
-                self.emit(ev="iteration", it=it, t_start=t_start, t_end=time.time(),
-                          **self._epoch_fields(ep))
+                t_end = time.time()
+                self.emit(ev="iteration", it=it, t_start=t_start, t_end=t_end,
+                          tcp=tcpstats.read(), **self._epoch_fields(ep))
         except Abort:
             pass
         for t in threads:

@@ -17,6 +17,7 @@ from emulator.cpuquota import quota_text
 from testbed.experiment.backends import EMU, backend_spec
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics import tcpstats
 from testbed.metrics.callcost import CallCostBound, call_cost_bound, overhead_effect_pts
 from testbed.metrics.callcost import overhead_exceeded as call_overhead_exceeded
 from testbed.metrics.compute import (
@@ -89,7 +90,9 @@ class Observed:
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
                  modeled_iteration_s: float | None = None,
-                 call_cost: CallCostBound | None = None) -> RunEvidence:
+                 call_cost: CallCostBound | None = None,
+                 tcp_timers: Mapping[str, Any] | None = None,
+                 time_dilation: float = 1.0) -> RunEvidence:
     """What the run's verdict rests on (:func:`~testbed.metrics.fidelity.judge`), from what
     was observed and the metrics. Only switches inside the measured iterations (``windows``)
     bear on the figures; the late light among them counts where some collective waited on
@@ -109,7 +112,8 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
                        bound, seen.quota, s.get("iteration_time_s"), expected,
                        wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
                        wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else (),
-                       call_cost=call_cost)
+                       call_cost=call_cost,
+                       tcp_stall=tcpstats.stall_fault(tcp_timers, time_dilation))
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
@@ -139,7 +143,10 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                                   scale=prep.scale, iteration_s=s.get("iteration_time_s"),
                                   events=events)
                   if spec.clock == "wall" else None)
-    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs)
+    tcp_timers = (tcpstats.iteration_counts(records, cfg.warmup) if spec.clock == "wall"
+                  else None)
+    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs,
+                            tcp_timers, k)
     bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
     verdict = judge(evidence) if spec.judged else SIMULATED
@@ -169,6 +176,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "profile_mismatches": sum(int(r.get("profile_mismatches", 0)) for r in records
                                          if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    if tcp_timers is not None:
+        summary["tcp_timers"] = tcp_timers
     gate = gate_summary(records)
     if gate is not None:
         summary["start_gate"] = gate

@@ -56,12 +56,16 @@ class Outcome:
 def shared_dilation(cfg: ExperimentConfig, backend: str, say: Say) -> ExperimentConfig:
     """``cfg`` with ``auto`` time dilation resolved for its own (OCS) run, so that the runs
     set against each other (its baseline, a demo's rows) share the factor: their per-call
-    costs are then alike in model time. Unchanged off the emulator or with a set factor."""
+    costs are then alike in model time. With a baseline, the verdict bounds late light's share
+    of the overhead, so ``auto`` predicts it from the fabric's simulation
+    (:func:`testbed.studies.predict.fabric_overhead`). Unchanged off the emulator or with a set
+    factor."""
     if not get_backend(backend).spec.dilates or cfg.time_dilation != AUTO:
         return cfg
     from testbed.experiment.prepare import prepare
+    from testbed.studies.predict import fabric_overhead
 
-    prep = prepare(cfg)
+    prep = prepare(cfg, predict_overhead=fabric_overhead)
     if prep.dilation is not None:
         say(f"{cfg.name}: {prep.dilation.text()}; its baseline runs at it too")
     return cfg.replace(time_dilation=prep.time_dilation)

@@ -147,11 +147,12 @@ def sweep_dilation(cfg: ExperimentConfig, points: Sequence[Point], say: Say
         return cfg
     from testbed.errors import RunError
     from testbed.experiment.prepare import prepare
+    from testbed.studies.predict import fabric_overhead
 
     picks: list[tuple[float, str]] = []
     for p in points:
         try:
-            prep = prepare(_point_config(cfg, p))
+            prep = prepare(_point_config(cfg, p), predict_overhead=fabric_overhead)
         except RunError:
             continue  # the point refuses when it runs, with its reason
         if prep.dilation is not None:
