@@ -1,0 +1,81 @@
+"""Every example experiment loads to the settings it gave before the config schema (issue 39).
+
+``fixtures/example_settings.json`` was written by :func:`snapshot` on main before the schema
+replaced the hand-written parser (``python -m tests.testbed.test_example_settings`` rewrites it:
+do so only for a change of settings that is meant). Options added since are listed in
+:data:`ADDED` with the value every example must have (their default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.experiment.config import load_experiment
+from testbed.torchjob.config import is_torch_experiment, load_torch_experiment
+from workloads.errors import WorkloadConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).with_name("fixtures") / "example_settings.json"
+#: settings fields added after the snapshot -> (field value, to_json key or None, its value)
+ADDED: dict[str, Any] = {}
+
+
+def _examples() -> list[Path]:
+    return sorted((ROOT / "examples").rglob("*.yaml"))
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    """Every settings field (repr, the root folder as ``<ROOT>``) and ``to_json()`` of the
+    example at ``path``, or the error it gives."""
+    rel = path.relative_to(ROOT)
+    try:
+        cfg = (load_torch_experiment(rel) if is_torch_experiment(rel) else load_experiment(rel))
+    except WorkloadConfigError as exc:
+        return {"error": str(exc)}
+    fields = {f.name: repr(getattr(cfg, f.name)).replace(str(ROOT), "<ROOT>")
+              for f in dataclasses.fields(cfg) if f.name != "text"}
+    as_json = json.loads(json.dumps(cfg.to_json(), default=repr).replace(str(ROOT), "<ROOT>"))
+    return {"fields": fields, "to_json": as_json}
+
+
+def snapshot() -> dict[str, Any]:
+    """The settings of every example, by path relative to the repository."""
+    return {str(p.relative_to(ROOT)): _settings(p) for p in _examples()}
+
+
+EXPECTED: dict[str, Any] = json.loads(FIXTURE.read_text())
+
+
+def test_every_example_is_in_the_snapshot() -> None:
+    assert sorted(EXPECTED) == [str(p.relative_to(ROOT)) for p in _examples()]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_loads_to_the_same_settings(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # sources are relative paths, as the snapshot's
+    got = _settings(ROOT / name)
+    want = EXPECTED[name]
+    if "error" in want:
+        assert got == want
+        return
+    extra = {k: got["fields"].pop(k) for k in list(got["fields"]) if k in ADDED}
+    assert got["fields"] == want["fields"]
+    assert extra == {k: repr(v[0]) for k, v in ADDED.items() if k in extra}
+    for _value, json_key, json_value in ADDED.values():
+        if json_key is not None:
+            assert got["to_json"].pop(json_key) == json_value
+    assert got["to_json"] == want["to_json"]
+
+
+if __name__ == "__main__":
+    import os
+
+    os.chdir(ROOT)
+    FIXTURE.write_text(json.dumps(snapshot(), indent=1, sort_keys=True) + "\n")
+    sys.exit(0)
