@@ -113,16 +113,12 @@ from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import (
     WorkloadSource,
-    _Doc,
-    _load_file,
-    _mapping,
-    _typed,
-    _validated,
     calibrated,
     parse_workload_source,
 )
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel
+from workloads.yamldoc import YamlDoc, load_file
 
 MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
 OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points",
@@ -446,34 +442,34 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
     workload = parse_workload_source(text, source, base_dir)
-    doc = _Doc(text, source)
-    top = _mapping(doc, doc.root, "", None)
+    doc = YamlDoc(text, source)
+    top = doc.mapping(doc.root, "", None)
     kwargs = run_settings(doc, top, text)
     kwargs["workload"] = workload.config
     if workload.schedule_file is not None:
         kwargs["schedule_file"] = str(workload.schedule_file)
     _parse_failover(doc, top, kwargs)
-    cfg = _validated(doc, ExperimentConfig(**kwargs))
+    cfg = doc.validated(ExperimentConfig(**kwargs))
     if cfg.workload.calibrate_step_s is None:
         return cfg
     return dataclasses.replace(cfg, workload=calibrated(doc, cfg.workload, cfg.timing_model))
 
 
-def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
+def run_settings(doc: YamlDoc, top: dict[str, Any], text: str) -> dict[str, Any]:
     """The :class:`RunSettings` fields of experiment document ``doc`` (``name``, ``mode``,
     ``ocs``, ``network``, ``run``), checked with their positions."""
     source = doc.source
     kwargs: dict[str, Any] = {"source": source, "text": text}
     if "name" in top:
-        kwargs["name"] = _typed(doc, top["name"], "name", str)
+        kwargs["name"] = doc.typed(top["name"], "name", str)
     else:
         kwargs["name"] = Path(source).stem if source != "<string>" else "experiment"
     if "mode" in top:
-        mode = _typed(doc, top["mode"], "mode", str)
+        mode = doc.typed(top["mode"], "mode", str)
         if mode not in MODES:
             raise doc.error("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
         kwargs["mode"] = mode
-    ocs = _mapping(doc, top.get("ocs", {}), "ocs", OCS_KEYS)
+    ocs = doc.mapping(top.get("ocs", {}), "ocs", OCS_KEYS)
     if "switching_delay" in ocs:
         value = ocs["switching_delay"]
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -485,48 +481,48 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
             raise doc.error("ocs.switching_delay", str(exc)) from exc
         kwargs["switching_delay"] = float(value) if not isinstance(value, str) else value
     if "ports_per_rank" in ocs:
-        kwargs["ports_per_rank"] = _typed(doc, ocs["ports_per_rank"], "ocs.ports_per_rank", int)
+        kwargs["ports_per_rank"] = doc.typed(ocs["ports_per_rank"], "ocs.ports_per_rank", int)
     if "driver" in ocs:
-        driver = _typed(doc, ocs["driver"], "ocs.driver", str)
+        driver = doc.typed(ocs["driver"], "ocs.driver", str)
         if driver not in DRIVERS:
             raise doc.error("ocs.driver", f"must be one of {', '.join(DRIVERS)}, got {driver!r}")
         kwargs["driver"] = driver
     for key in ("semantics", "request_points", "rail_state_inflight"):
         if key in ocs:
-            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", str)
+            kwargs[key] = doc.typed(ocs[key], f"ocs.{key}", str)
     if "rail_state_ack_timeout_s" in ocs:
         value = ocs["rail_state_ack_timeout_s"]
-        kwargs["rail_state_ack_timeout_s"] = (None if value is None else _typed(
-            doc, value, "ocs.rail_state_ack_timeout_s", float))
+        kwargs["rail_state_ack_timeout_s"] = (None if value is None else doc.typed(
+            value, "ocs.rail_state_ack_timeout_s", float))
         if value is not None and value <= 0:
             raise doc.error("ocs.rail_state_ack_timeout_s", "must be a positive number of "
                             f"seconds or null (wait for the light), got {value!r}")
     for key in ("rail_state_serialize_per_rank", "rail_state_phase_barrier"):
         if key in ocs:
-            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", bool)
+            kwargs[key] = doc.typed(ocs[key], f"ocs.{key}", bool)
     kwargs["ocs_options"] = {k: v for k, v in ocs.items()
                              if k not in ("switching_delay", "ports_per_rank", "driver",
                                           "semantics", "request_points",
                                           "rail_state_inflight", "rail_state_ack_timeout_s",
                                           "rail_state_serialize_per_rank",
                                           "rail_state_phase_barrier")}
-    net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
+    net = doc.mapping(top.get("network", {}), "network", NETWORK_KEYS)
     if "rail_gbps" in net:
-        kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
+        kwargs["rail_gbps"] = doc.typed(net["rail_gbps"], "network.rail_gbps", float)
     if "latency_us" in net:
-        kwargs["latency_us"] = _typed(doc, net["latency_us"], "network.latency_us", float)
+        kwargs["latency_us"] = doc.typed(net["latency_us"], "network.latency_us", float)
     if net.get("ovs_per_rail") is not None:
-        kwargs["ovs_per_rail"] = _typed(doc, net["ovs_per_rail"], "network.ovs_per_rail", bool)
+        kwargs["ovs_per_rail"] = doc.typed(net["ovs_per_rail"], "network.ovs_per_rail", bool)
     if "link_mbps" in net and net["link_mbps"] != "auto":
-        kwargs["link_mbps"] = _typed(doc, net["link_mbps"], "network.link_mbps", float)
-    run = _mapping(doc, top.get("run", {}), "run", RUN_KEYS)
+        kwargs["link_mbps"] = doc.typed(net["link_mbps"], "network.link_mbps", float)
+    run = doc.mapping(top.get("run", {}), "run", RUN_KEYS)
     for key in ("iterations", "warmup", "seed"):
         if key in run:
-            kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
+            kwargs[key] = doc.typed(run[key], f"run.{key}", int)
     if "ack_timeout_s" in run:
-        kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
+        kwargs["ack_timeout_s"] = doc.typed(run["ack_timeout_s"], "run.ack_timeout_s", float)
     if "ranks_per_process" in run:
-        value = _typed(doc, run["ranks_per_process"], "run.ranks_per_process", str)
+        value = doc.typed(run["ranks_per_process"], "run.ranks_per_process", str)
         if value not in rankprocs.RANKS_PER_PROCESS:
             raise doc.error("run.ranks_per_process", f"must be one of "
                             f"{', '.join(rankprocs.RANKS_PER_PROCESS)}, got {value!r}")
@@ -537,23 +533,23 @@ def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
         except ValueError as exc:
             raise doc.error("run.rank_cpu_quota", str(exc)) from exc
     if "start_gate" in run:
-        kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
+        kwargs["start_gate"] = doc.typed(run["start_gate"], "run.start_gate", bool)
     if "time_dilation" in run:
         try:
             kwargs["time_dilation"] = parse_time_dilation(run["time_dilation"])
         except DilationError as exc:
             raise doc.error("run.time_dilation", str(exc)) from exc
     if "wire_check" in run:
-        kwargs["wire_check"] = _typed(doc, run["wire_check"], "run.wire_check", bool)
-    art = _mapping(doc, top.get("artifact_protocol", {}), "artifact_protocol", ARTIFACT_KEYS)
+        kwargs["wire_check"] = doc.typed(run["wire_check"], "run.wire_check", bool)
+    art = doc.mapping(top.get("artifact_protocol", {}), "artifact_protocol", ARTIFACT_KEYS)
     if "port" in art:
-        port = kwargs["artifact_port"] = _typed(doc, art["port"], "artifact_protocol.port", int)
+        port = kwargs["artifact_port"] = doc.typed(art["port"], "artifact_protocol.port", int)
         if not 0 <= port <= 65535:
             raise doc.error("artifact_protocol.port", f"must be a TCP port (0-65535; 0 picks a "
                             f"free one), got {port}")
-    sim = _mapping(doc, top.get("sim", {}), "sim", SIM_KEYS)
+    sim = doc.mapping(top.get("sim", {}), "sim", SIM_KEYS)
     if "costs" in sim:
-        costs = _typed(doc, sim["costs"], "sim.costs", str)
+        costs = doc.typed(sim["costs"], "sim.costs", str)
         if costs not in SIM_COSTS:
             raise doc.error("sim.costs", f"must be one of {', '.join(SIM_COSTS)}, got "
                             f"{costs!r}")
@@ -566,21 +562,21 @@ _FAULT_TYPES: dict[str, type] = {"kind": str, "rank": int, "rail": int, "port": 
                                  "count": int}
 
 
-def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> None:
+def _parse_failover(doc: YamlDoc, top: dict[str, Any], kwargs: dict[str, Any]) -> None:
     """``cluster.spares_per_server``, ``cluster.spare_servers``, ``faults`` and ``failover``."""
     cluster = top["cluster"]
     for key in ("spares_per_server", "spare_servers"):
         if key in cluster:
-            value = _typed(doc, cluster[key], f"cluster.{key}", int)
+            value = doc.typed(cluster[key], f"cluster.{key}", int)
             if value < 0:
                 raise doc.error(f"cluster.{key}", f"must be >= 0, got {value}")
             kwargs[key] = value
             kwargs["spares_position"] = doc.pos(f"cluster.{key}")
-    fo = _mapping(doc, top.get("failover", {}), "failover", FAILOVER_KEYS)
+    fo = doc.mapping(top.get("failover", {}), "failover", FAILOVER_KEYS)
     settings: dict[str, Any] = {}
     for key in FAILOVER_KEYS:
         if fo.get(key) is not None:
-            value = settings[key] = _typed(doc, fo[key], f"failover.{key}", float)
+            value = settings[key] = doc.typed(fo[key], f"failover.{key}", float)
             positive = key == "heartbeat_timeout_s"
             if value < 0 or (positive and value == 0):
                 raise doc.error(f"failover.{key}",
@@ -594,8 +590,8 @@ def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> N
     faults = []
     for i, item in enumerate(raw_faults):
         path = f"faults[{i}]"
-        entry = _mapping(doc, item, path, FAULT_KEYS)
-        typed = {k: _typed(doc, v, f"{path}.{k}", _FAULT_TYPES[k]) for k, v in entry.items()}
+        entry = doc.mapping(item, path, FAULT_KEYS)
+        typed = {k: doc.typed(v, f"{path}.{k}", _FAULT_TYPES[k]) for k, v in entry.items()}
         try:
             faults.append(check_fault(typed, i, shape, doc.pos(path)))
         except FaultSpecError as exc:
@@ -630,9 +626,9 @@ def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
                 f"{name} needs {need} ports per rank for {axis} groups of {on_rail} ranks on a "
                 f"rail ({algorithm.port_reason}), but ocs.ports_per_rank is {k}; "
                 "raise ocs.ports_per_rank, choose another algorithm, or run mode: baseline",
-                path, _Doc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
+                path, YamlDoc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate the experiment file at ``path``."""
-    return _load_file(path, parse_experiment, ExperimentError)
+    return load_file(path, parse_experiment, ExperimentError)
