@@ -58,21 +58,10 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     if cfg.faults or spares:
         from testbed.simulator.failover import FailoverSimulation
 
-        return FailoverSimulation(
-            prep.plan.programs, job, mode=cfg.mode, switching_delay=cfg.switching_delay,
-            iterations=cfg.total_iterations, network=net,
-            gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed,
-            faults=cfg.faults, spares=spares, no_spares=cfg.no_spares,
-            heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s,
-            migration_delay_s=cfg.failover.migration_delay_s, repair_s=cfg.failover.repair_s)
-    return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
-                          switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
-                          network=net, gpus_per_server=cluster.gpus_per_server,
-                          seed=seed or cfg.seed, semantics=cfg.effective_semantics,
-                          rail_state_inflight=cfg.rail_state_inflight,
-                          rail_state_ack_timeout_s=cfg.rail_state_ack_timeout_s,
-                          rail_state_serialize_per_rank=cfg.rail_state_serialize_per_rank,
-                          rail_state_phase_barrier=cfg.rail_state_phase_barrier)
+        return FailoverSimulation(prep.plan.programs, job, cfg, network=net,
+                                  gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed)
+    return PlanSimulation(prep.plan.programs, job, cfg, network=net,
+                          gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None

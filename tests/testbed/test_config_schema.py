@@ -14,12 +14,11 @@ from testbed.experiment.sections import SCHEMA
 from workloads.errors import WorkloadConfigError
 from workloads.loader import TOP_LEVEL_KEYS
 
+#: a small job, three lines (the positions below count from here)
 BASE = """\
 cluster: {servers: 4, gpus_per_server: 1}
-workload:
-  model: llama3-8b
-  seq_len: 1024
-  parallelism: {fsdp: 2, pp: 2}
+workload: {model: llama3-8b, seq_len: 1024,
+           parallelism: {fsdp: 2, pp: 2}}
 """
 
 
@@ -31,18 +30,18 @@ def _error(extra: str) -> WorkloadConfigError:
 
 def test_a_value_of_another_type_is_refused_at_its_position() -> None:
     err = _error("run:\n  warmup: 1\n  iterations: three\n")
-    assert str(err) == "exp.yaml:8:15: run.iterations: must be an integer, got 'three'"
+    assert str(err) == "exp.yaml:6:15: run.iterations: must be an integer, got 'three'"
     err = _error("ocs: {rail_state_phase_barrier: yes please}\n")
-    assert str(err) == ("exp.yaml:6:33: ocs.rail_state_phase_barrier: must be true or false, "
+    assert str(err) == ("exp.yaml:4:33: ocs.rail_state_phase_barrier: must be true or false, "
                         "got 'yes please'")
     err = _error("network: {rail_gbps: true}\n")  # a bool is no number
-    assert (err.field, err.position) == ("network.rail_gbps", "exp.yaml:6:22")
+    assert (err.field, err.position) == ("network.rail_gbps", "exp.yaml:4:22")
 
 
 def test_an_unknown_key_is_refused_at_the_key_with_the_allowed_ones() -> None:
     """``ocs:`` is read by four sections of the schema: the allowed keys are all of theirs."""
     err = _error("ocs:\n  switching_delay: 10\n  sematics: rail-state\n")
-    assert err.position == "exp.yaml:8:3" and err.field == "ocs.sematics"
+    assert err.position == "exp.yaml:6:3" and err.field == "ocs.sematics"
     assert err.reason.startswith("unknown key 'sematics'; allowed: switching_delay, "
                                  "ports_per_rank, semantics, request_points, ")
     ocs_keys = [s.key for s in SPECS if s.section.yaml == "ocs"]
@@ -52,7 +51,7 @@ def test_an_unknown_key_is_refused_at_the_key_with_the_allowed_ones() -> None:
 
 def test_a_refused_value_names_what_is_accepted() -> None:
     err = _error("sim: {costs: cheap}\n")
-    assert str(err) == "exp.yaml:6:14: sim.costs: must be one of fabric, emulator, got 'cheap'"
+    assert str(err) == "exp.yaml:4:14: sim.costs: must be one of fabric, emulator, got 'cheap'"
     err = _error("artifact_protocol: {port: 70000}\n")
     assert err.reason == "must be a TCP port (0-65535; 0 picks a free one), got 70000"
 
