@@ -48,7 +48,7 @@ from workloads.timing import TimingModel
 from workloads.yamldoc import YamlDoc, load_file
 
 TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description",
-                  "faults", "failover", "artifact_protocol", "sim")
+                  "faults", "failover", "artifact_protocol", "sim", "controller")
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
                  "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
                  "act_dtype_bytes", "activation_checkpointing", "loss_logging_allreduces",

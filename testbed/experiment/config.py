@@ -71,6 +71,7 @@ from testbed.experiment.sections import (  # noqa: F401 (MODES, SIM_COSTS, ...: 
     SCHEMA,
     SIM_COSTS,
     ArtifactProtocol,
+    Controller,
     Device,
     Experiment,
     Fabric,
@@ -106,7 +107,7 @@ class ExperimentError(WorkloadConfigError):
 
 @dataclass(frozen=True)
 class RunSettings(Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
-                  ArtifactProtocol, Sim):
+                  ArtifactProtocol, Sim, Controller):
     """How an experiment runs, whatever its workload: every option of
     :data:`~testbed.experiment.sections.SCHEMA` (one field each, named as there), the file it
     came from, and the rules between options."""
@@ -157,6 +158,13 @@ class RunSettings(Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
         return "phase" if self.effective_semantics == RAIL_STATE else "every"
 
     @property
+    def effective_rotor_slot_ms(self) -> float:
+        """``controller.rotor_slot_ms``, or 10 x the switching delay when it is null."""
+        if self.rotor_slot_ms is not None:
+            return self.rotor_slot_ms
+        return 10 * self.switching_delay_ms
+
+    @property
     def total_iterations(self) -> int:
         return self.warmup + self.iterations
 
@@ -170,6 +178,10 @@ class RunSettings(Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
         """Every option by the schema's rules, then the rules between options."""
         for spec, why in check_values(self, SPECS):
             raise ExperimentError(why, spec.path, self.source)
+        if self.control_plane != "opus":
+            raise ExperimentError(f"the {self.control_plane} control plane is not built yet "
+                                  "(issue 40, rival control planes); only opus runs",
+                                  "controller.plane", self.source)
         self._validate_semantics()
         self._validate_faults()
 

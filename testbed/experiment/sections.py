@@ -34,6 +34,8 @@ REQUEST_POINTS = ("auto", "every", "phase")
 #: file's checks need no simulator import).
 FABRIC, EMULATOR = "fabric", "emulator"
 SIM_COSTS = (FABRIC, EMULATOR)
+#: ``controller.plane``: Opus, or a rival control plane on the same rails (issue 40)
+CONTROL_PLANES = ("opus", "static", "rotor")
 
 
 def _at_least(low: float, why: str) -> Any:
@@ -210,6 +212,18 @@ class Sim:
                             "(testbed.simulator.network).", key="costs", choices=SIM_COSTS)
 
 
+@dataclass(frozen=True)
+class Controller:
+    control_plane: str = option(
+        "opus", "What moves the circuits: `opus` (the controller of the paper); `static` "
+        "(circuits set once, never switched) or `rotor` (a fixed round of matchings, each held "
+        "for `rotor_slot_ms`, whatever the job asks), the rival planes of issue 40.",
+        key="plane", choices=CONTROL_PLANES)
+    rotor_slot_ms: float | None = option(
+        None, "`rotor`: how long each matching of the round is held; null: 10 x the switching "
+        "delay.", unit="ms", check=_positive, default_text="null (10 x the switching delay)")
+
+
 SCHEMA: tuple[Section, ...] = (
     Section("experiment", Experiment, "", "What the run is called and how Opus switches."),
     Section("timing", Timing, "ocs", "How long the optical switch takes to reconfigure."),
@@ -225,4 +239,5 @@ SCHEMA: tuple[Section, ...] = (
     Section("artifact_protocol", ArtifactProtocol, "artifact_protocol",
             "The public Opus artifact's protocol, spoken by the ranks."),
     Section("sim", Sim, "sim", "The sim backend."),
+    Section("controller", Controller, "controller", "The control plane on the rails."),
 )

@@ -78,6 +78,20 @@ def test_defaults_are_the_schema_defaults_and_valid() -> None:
         assert getattr(cfg, spec.name) == spec.default, spec.path
 
 
+def test_the_control_plane_is_opus_unless_the_file_names_a_rival() -> None:
+    cfg = parse_experiment(BASE + "ocs: {switching_delay: 25}\n")
+    assert (cfg.control_plane, cfg.rotor_slot_ms, cfg.effective_rotor_slot_ms) == (
+        "opus", None, 250.0)
+    assert parse_experiment(BASE + "controller: {rotor_slot_ms: 40}\n"
+                            ).effective_rotor_slot_ms == 40.0
+    err = _error("controller:\n  plane: rotor\n")
+    assert str(err) == ("exp.yaml:5:10: controller.plane: the rotor control plane is not built "
+                        "yet (issue 40, rival control planes); only opus runs")
+    err = _error("controller: {plane: round-robin}\n")
+    assert err.reason == "must be one of opus, static, rotor, got 'round-robin'"
+    assert _error("controller: {rotor_slot_ms: 0}\n").reason == "must be positive"
+
+
 def test_the_lab_switch_keys_stay_out_of_the_manifest() -> None:
     cfg = parse_experiment(BASE + "ocs: {host: 10.0.0.7, username: lab, password_env: PW}\n")
     assert cfg.ocs_options == {"host": "10.0.0.7", "username": "lab", "password_env": "PW"}
