@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from controller.ocs import resolve_switching_delay_ms
 from controller.railstate import PORT_EXACT, RAIL_STATE
@@ -101,6 +101,10 @@ SPECS = all_specs(SCHEMA)
 _DEVICE_ACCESS = [s for s in SPECS if s.section.cls is Device and s.name != "driver"]
 
 
+SectionT = TypeVar("SectionT", Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
+                   ArtifactProtocol, Sim, Controller)
+
+
 class ExperimentError(WorkloadConfigError):
     """A bad experiment file or option; the message names the key and its position."""
 
@@ -114,6 +118,11 @@ class RunSettings(Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
 
     source: str = "<string>"
     text: str = ""
+
+    def section(self, cls: type[SectionT]) -> SectionT:
+        """This run's values of one section of the schema (``cfg.section(Scheduling)``), as
+        that section's object: what a part that needs only those options can take."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
 
     @property
     def ocs_options(self) -> dict[str, Any]:

@@ -31,6 +31,13 @@ values are errors naming the key and its `file:line:column`. The rules between o
 (rail-state refuses `degree-aware`, ...) are in [Experiments](experiments.md) and
 [Switching models](semantics.md); the workload and cluster keys are in `workloads/FORMAT.md`;
 spares, faults and failover in [Spare GPUs and failover](failover.md).
+
+To add an option, declare it once: a field made with `option(default, help, unit=...,
+choices=..., check=...)` in its section's class, and use `cfg.<field>` where it acts; its
+parsing, checks, manifest entry and row here follow (then run
+`python -m testbed.experiment.reference`). A part that needs one section only can take
+`cfg.section(Scheduling)`, that section's object. `controller.plane` was added so: its
+declaration, the rule that refuses the planes not built yet, and this page's rows.
 """
 
 

@@ -10,7 +10,7 @@ import pytest
 from testbed.experiment import reference
 from testbed.experiment.config import SPECS, ExperimentError, RunSettings, parse_experiment
 from testbed.experiment.schema import Section, all_specs, option
-from testbed.experiment.sections import SCHEMA
+from testbed.experiment.sections import SCHEMA, Scheduling
 from workloads.errors import WorkloadConfigError
 from workloads.loader import TOP_LEVEL_KEYS
 
@@ -90,6 +90,14 @@ def test_the_control_plane_is_opus_unless_the_file_names_a_rival() -> None:
     err = _error("controller: {plane: round-robin}\n")
     assert err.reason == "must be one of opus, static, rotor, got 'round-robin'"
     assert _error("controller: {rotor_slot_ms: 0}\n").reason == "must be positive"
+
+
+def test_a_section_object_carries_the_runs_values_of_its_options() -> None:
+    cfg = parse_experiment(BASE + "ocs: {semantics: rail-state, rail_state_inflight: reflip}\n")
+    scheduling = cfg.section(Scheduling)
+    assert isinstance(scheduling, Scheduling)
+    assert (scheduling.semantics, scheduling.rail_state_inflight) == ("rail-state", "reflip")
+    assert scheduling.request_points == "auto"
 
 
 def test_the_lab_switch_keys_stay_out_of_the_manifest() -> None:
