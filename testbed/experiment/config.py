@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from controller.ocs import resolve_switching_delay_ms
 from controller.railstate import PORT_EXACT, RAIL_STATE
@@ -93,6 +93,9 @@ from workloads.schedule import Schedule
 from workloads.timing import TimingModel
 from workloads.yamldoc import YamlDoc, load_file
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
 #: every run option, resolved (:mod:`testbed.experiment.sections`)
@@ -101,8 +104,7 @@ SPECS = all_specs(SCHEMA)
 _DEVICE_ACCESS = [s for s in SPECS if s.section.cls is Device and s.name != "driver"]
 
 
-SectionT = TypeVar("SectionT", Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
-                   ArtifactProtocol, Sim, Controller)
+SectionT = TypeVar("SectionT", bound="DataclassInstance")  # a section's class of SCHEMA
 
 
 class ExperimentError(WorkloadConfigError):
