@@ -108,7 +108,13 @@ class Spec:
             return opt.words[value]
         if opt.parse is not None:
             return opt.parse(value)
-        value = _typed(value, self.kinds)
+        try:
+            value = _typed(value, self.kinds)
+        except ValueError as exc:
+            if not opt.words:
+                raise
+            words = " or ".join(repr(w) for w in opt.words)
+            raise ValueError(str(exc).replace(", got", f" or {words}, got", 1)) from None
         if opt.choices and value not in opt.choices:
             raise ValueError(f"must be one of {', '.join(opt.choices)}, got {value!r}")
         why = opt.check(value) if opt.check is not None and value is not None else None

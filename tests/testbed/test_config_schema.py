@@ -59,6 +59,8 @@ def test_a_refused_value_names_what_is_accepted() -> None:
 def test_words_stand_for_stored_values() -> None:
     assert parse_experiment(BASE + "network: {link_mbps: auto}\n").link_mbps is None
     assert parse_experiment(BASE + "network: {link_mbps: 8}\n").link_mbps == 8.0
+    err = _error("network: {link_mbps: fast}\n")
+    assert err.reason == "must be a number or null or 'auto', got 'fast'"
 
 
 def test_settings_made_in_code_follow_the_same_rules() -> None:
