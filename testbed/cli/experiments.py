@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
 from testbed.errors import Say, say_stderr
+from testbed.experiment.backends import EMU, SELECTABLE
 from testbed.experiment.config import (
     DEFAULT_SWEEP_DELAYS,
     MODES,
@@ -87,7 +88,7 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    "fraction of the machine (0 < Q <= 1), auto (all but what the fabric needs), "
                    "or off (emulated runs; needs a cgroup cpu controller)")
     add_time_dilation(p)
-    p.add_argument("--backend", choices=("emu", "sim"), default="emu",
+    p.add_argument("--backend", choices=SELECTABLE, default=EMU,
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
     add_costs(p)
@@ -175,7 +176,7 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
     if getattr(args, "semantics", None):
         changes["semantics"] = args.semantics
     if getattr(args, "plane", None):
-        changes["plane"] = args.plane
+        changes["control_plane"] = args.plane
     if getattr(args, "rotor_slot_ms", None) is not None:
         changes["rotor_slot_ms"] = args.rotor_slot_ms
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank", "ranks_per_process"):

@@ -26,8 +26,9 @@ Checks: :mod:`testbed.simulator.planecheck`. Figures beside the run's summary:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.job import JobSpec
 from controller.planes import ROTOR, STATIC, Matching, Switch, check_plane, switches
@@ -47,6 +48,9 @@ from testbed.simulator.invariants import InvariantViolation
 from testbed.simulator.network import NetworkModel
 from testbed.simulator.planecheck import PlaneInvariants
 from testbed.simulator.state import Flow, Port
+
+if TYPE_CHECKING:
+    from testbed.experiment.config import RunSettings
 
 
 def server_demand(programs: Mapping[int, Sequence[PlanOp]], gpus_per_server: int
@@ -69,15 +73,17 @@ def server_demand(programs: Mapping[int, Sequence[PlanOp]], gpus_per_server: int
 class PlaneSimulation(PlanSimulation):
     """A run under the ``static`` or ``rotor`` plane (see the module docstring)."""
 
-    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *, plane: str,
-                 delay_s: float, iterations: int, network: NetworkModel, gpus_per_server: int,
-                 seed: int = 0, rotor_slot_s: float | None = None) -> None:
-        check_plane(plane)
-        if plane not in (STATIC, ROTOR):
-            raise ValueError(f"PlaneSimulation runs the rival planes, not {plane!r}")
-        super().__init__(programs, job, mode="baseline", switching_delay=0.0,
-                         iterations=iterations, network=network,
-                         gpus_per_server=gpus_per_server, seed=seed)
+    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec,
+                 settings: RunSettings, *, network: NetworkModel, gpus_per_server: int,
+                 seed: int = 0) -> None:
+        plane = check_plane(settings.control_plane)
+        if not settings.rival_plane:
+            raise ValueError(f"PlaneSimulation runs the rival planes (static, rotor) outside "
+                             f"mode baseline, not {plane!r} in mode {settings.mode!r}")
+        delay_s = settings.switching_delay_ms / 1e3
+        # the Opus core as for the electrical baseline: every call acknowledged at once
+        super().__init__(programs, job, dataclasses.replace(settings, mode="baseline"),
+                         network=network, gpus_per_server=gpus_per_server, seed=seed)
         self.plane = plane
         self.delay_s = delay_s
         g = gpus_per_server
@@ -107,7 +113,7 @@ class PlaneSimulation(PlanSimulation):
             self._install(topo, 0)
         else:
             self.rotor = RotorSchedule.build(self.servers, self.switch_list, delay_s,
-                                             rotor_slot_s)
+                                             settings.effective_rotor_slot_ms / 1e3)
             for i in range(self.rotor.period_slots):
                 self.checks.configuration(self.rotor.config(i), f"rotor slot {i}")
             self._config: Mapping[Switch, Matching] = {}

@@ -11,6 +11,7 @@ from sim_programs import Programs
 
 from controller.job import CommGroup, JobSpec, rail_job_ports
 from controller.planes.rotor import round_robin
+from testbed.experiment.config import RunSettings
 from testbed.plan.replay import PlanOp
 from testbed.simulator.engine import SimulationError
 from testbed.simulator.invariants import InvariantViolation
@@ -31,9 +32,10 @@ def plane_sim(programs: Mapping[int, list[PlanOp]], groups: list[CommGroup], pla
               iterations: int = 1) -> PlaneSimulation:
     ports = rail_job_ports(programs, 1, k)
     job = JobSpec("j", ports, {g.group_id: g for g in groups}, check_ports=False)
-    return PlaneSimulation(programs, job, plane=plane, delay_s=delay_ms / 1e3,
-                           iterations=iterations, network=NET, gpus_per_server=1,
-                           rotor_slot_s=None if slot_ms is None else slot_ms / 1e3)
+    settings = RunSettings(mode="on-demand", control_plane=plane, switching_delay=delay_ms,
+                           rotor_slot_ms=slot_ms, ports_per_rank=k, iterations=iterations,
+                           warmup=0)
+    return PlaneSimulation(programs, job, settings, network=NET, gpus_per_server=1)
 
 
 def pair01(chunk: int) -> Programs:
@@ -155,7 +157,8 @@ def test_controller_plane_in_the_experiment_file(tmp_path: Path) -> None:
     path = tmp_path / "t.yaml"
     path.write_text(text + "controller:\n  plane: rotor\n  rotor_slot_ms: 200\n")
     cfg = load_experiment(path)
-    assert (cfg.plane, cfg.rotor_slot_ms, cfg.packet_switched) == ("rotor", 200.0, True)
+    assert (cfg.control_plane, cfg.rotor_slot_ms, cfg.packet_switched) == ("rotor", 200.0, True)
+    assert cfg.rival_plane and not cfg.replace(mode="baseline").rival_plane
     path.write_text(text + "controller:\n  plane: sirius\n")
     with pytest.raises(WorkloadConfigError, match=r"controller\.plane.*opus, static, rotor"):
         load_experiment(path)
