@@ -37,7 +37,8 @@ choices=..., check=...)` in its section's class, and use `cfg.<field>` where it 
 parsing, checks, manifest entry and row here follow (then run
 `python -m testbed.experiment.reference`). A part that needs one section only can take
 `cfg.section(Scheduling)`, that section's object. `controller.plane` was added so: its
-declaration, the rule that refuses the planes not built yet, and this page's rows.
+declaration, its rules (`RunSettings.rival_plane`; a rotor slot longer than the delay) and
+this page's rows.
 """
 
 
