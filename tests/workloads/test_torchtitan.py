@@ -241,7 +241,7 @@ def test_the_example_list_is_complete() -> None:
     newer = {"llama3-8b-artifact.yaml", "llama3-8b-artifact-scaled.yaml", "failover.yaml",
              "llama3-8b-artifact-64.yaml", "deepseek-v3-16b-artifact.yaml",
              "failover-16.yaml", "emulator-32.yaml", "emulator-64.yaml",
-             "emulator-128.yaml"}  # added since
+             "emulator-128.yaml", "deepseek-v3-16b-ep4.yaml"}  # added since
     assert listed - newer <= set(MAIN_DIGESTS)
 
 
