@@ -279,9 +279,11 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     dirs = [point_dir(out, p, tagged=RAIL_STATE in semantics) for p in points]
     out.mkdir(parents=True, exist_ok=True)
     ocs_delays = [d for d in dict.fromkeys(delays_ms) if d > 0]
-    ocs_modes = list(dict.fromkeys(p[1] for p in points if p[1] != "baseline"))
-    what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
-            f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
+    ocs_modes = list(dict.fromkeys(p[1] for p in points if p[0]))  # Opus's, with semantics
+    rivals = list(dict.fromkeys(p[1] for p in points if p[1] in RIVAL_PLANES))
+    at = f" at {', '.join(f'{d:g}' for d in ocs_delays)} ms"
+    what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}){at}" if ocs_modes and ocs_delays
+            else "") + (f"; planes {', '.join(rivals)}{at}" if rivals and ocs_delays else "")
     costs = cfg.sim_costs if chosen.name == SIM else None
     how = f"{backend}, costs {costs}" if costs else backend
     say(f"sweep {cfg.name} ({how}): {len(points)} points (the electrical baseline, which "

@@ -162,3 +162,33 @@ def test_controller_plane_in_the_experiment_file(tmp_path: Path) -> None:
     path.write_text(text + "controller:\n  plane: sirius\n")
     with pytest.raises(WorkloadConfigError, match=r"controller\.plane.*opus, static, rotor"):
         load_experiment(path)
+
+
+def test_sweep_with_planes_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from testbed.cli.main import main
+
+    out = tmp_path / "sweep"
+    assert main(["sweep", "examples/tiny.yaml", "--backend", "sim", "--planes",
+                 "opus,static,rotor", "--delays", "0,1", "--modes", "baseline,provisioning",
+                 "--ports-per-rank", "2", "--workers", "1", "--out", str(out)]) == 0
+    meta = json.loads((out / "sweep.json").read_text())
+    assert [(r["mode"], r["error"]) for r in meta["points"]] == [
+        ("baseline", ""), ("provisioning", ""), ("static", ""), ("rotor", "")]
+    assert [f["mode"] for f in meta["families"]] == ["provisioning", "static", "rotor"]
+    rotor = json.loads((out / "rotor-1ms" / "summary.json").read_text())
+    assert rotor["plane"] == "rotor"
+    assert rotor["plane_stats"]["bytes_delivered"] == rotor["plane_stats"]["bytes_scheduled"]
+    assert (out / "iteration_vs_delay.png").exists()
+    capsys.readouterr()
+
+
+def test_the_emulated_backend_refuses_a_rival_plane(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed.cli.main import main
+
+    assert main(["run", "examples/tiny.yaml", "--plane", "static", "--out",
+                 str(tmp_path / "run")]) == 2
+    assert "run on the sim backend only" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
