@@ -19,7 +19,8 @@ __all__ = ["CallState", "Group", "Instance", "JobEntry"]
 
 
 class CallState(enum.Enum):
-    """Where a call is in its life cycle (the module docstring draws it)."""
+    """Where a call is in its life cycle (:mod:`controller.calls` draws it;
+    :mod:`controller.switching` says which transitions are the model's)."""
 
     GATHER = "gather"
     QUEUED = "queued"
