@@ -10,7 +10,6 @@ a cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
 from controller.messages import Ack, Decision, Event, Reject
@@ -71,13 +70,7 @@ class Output:
     ``decisions.append``.
     """
 
-    __slots__ = ("_acks", "_built", "_decisions", "_events", "_rejects", "emit")
-
-    #: Record one event: a dict (an :data:`~controller.messages.Event`, built now) or a
-    #: :data:`LazyEvent` tuple ``(builder, *fields)`` (built when :attr:`events` is first
-    #: read; every field must be a value that does not change afterwards). It is the bound
-    #: ``append`` of the record list, so an event costs what appending to a list costs.
-    emit: Callable[[Event | LazyEvent], None]
+    __slots__ = ("_acks", "_built", "_decisions", "_events", "_rejects")
 
     def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
                  decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
@@ -86,7 +79,6 @@ class Output:
         self._decisions: list[Decision] | None = None if decisions is _FRESH else decisions
         self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
         self._built: list[Event] | None = None  # _events, once every record in it is built
-        self.emit = self._events.append
 
     acks: _ListOnUse[Ack] = _ListOnUse("_acks")
     rejects: _ListOnUse[Reject] = _ListOnUse("_rejects")
@@ -111,14 +103,18 @@ class Output:
             else:
                 e[0](e, built)
         self._events = self._built = built  # type: ignore[assignment]
-        self.emit = built.append  # type: ignore[assignment]
         return built
 
     @events.setter
     def events(self, events: list[Event]) -> None:
         self._events = events  # type: ignore[assignment]
         self._built = None
-        self.emit = events.append  # type: ignore[assignment]
+
+    def emit(self, event: Event | LazyEvent) -> None:
+        """Record one event: a dict (an :data:`~controller.messages.Event`, built now) or a
+        :data:`LazyEvent` tuple ``(builder, *fields)`` (built when :attr:`events` is first
+        read; every field must be a value that does not change afterwards)."""
+        self._events.append(event)
 
     def take_acks(self, acks: list[Ack]) -> None:
         """Add ``acks`` (the list itself becomes this output's when it has none yet: one
