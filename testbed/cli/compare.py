@@ -46,7 +46,8 @@ def _signed(fmt: str) -> str:
 
 def _side_text(run: Mapping[str, Any]) -> str:
     delay = run.get("switching_delay_ms")
-    parts = [str(run.get("name")), str(run.get("mode")),
+    plane = run.get("plane")  # a rival control plane's run (issue 40)
+    parts = [str(run.get("name")), f"plane {plane}" if plane else str(run.get("mode")),
              "electrical" if run.get("mode") == "baseline" or delay is None
              else f"{float(delay):g} ms", str(run.get("semantics") or "port-exact"),
              f"K={run.get('ports_per_rank')}", f"{run.get('world_size')} ranks",

@@ -220,6 +220,7 @@ def run_table(sides: Sequence[Side]) -> dict[str, Any]:
     return {"kind": "runs",
             "runs": [{"label": s.label, "path": str(s.path), "run_dir": str(s.run_dir),
                       "kind": s.kind, **{k: s.summary.get(k) for k in RUN_SETTINGS},
+                      "plane": s.summary.get("plane"),  # a rival control plane (issue 40)
                       "fidelity": s.summary.get("fidelity"),
                       "fidelity_reasons": s.summary.get("fidelity_reasons") or [],
                       "baseline_fidelity": (s.baseline or {}).get("fidelity")}

@@ -301,7 +301,8 @@ def summary_text(summary: dict[str, Any]) -> str:
         return "n/a" if v is None else fmt.format(v)
 
     lines = [
-        f"== {summary['name']}: {summary['mode']} "
+        f"== {summary['name']}: "
+        + (f"plane {summary['plane']}" if summary.get("plane") else str(summary["mode"])) + " "
         f"({summary['switching_delay_ms']:g} ms switching, K={summary['ports_per_rank']}, "
         f"{summary.get('semantics', 'port-exact')}, {summary['backend']}"
         + (f", costs {summary['costs']}" if summary.get("costs") else "") + ") ==",
