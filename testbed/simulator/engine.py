@@ -61,12 +61,12 @@ from controller.railstate import (
     shadow_rails,
 )
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
-from testbed.plan.requestpoints import lane_positions, predicted_call
+from testbed.plan.progress import Lane
 from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
 from testbed.simulator.phasebarrier import PhaseBarrier
-from testbed.simulator.state import Call, Conn, Flow, Lane, Mirror, Port, RankState
+from testbed.simulator.state import Call, Conn, Flow, Mirror, Port, RankState
 
 Record = dict[str, Any]
 
@@ -301,32 +301,17 @@ class PlanSimulation:
     # -------------------------------------------------------------------- ranks
 
     def _start_iteration(self, st: RankState) -> None:
-        st.started += 1
         st.profile.mark_iteration()
         st.t_start = self.now
-        lanes = st.lanes if st.started == st.first else st.wait_go
-        st.wait_go = []
-        for lane in lanes:
+        for lane in st.start_iteration():
             self._advance(lane)
 
     def _advance(self, lane: Lane) -> None:
-        """Start the lane's next op if it may run now; otherwise park it where it waits."""
-        st = lane.rank
-        if lane.pos == len(lane.ops):
-            lane.it += 1
-            lane.pos = 0
-            if lane.it >= self.iterations:
-                return
-        it = lane.it
-        if it > st.started:
-            st.wait_go.append(lane)
+        """Start the lane's next op if it may run now (:meth:`RankProgress.next_op` parks it
+        otherwise)."""
+        op = lane.rank.next_op(lane)
+        if op is None:
             return
-        op = lane.ops[lane.pos]
-        done = st.done[it]
-        for d in op.deps:
-            if not done[d]:
-                st.waiters.setdefault((it, d), []).append(lane)
-                return
         if op.lane == COMPUTE_LANE:
             self._at(self.now + op.duration_s, self._compute_end, lane, op, self.now)
         else:
@@ -335,10 +320,7 @@ class PlanSimulation:
     def _op_done(self, lane: Lane, op: PlanOp) -> None:
         st = lane.rank
         it = lane.it
-        st.done[it][op.index] = 1
-        st.left[it] -= 1
-        lane.pos += 1
-        waiting = st.waiters.pop((it, op.index), None)
+        waiting = st.op_done(lane, op)
         if waiting:
             for w in waiting:
                 self._advance(w)
@@ -730,11 +712,8 @@ class PlanSimulation:
     def _predict(self, st: RankState, op: PlanOp, call: Call) -> None:
         """The rank names the gated call its plan provisions after ``op`` (rail-state); with
         the phase barrier, a phase's last call opens it once that call is provisioned."""
-        if st.positions is None:
-            st.positions = lane_positions(st.ops)
-        seq, target_it = predicted_call(st.positions, op.index, op.predict, call.it)
-        target = st.ops[op.predict]
-        if target_it < self.iterations:
+        target, seq, in_run = st.predicted(op, call.it)
+        if in_run:
             self._absorb(self.core.predict(Intent(self.job.job_id, st.rank, target.lane, seq,
                                                   target.kind, target.size_bytes, target.axis),
                                            self.now))
