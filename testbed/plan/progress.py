@@ -56,7 +56,7 @@ class RankProgress:
     """
 
     __slots__ = ("done", "first", "iterations", "lanes", "lanes_by_name", "left", "ops",
-                 "positions", "started", "waiters", "wait_go")
+                 "positions", "started", "wait_go", "waiters")
 
     def __init__(self, ops: list[PlanOp], iterations: int, first: int = 0) -> None:
         self.ops = ops

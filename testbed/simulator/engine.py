@@ -43,7 +43,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from controller.batching import Batch, RailBatcher
 from controller.clock import VirtualClock
@@ -60,8 +60,9 @@ from controller.railstate import (
     job_shape,
     shadow_rails,
 )
-from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.progress import Lane
+from testbed.plan.records import call_record, compute_record, iteration_record
+from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
@@ -195,6 +196,10 @@ class PlanSimulation:
 
     def _emit(self, rank: int, **record: Any) -> None:
         record["rank"] = rank
+        self._record(record)
+
+    def _record(self, record: Record) -> None:
+        """Keep one rank record (a :mod:`testbed.plan.records` one, or another event)."""
         self.records.append(record)
 
     def run(self) -> tuple[list[Record], list[dict[str, Any]]]:
@@ -326,7 +331,7 @@ class PlanSimulation:
                 self._advance(w)
         self._advance(lane)
         if not st.left[it]:
-            self._emit(st.rank, ev="iteration", it=it, t_start=st.t_start, t_end=self.now)
+            self._record(cast(Record, iteration_record(st.rank, it, st.t_start, self.now)))
             if it + 1 < self.iterations:
                 self._start_iteration(st)
             else:
@@ -335,8 +340,8 @@ class PlanSimulation:
                 self._finished += 1
 
     def _compute_end(self, lane: Lane, op: PlanOp, t_start: float) -> None:
-        self._emit(lane.rank.rank, ev="compute", it=lane.it, i=op.index, t_start=t_start,
-                   t_end=self.now)
+        self._record(cast(Record, compute_record(lane.rank.rank, lane.it, op.index, t_start,
+                                                 self.now)))
         self._op_done(lane, op)
 
     # -------------------------------------------------------------------- calls
@@ -689,14 +694,12 @@ class PlanSimulation:
     def _call_end(self, call: Call) -> None:
         st, op = call.rank, call.op
         del self._open[call]
-        extra = ({"segments": len(call.segments), "segment_wait_s": call.wait_s}
-                 if op.segments else {})
-        self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
-                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.first_seq,
-                   reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
-                   t_end=self.now, sent=call.sent, received=call.received,
-                   expected=op.expected_bytes, size_bytes=op.size_bytes,
-                   wire_bytes=op.wire_bytes, **extra)
+        record = call_record(op, st.rank, call.it, call.first_seq, call.reconfigured,
+                             call.t_intent, call.t_ack, self.now, call.sent, call.received)
+        if op.segments:
+            record["segments"] = len(call.segments)
+            record["segment_wait_s"] = call.wait_s
+        self._record(cast(Record, record))
         self._op_done(call.lane, op)
         if self._barrier is not None:
             self._barrier_open(st.rank, call, self._barrier.ended)
