@@ -18,8 +18,8 @@ from typing import Literal, NotRequired, TypedDict
 
 from testbed.plan.replay import PlanOp
 
-__all__ = ["CallRecord", "ComputeRecord", "IterationRecord", "call_record", "compute_record",
-           "iteration_record"]
+__all__ = ["CallRecord", "ComputeRecord", "IterationRecord", "TorchCallRecord", "call_record",
+           "compute_record", "iteration_record", "torch_call_record"]
 
 
 class _CallFields(TypedDict):
@@ -104,6 +104,20 @@ def call_record(op: PlanOp, rank: int, it: int, seq: int, reconfigured: bool, t_
             "seq": seq, "reconfigured": reconfigured, "t_intent": t_intent, "t_ack": t_ack,
             "t_end": t_end, "sent": sent, "received": received, "expected": op.expected_bytes,
             "size_bytes": op.size_bytes, "wire_bytes": op.wire_bytes}
+
+
+def torch_call_record(rank: int, it: int, i: int, lane: str, kind: str, axis: str, *,
+                      expected: int, size_bytes: int, wire_bytes: int, op: str,
+                      members: list[int], peer: int, dtype: str, torch_group: str,
+                      scale_up: bool, t_issue: float) -> TorchCallRecord:
+    """A torch call's record as it is issued: the lane fills in its number (``seq``, ``cid``,
+    ``tag``), times and byte counts as the call runs."""
+    return {"ev": "call", "rank": rank, "it": it, "i": i, "lane": lane, "kind": kind,
+            "axis": axis, "cid": "", "tag": "", "seq": -1, "reconfigured": False,
+            "t_intent": None, "t_ack": None, "t_end": None, "sent": 0, "received": 0,
+            "expected": expected, "size_bytes": size_bytes, "wire_bytes": wire_bytes, "op": op,
+            "members": members, "peer": peer, "dtype": dtype, "torch_group": torch_group,
+            "scale_up": scale_up, "t_issue": t_issue, "t_wait_start": None, "t_wait_end": None}
 
 
 def compute_record(rank: int, it: int, i: int, t_start: float, t_end: float) -> ComputeRecord:
