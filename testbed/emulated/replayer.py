@@ -75,6 +75,7 @@ from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
+from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane, RankProgress
 from testbed.plan.records import call_record, compute_record, iteration_record
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
@@ -121,7 +122,7 @@ class Epoch:
     """
 
     def __init__(self, number: int, job: str, start: int, iterations: int, ops: list[PlanOp],
-                 inbox: EpochInbox) -> None:
+                 inbox: EpochInbox, barrier: PhaseBarrier | None = None) -> None:
         self.number = number
         self.job = job
         self.start = start
@@ -131,6 +132,7 @@ class Epoch:
         self.lock = threading.Lock()
         self.wake = {lane.name: threading.Event() for lane in self.progress.lanes}
         self.ended = {it: threading.Event() for it in range(start, iterations)}
+        self.barrier = barrier  # the artifact shim's phase barrier (on demand), under ``lock``
         self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
         self.failure: dict[str, Any] | None = None
         self._socks: set[socket.socket] = set()
@@ -347,7 +349,20 @@ class Replayer:
         self.emit(**compute_record(self.rank, it, op.index, t0, time.time()),
                   **self._epoch_fields(ep))
 
+    def _hold(self, ep: Epoch, barrier: PhaseBarrier, op: PlanOp, token: object) -> None:
+        """Start call ``op`` (``token``) only once the rank's phase barrier is open."""
+        with ep.lock:
+            opened = threading.Event()
+            held = barrier.hold(self.rank, (opened,))
+        if held:
+            self._wait(ep, opened)
+        with ep.lock:
+            barrier.started(self.rank, op.index, token)
+
     def _call(self, ep: Epoch, shim: AnyShim, it: int, op: PlanOp) -> None:
+        barrier, token = ep.barrier, object()  # the call, as the barrier knows it
+        if barrier is not None:
+            self._hold(ep, barrier, op, token)
         t_intent = time.time()
         data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
         moved = [0, 0]  # sent, received
@@ -360,6 +375,9 @@ class Replayer:
                     with shim.collective(seg.group, op.kind, op.size_bytes, op.axis,
                                          op.gated) as grant:
                         t_ack = time.time()
+                        if barrier is not None and first is None:
+                            with ep.lock:  # on demand, a phase's last call closes at its ack
+                                barrier.acked(self.rank, op.index, token)
                         self._steps(ep, it, op, range(seg.first, seg.first + seg.count), data,
                                     moved)
                     break
@@ -380,6 +398,11 @@ class Replayer:
         self.emit(**call_record(op, self.rank, it, first[0], reconfigured, t_intent, first[1],
                                 time.time(), moved[0], moved[1]),
                   **extra, **self._epoch_fields(ep))
+        if barrier is not None:
+            with ep.lock:
+                opened = barrier.ended(self.rank, token)
+            for (held,) in opened:
+                held.set()
         if op.predict >= 0:  # call numbers restart with each epoch's job
             with ep.lock:
                 target, seq, in_run = ep.progress.predicted(op, it)
@@ -600,7 +623,9 @@ class Replayer:
         while True:
             inbox = self._inbox(number)
             assert inbox is not None
-            ep = Epoch(number, job, start, self.iterations, self.ops, inbox)
+            barrier = (PhaseBarrier({self.rank: self.ops}) if self.plan.get("phase_barrier")
+                       else None)
+            ep = Epoch(number, job, start, self.iterations, self.ops, inbox, barrier)
             self.current = ep
             if fo:  # a newer control may have come while we were getting here
                 with self._control_cv:

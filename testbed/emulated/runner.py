@@ -168,9 +168,11 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
         raise RunRefused(f"{cfg.source}: ocs.rail_state_ack_timeout_s is modelled on the sim "
                          "backend only (the emulated shim waits for its ack); use --backend "
                          "sim or set it to null")
-    if rail_state and cfg.rail_state_phase_barrier and cfg.mode != "baseline":
-        raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier is modelled on the sim "
-                         "backend only; use --backend sim or set it to false")
+    if rail_state and cfg.rail_state_phase_barrier and cfg.mode == "provisioning":
+        raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier with provisioning is "
+                         "modelled on the sim backend only (the barrier waits for the answer "
+                         "to the rank's prediction, which the emulated shim does not get); use "
+                         "--backend sim, mode on-demand, or set it to false")
     k = prep.time_dilation
     try:
         wall_mbps = wall_link_mbps(prep.link_mbps, k)

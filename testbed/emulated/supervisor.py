@@ -50,6 +50,7 @@ from controller.artifact_client import rank_comms
 from controller.drivers.faults import OcsFaults
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
+from controller.railstate import RAIL_STATE
 from controller.service import ControllerClient
 from emulator import naming, runstate
 from emulator.netns import netns_path
@@ -183,6 +184,9 @@ class Supervisor:
                 "ops": [op.to_json() for op in ops]}
             if self.gate is not None:
                 rank_plan["gate"] = self.gate.paths.to_json()
+            if (cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
+                    and cfg.mode != "baseline"):  # (the runner refuses it with provisioning)
+                rank_plan["phase_barrier"] = True
             if self.artifact is not None:
                 rank_plan["artifact"] = {
                     "host": self.artifact.host, "port": self.artifact.port,

@@ -7,6 +7,7 @@ the fields of a real ``torch.distributed`` call). A record *is* its JSON form: a
 :class:`~typing.TypedDict`, so that the simulator's hot path builds a plain dict (no object to
 convert) while mypy checks every field name and type at each writer and reader. Times are
 seconds: wall-clock (``time.time()``) in the emulator, the virtual clock's in the simulator.
+``rank`` comes last in the JSON form, as the records were written before this module.
 
 The builders take the plan op (:class:`~testbed.plan.replay.PlanOp`) for the fields a call's
 plan fixes (lane, kind, axis, collective id, tag, byte counts), so no writer spells them.
@@ -99,11 +100,11 @@ def call_record(op: PlanOp, rank: int, it: int, seq: int, reconfigured: bool, t_
                 t_ack: float, t_end: float, sent: int, received: int) -> CallRecord:
     """The record of call ``op`` of iteration ``it`` (positional: the simulator makes one per
     call)."""
-    return {"ev": "call", "rank": rank, "it": it, "i": op.index, "lane": op.lane,
-            "kind": op.kind, "axis": op.axis, "cid": op.collective_id, "tag": op.tag,
-            "seq": seq, "reconfigured": reconfigured, "t_intent": t_intent, "t_ack": t_ack,
-            "t_end": t_end, "sent": sent, "received": received, "expected": op.expected_bytes,
-            "size_bytes": op.size_bytes, "wire_bytes": op.wire_bytes}
+    return {"ev": "call", "it": it, "i": op.index, "lane": op.lane, "kind": op.kind,
+            "axis": op.axis, "cid": op.collective_id, "tag": op.tag, "seq": seq,
+            "reconfigured": reconfigured, "t_intent": t_intent, "t_ack": t_ack, "t_end": t_end,
+            "sent": sent, "received": received, "expected": op.expected_bytes,
+            "size_bytes": op.size_bytes, "wire_bytes": op.wire_bytes, "rank": rank}
 
 
 def torch_call_record(rank: int, it: int, i: int, lane: str, kind: str, axis: str, *,
@@ -121,8 +122,8 @@ def torch_call_record(rank: int, it: int, i: int, lane: str, kind: str, axis: st
 
 
 def compute_record(rank: int, it: int, i: int, t_start: float, t_end: float) -> ComputeRecord:
-    return {"ev": "compute", "rank": rank, "it": it, "i": i, "t_start": t_start, "t_end": t_end}
+    return {"ev": "compute", "it": it, "i": i, "t_start": t_start, "t_end": t_end, "rank": rank}
 
 
 def iteration_record(rank: int, it: int, t_start: float, t_end: float) -> IterationRecord:
-    return {"ev": "iteration", "rank": rank, "it": it, "t_start": t_start, "t_end": t_end}
+    return {"ev": "iteration", "it": it, "t_start": t_start, "t_end": t_end, "rank": rank}

@@ -60,13 +60,13 @@ from controller.railstate import (
     job_shape,
     shadow_rails,
 )
+from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane
 from testbed.plan.records import call_record, compute_record, iteration_record
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
-from testbed.simulator.phasebarrier import PhaseBarrier
 from testbed.simulator.state import Call, Conn, Flow, Mirror, Port, RankState
 
 Record = dict[str, Any]
@@ -123,7 +123,7 @@ class PlanSimulation:
         self._in_time: set[tuple[Call, str, int]] = set()
         self._late_complete: dict[tuple[Call, str, int], Intent | None] = {}
         self.core = OpusCore(self.driver.describe(), self.config)
-        # the artifact shim's topo_ready: :mod:`testbed.simulator.phasebarrier`
+        # the artifact shim's topo_ready: :mod:`testbed.plan.phasebarrier`
         self._barrier = (PhaseBarrier(programs, provisioning=self.config.provisioning)
                          if rail_state_phase_barrier and self.rail_state else None)
         self.gpus = gpus_per_server
