@@ -633,8 +633,9 @@ class Replayer:
                         ep.abort()
             outcome = self._run_epoch(ep)
             if outcome == "done":
+                held = {"barrier_holds": ep.barrier.holds} if ep.barrier is not None else {}
                 self.emit(ev="finished", t=time.time(),
-                          profile_mismatches=self.profile.mispredictions)
+                          profile_mismatches=self.profile.mispredictions, **held)
                 break
             if outcome == "failed" and not fo:
                 self.emit(ev="error", **(ep.failure or {}))
