@@ -2,13 +2,13 @@
 
 The same schedule, the same plan (:mod:`testbed.plan.replay`) and the same Opus core run against the
 simulated OCS driver (:class:`~controller.drivers.sim.SimOcsDriver`) and the analytic network of
-:mod:`testbed.simulator.network`. Every rank executes its plan as the replayer
-(:mod:`testbed.emulated.replayer`) does: lanes, deps, iterations that start when the previous one
-is done, the shim's intent / ack / completion with a per-rank
-:class:`~controller.profile.CallProfile` shared by the lanes, steps whose receptions wait for the
-sender's transfer. Records and controller events come out in the emulated run's formats, with
-times in seconds of the virtual clock (starting at 0). The run's objects (ranks, lanes, calls,
-their connections and flows, ports) are in :mod:`testbed.simulator.state`.
+:mod:`testbed.simulator.network`. Every rank executes its plan by the rules the replayer
+(:mod:`testbed.emulated.replayer`) follows too, :mod:`testbed.plan.progress`: lanes, deps,
+iterations that start when the previous one is done, predictions; then the shim's intent / ack /
+completion with a per-rank :class:`~controller.profile.CallProfile` shared by the lanes, steps whose
+receptions wait for the sender's transfer. Records and controller events come out in the emulated
+run's formats, with times in seconds of the virtual clock (starting at 0). The run's objects (ranks,
+lanes, calls, their connections and flows, ports) are in :mod:`testbed.simulator.state`.
 
 Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
 ``reconfig_done``. As in the controller service, decisions made while their rails switch wait
