@@ -28,12 +28,7 @@ from controller.job import CommGroup, JobSpec
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
 from controller.service import ControllerService
 from controller.shim import Shim
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[idx]
+from controller.stats import percentiles
 
 
 def _ack_client(endpoint: str, job_id: str, n_calls: int, conn: Any) -> None:
@@ -79,7 +74,8 @@ def bench_ack_latency(n_calls: int = 2000, warmup: int = 50) -> dict[str, float]
                 proc.kill()
     # a call is served once both ranks asked: the later ask sees the controller's response
     lat_ms = [min(w0, w1) for w0, w1 in zip(waits[0][warmup:], waits[1][warmup:], strict=True)]
-    return {"p50": _percentile(lat_ms, 50), "p99": _percentile(lat_ms, 99),
+    p50, p99 = percentiles(lat_ms, (50, 99))
+    return {"p50": p50, "p99": p99,
             "mean": statistics.fmean(lat_ms), "n": float(len(lat_ms))}
 
 

@@ -1,5 +1,5 @@
-r"""The calls of the Opus core: instances, gathering, acks and completions, lost ranks,
-speculation, and :class:`Output` with its events. Shared by every switching model.
+r"""The calls of the Opus core: instances, gathering, acks and completions, lost ranks and
+speculation. Shared by every switching model.
 
 A collective call of a comm group is an *instance* ``(job, group, seq)``; ``seq`` counts the
 group's calls at each rank, so all members name the same call with the same number. As in the
@@ -13,142 +13,29 @@ run, which keeps valid programs free of controller-induced deadlock. Life cycle:
        \-- all asked really and circuits already lit ---------------------> ACTIVE
 
 :class:`CallBook` keeps the jobs and their calls and hands a call to the switching model
-(:class:`controller.switching.SwitchingModel`) whenever it got an ask while gathering; serving,
-switching and provisioning are the model's. The book calls the model through bound methods it
-keeps as its own attributes (``_asked``, ``_released``, ...), so a hook costs what a method of
-the book would: the hot paths (one intent, one completion) pay no extra lookup for the split.
+(:mod:`controller.switching` states the contract) whenever it got an ask while gathering;
+serving, switching and provisioning are the model's. The model gets a
+:class:`~controller.switching.BookView` (values and the book's actions, bound) in its
+constructor; the book calls the model's hooks through bound methods it keeps as its own
+attributes (``_asked``, ``_released``, ...), so a hook costs what a method of the book would:
+the hot paths (one intent, one completion) pay no extra lookup for the split.
+
+The records live in :mod:`controller.instances` and :class:`Output` in :mod:`controller.output`;
+their names are re-exported here.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, overload
 
-from controller.job import Edge, JobError, JobSpec
-from controller.messages import Ack, CoreConfig, Decision, Event, Intent, Reject
-from controller.ocs import (
-    ApplyResult,
-    Circuit,
-    CrossconnectState,
-    RailDescription,
-    Reconfiguration,
-)
+from controller.instances import CallState, Group, Instance, JobEntry
+from controller.job import JobError, JobSpec
+from controller.messages import Ack, CoreConfig, Event, Intent, Reject
+from controller.ocs import CrossconnectState, RailDescription
+from controller.output import LazyEvent, Output
+from controller.switching import BookView, ModelFactory, RequestGate, SwitchingModel
 
-_FRESH: Any = object()  # "a new empty list" (what default_factory=list gives) for Output
-
-#: An event not built yet: ``(builder, *fields)``; ``builder(record, into)`` appends the event
-#: dict(s) it stands for to ``into``. The hot paths record these instead of dicts, so an event
-#: costs a tuple unless someone reads :attr:`Output.events`.
-LazyEvent = tuple[Any, ...]
-
-
-_T = TypeVar("_T")
-
-
-class _ListOnUse(Generic[_T]):
-    """A list attribute of :class:`Output` kept in the slot named ``slot``, where ``None``
-    stands for an empty list not made yet: the list is made when first read."""
-
-    __slots__ = ("slot",)
-
-    def __init__(self, slot: str) -> None:
-        self.slot = slot
-
-    @overload
-    def __get__(self, obj: None, owner: object = None) -> _ListOnUse[_T]: ...
-
-    @overload
-    def __get__(self, obj: Output, owner: object = None) -> list[_T]: ...
-
-    def __get__(self, obj: Output | None, owner: object = None) -> list[_T] | _ListOnUse[_T]:
-        if obj is None:
-            return self
-        got: list[_T] | None = getattr(obj, self.slot)
-        if got is None:
-            got = []
-            setattr(obj, self.slot, got)
-        return got
-
-    def __set__(self, obj: Output, value: list[_T]) -> None:
-        setattr(obj, self.slot, value)
-
-
-class Output:
-    """Everything one event produced: acks, rejects, decisions and event-log records.
-
-    ``events`` are built when first read (the core records the frequent ones as
-    :data:`LazyEvent` tuples): every reader gets the same dicts, in the same order, as if they
-    had been built on the spot; the core never records a value that changes afterwards.
-    ``acks``, ``rejects`` and ``decisions`` are lists made when first read or written (most
-    outputs have none of some): fewer objects per intent for the allocator and the garbage
-    collector, the same lists for every reader.
-    """
-
-    __slots__ = ("_acks", "_built", "_decisions", "_events", "_rejects")
-
-    def __init__(self, acks: list[Ack] = _FRESH, rejects: list[Reject] = _FRESH,
-                 decisions: list[Decision] = _FRESH, events: list[Event] = _FRESH) -> None:
-        self._acks: list[Ack] | None = None if acks is _FRESH else acks
-        self._rejects: list[Reject] | None = None if rejects is _FRESH else rejects
-        self._decisions: list[Decision] | None = None if decisions is _FRESH else decisions
-        self._events: list[Event | LazyEvent] = [] if events is _FRESH else events  # type: ignore[assignment]
-        self._built: list[Event] | None = None  # _events, once every record in it is built
-
-    acks: _ListOnUse[Ack] = _ListOnUse("_acks")
-    rejects: _ListOnUse[Reject] = _ListOnUse("_rejects")
-    decisions: _ListOnUse[Decision] = _ListOnUse("_decisions")
-
-    @property
-    def events(self) -> list[Event]:
-        """The event-log records (a list the caller may change), built on first read."""
-        raw = self._events
-        if raw is self._built:  # (read before: nothing was recorded since, only extend adds)
-            return raw  # type: ignore[return-value]
-        for e in raw:
-            if e.__class__ is not dict:
-                break
-        else:
-            self._built = raw  # type: ignore[assignment]
-            return raw  # type: ignore[return-value]
-        built: list[Event] = []
-        for e in raw:
-            if isinstance(e, dict):
-                built.append(e)
-            else:
-                e[0](e, built)
-        self._events = self._built = built  # type: ignore[assignment]
-        return built
-
-    @events.setter
-    def events(self, events: list[Event]) -> None:
-        self._events = events  # type: ignore[assignment]
-        self._built = None
-
-    def extend(self, other: Output) -> None:
-        if other._acks:
-            self.acks.extend(other._acks)
-        if other._rejects:
-            self.rejects.extend(other._rejects)
-        if other._decisions:
-            self.decisions.extend(other._decisions)
-        # other's records built first: a list .events handed out stays a list of dicts
-        self._events.extend(other.events)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Output)
-        return (self.acks, self.rejects, self.decisions, self.events) == (
-            other.acks, other.rejects, other.decisions, other.events)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaces
-
-    def __repr__(self) -> str:
-        return (f"Output(acks={self.acks!r}, rejects={self.rejects!r}, "
-                f"decisions={self.decisions!r}, events={self.events!r})")
-
+__all__ = ["CallBook", "CallState", "Group", "Instance", "JobEntry", "LazyEvent", "Output"]
 
 # Builders of the lazily recorded events (see LazyEvent): each turns its record into the dict
 # the core used to build on the spot, with the same keys in the same order.
@@ -179,142 +66,19 @@ def _ev_done(r: LazyEvent, into: list[Event]) -> None:
                  "seq": seq})
 
 
-class CallState(enum.Enum):
-    """Where a call is in its life cycle (the module docstring draws it)."""
-
-    GATHER = "gather"
-    QUEUED = "queued"
-    SWITCHING = "switching"
-    ACTIVE = "active"
-
-
 _ACTIVE, _GATHER = CallState.ACTIVE, CallState.GATHER  # (module constants: read per intent)
-
-
-@dataclass(eq=False, slots=True, init=False)
-class Instance:
-    """One call ``(job, group, seq)``: who asked (really or speculatively), was acked, is done.
-
-    The fields of the port-exact planner's queue live here too (``order``, ``in_queue``, ...):
-    one object per call, so its hot paths reach them without a second lookup."""
-
-    group: Group
-    seq: int
-    kind: str = ""
-    size_bytes: int = 0
-    axis: str = ""
-    real: dict[int, object] = field(default_factory=dict)  # rank -> reply ref
-    spec: set[int] = field(default_factory=set)
-    acked: set[int] = field(default_factory=set)
-    completed: set[int] = field(default_factory=set)
-    state: CallState = CallState.GATHER
-    order: int = 0
-    circuits: frozenset[Circuit] = frozenset()
-    decision_id: int = -1
-    spec_tried: bool = False
-    t_first_s: float = 0.0
-    # FCFS bookkeeping while QUEUED (controller.fcfs): in the queue; waiting in the heap of
-    # calls to look at again; the tick at which it last waited (plan None) with nothing changed
-    in_queue: bool = False
-    in_ready: bool = False
-    settled_tick: int = -1
-
-    def __init__(self, group: Group, seq: int, t_first_s: float) -> None:
-        # the generated __init__ minus its factory calls and keyword handling (one per call)
-        self.group = group
-        self.seq = seq
-        self.t_first_s = t_first_s
-        self.kind = self.axis = ""
-        self.size_bytes = 0
-        self.real = {}
-        self.spec = set()
-        self.acked = set()
-        self.completed = set()
-        self.state = CallState.GATHER
-        self.order = 0
-        self.circuits = frozenset()
-        self.decision_id = -1
-        self.spec_tried = self.in_queue = self.in_ready = False
-        self.settled_tick = -1
-
-    @property
-    def asked(self) -> int:
-        return len(self.real) + len(self.spec)
-
-    @property
-    def ready(self) -> bool:
-        return self.asked >= len(self.group.members)
-
-
-@dataclass(eq=False, slots=True)
-class Group:
-    """A comm group of a job: its members, its demand per optical rail, its calls.
-
-    The port-exact planner's per-group caches (``cache``, ``lit_*``, ``rail_keys``, ...) sit
-    here for the reason :class:`Instance` gives."""
-
-    job_id: str
-    group_id: str
-    axis: str
-    members: frozenset[int]
-    demand: dict[int, frozenset[Edge]]  # optical rails only
-    instances: dict[int, Instance] = field(default_factory=dict)
-    done_seq: dict[int, int] = field(default_factory=dict)  # rank -> its last completed seq
-    cache: dict[tuple[int, Edge], Circuit] = field(default_factory=dict)
-    lit_version: int = -1
-    lit_circuits: frozenset[Circuit] | None = None
-    lit_found: list[Circuit] = field(default_factory=list)  # lit_circuits in cache_keys order
-    rail_members: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    # Precomputed once (the hot paths run per intent): member count, per rail the demand's
-    # lookup keys ((rail, a, b) for the pair index, (rail, (a, b)) for the circuit cache) and
-    # the ranks the demand touches in the order planning visits them.
-    n_members: int = 0
-    rail_keys: tuple[tuple[int, tuple[tuple[tuple[int, int, int], tuple[int, Edge]], ...]],
-                     ...] = ()
-    rail_ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    cache_keys: tuple[tuple[int, Edge], ...] = ()  # every demand edge's key, rail_keys order
-    # per rail, the (rail, port) keys of every port of rail_ranks, in that order (set by the
-    # planner when the job is registered): planning looks them up on every switch
-    port_keys: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-    owns_last: bool = False  # every (rail, rank) of ours has us as its last group (_activate)
-    touch_tick: int = -1  # a port of a circuit in our cache that no member owns changed then
-    alive: bool = True  # False once its job is unregistered (a decision may still be in flight)
-
-    def __post_init__(self) -> None:
-        self.rail_members = {rail: tuple(sorted({r for e in edges for r in e}))
-                             for rail, edges in self.demand.items()}
-        self.n_members = len(self.members)
-        self.rail_keys = tuple(
-            (rail, tuple(((rail, a, b), (rail, (a, b))) for a, b in edges))
-            for rail, edges in self.demand.items())
-        self.rail_ranks = {rail: tuple({r for e in edges for r in e})
-                           for rail, edges in self.demand.items()}
-        self.cache_keys = tuple(ck for _rail, keys in self.rail_keys for _pk, ck in keys)
-
-
-@dataclass(eq=False, slots=True)
-class JobEntry:
-    """A registered job: its spec, its groups, its ranks' ports, its lost ranks."""
-
-    spec: JobSpec
-    groups: dict[str, Group]
-    ports: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> its rail ports
-    # ranks declared lost (rank_lost) and not back yet (rank_rejoined): calls of groups with
-    # them are rejected, since they could never gather. Forgotten with the job (unregister).
-    lost: set[int] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self.ports = {r: rp.ports for r, rp in self.spec.ranks.items()}
 
 
 class CallBook:
     """The jobs and their calls, for one set of rails; the switching model does the rest.
 
-    :class:`controller.core.OpusCore` is the book with its model chosen; :meth:`_use` binds the
+    ``model`` makes the switching model from the book's :class:`BookView`; the book binds the
     model's hooks (see the module docstring for why they are bound, not looked up).
+    :class:`controller.core.OpusCore` is the book with its model chosen by name.
     """
 
-    def __init__(self, rails: Sequence[RailDescription], config: CoreConfig | None = None) -> None:
+    def __init__(self, rails: Sequence[RailDescription], config: CoreConfig | None,
+                 model: ModelFactory) -> None:
         self.config = config or CoreConfig()
         self.rails = {r.rail: r for r in rails}
         self.optical = {r.rail for r in rails if r.mode == "ocs"}
@@ -328,6 +92,17 @@ class CallBook:
             "avoided_reconfigurations": 0, "speculative_decisions": 0, "mispredictions": 0,
             "rejects": 0,
         }
+        self._use(model(self._view()))
+
+    def _view(self) -> BookView:
+        """What the switching model gets: values, our tables as read-only mappings (typed so:
+        a proxy would cost a lookup more on the planner's paths) and our actions, bound."""
+        return BookView(
+            config=self.config, rails=self.rails, optical=frozenset(self.optical),
+            state=self.state, counters=self.counters, jobs=self._jobs, owners=self._owner,
+            ack=self._ack, finish=self._finish, reject=self._reject, drop=self._drop,
+            lost_while_switching=self._lost_while_switching, intent=self.intent,
+            predict=self.predict)
 
     def _use(self, model: SwitchingModel) -> None:
         """Serve calls with ``model``: keep its hooks as bound methods of our own."""
@@ -361,9 +136,9 @@ class CallBook:
         for rank_ports in job.ranks.values():
             for p in rank_ports.ports:
                 self._owner[(rank_ports.rail, p)] = (job.job_id, rank_ports.rank)
-        added(jb)
-        out._events.append({"event": "job_registered", "t_s": now, "job": job.job_id,
-                           "ranks": len(job.ranks), "groups": len(job.groups)})
+        out.emit({"event": "job_registered", "t_s": now, "job": job.job_id,
+                  "ranks": len(job.ranks), "groups": len(job.groups)})
+        added(jb, now, out)
         return out
 
     def _check_job(self, job: JobSpec) -> None:
@@ -408,7 +183,7 @@ class CallBook:
         self._model.job_removed(job)
         for spec_key in [k for k in self._spec_of if k[0] == job_id]:
             del self._spec_of[spec_key]
-        out._events.append({"event": "job_unregistered", "t_s": now, "job": job_id})
+        out.emit({"event": "job_unregistered", "t_s": now, "job": job_id})
         self._pump(now, out)
         return out
 
@@ -439,8 +214,8 @@ class CallBook:
                                 f"rank {lost} of group {group_id} disconnected",
                                 job=job_id, rank=rank, group=group_id, seq=seq)
         kind, size_bytes, axis = intent.kind, intent.size_bytes, intent.axis
-        out._events.append((_ev_intent, now, job_id, rank, group_id, seq, kind, size_bytes,
-                            axis))
+        out.emit((_ev_intent, now, job_id, rank, group_id, seq, kind, size_bytes,
+                  axis))
         inst = grp.instances.get(seq)
         if inst is not None and rank in inst.real:
             return self._reject(out, now, ref, "duplicate",
@@ -485,7 +260,7 @@ class CallBook:
         done_seq = grp.done_seq
         if seq > done_seq.get(rank, -1):
             done_seq[rank] = seq
-        out._events.append((_ev_complete, now, job_id, rank, group_id, seq))
+        out.emit((_ev_complete, now, job_id, rank, group_id, seq))
         if len(completed) >= grp.n_members:
             self._finish(inst, now, out)
         if next_intent is not None and self._completion_predicts:
@@ -505,7 +280,7 @@ class CallBook:
         job = self._jobs.get(job_id)
         if job is None or rank not in job.spec.ranks:
             return out
-        out._events.append({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
+        out.emit({"event": "rank_lost", "t_s": now, "job": job_id, "rank": rank})
         job.lost.add(rank)  # later calls of its groups are rejected too (intent)
         for grp in job.groups.values():
             if rank not in grp.members:
@@ -540,7 +315,7 @@ class CallBook:
         if job is None or rank not in job.lost:
             return out
         job.lost.discard(rank)
-        out._events.append({"event": "rank_rejoined", "t_s": now, "job": job_id, "rank": rank})
+        out.emit({"event": "rank_rejoined", "t_s": now, "job": job_id, "rank": rank})
         return out
 
     def _lost_while_switching(self, inst: Instance, now: float, out: Output) -> bool:
@@ -593,8 +368,8 @@ class CallBook:
                 **fields: object) -> Output:
         self.counters["rejects"] += 1
         out.rejects.append(Reject(ref, code, message))
-        out._events.append({"event": "error", "t_s": now, "code": code, "message": message,
-                           **fields})
+        out.emit({"event": "error", "t_s": now, "code": code, "message": message,
+                 **fields})
         return out
 
     def _ack(self, inst: Instance, out: Output, now: float, reconfigured: bool = False) -> None:
@@ -607,10 +382,7 @@ class CallBook:
             acked.update(ranks)
             new_acks = [Ack(ref, job_id, rank, group_id, seq, reconfigured)
                         for rank, ref in real.items()]
-            if out._acks is None:
-                out._acks = new_acks
-            else:
-                out._acks += new_acks
+            out.take_acks(new_acks)
         else:
             acks = out.acks
             ranks = []
@@ -622,13 +394,13 @@ class CallBook:
                 acks.append(Ack(ref, job_id, rank, group_id, seq, reconfigured))
         if ranks:
             self.counters["acks"] += len(ranks)
-            out._events.append((_ev_acks, now, job_id, ranks, group_id, seq, reconfigured,
-                                now - inst.t_first_s))
+            out.emit((_ev_acks, now, job_id, ranks, group_id, seq, reconfigured,
+                      now - inst.t_first_s))
 
     def _finish(self, inst: Instance, now: float, out: Output) -> None:
         self._released(inst, now)
         self._drop(inst)
-        out._events.append((_ev_done, now, inst.group.job_id, inst.group.group_id, inst.seq))
+        out.emit((_ev_done, now, inst.group.job_id, inst.group.group_id, inst.seq))
 
     def _drop(self, inst: Instance) -> None:
         grp = inst.group
@@ -650,14 +422,14 @@ class CallBook:
         if job is None or grp is None or nxt.rank not in grp.members or (
             nxt.seq <= grp.done_seq.get(nxt.rank, -1)
         ):
-            out._events.append({"event": "error", "t_s": now, "code": "bad_prediction",
-                               "message": f"ignored prediction {nxt.to_json()}"})
+            out.emit({"event": "error", "t_s": now, "code": "bad_prediction",
+                     "message": f"ignored prediction {nxt.to_json()}"})
             return
         if job.lost and not job.lost.isdisjoint(grp.members):
-            out._events.append({"event": "error", "t_s": now, "code": "peer_lost",
-                               "message": f"ignored prediction {nxt.to_json()}: rank "
-                                          f"{min(job.lost & grp.members)} of group "
-                                          f"{grp.group_id} disconnected"})
+            out.emit({"event": "error", "t_s": now, "code": "peer_lost",
+                     "message": f"ignored prediction {nxt.to_json()}: rank "
+                                f"{min(job.lost & grp.members)} of group "
+                                f"{grp.group_id} disconnected"})
             return
         inst = grp.instances.get(nxt.seq)
         if inst is None:
@@ -667,9 +439,9 @@ class CallBook:
             return
         inst.spec.add(nxt.rank)
         self._spec_of.setdefault((nxt.job_id, nxt.rank), {})[inst] = None
-        out._events.append({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
-                           "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
-                           "kind": nxt.kind, "size_bytes": nxt.size_bytes})
+        out.emit({"event": "speculative_intent", "t_s": now, "job": nxt.job_id,
+                 "rank": nxt.rank, "group": nxt.group_id, "seq": nxt.seq,
+                 "kind": nxt.kind, "size_bytes": nxt.size_bytes})
         if inst.state is CallState.GATHER:
             self._asked(inst, now, out)
 
@@ -684,9 +456,9 @@ class CallBook:
                 continue
             inst.spec.discard(rank)
             self.counters["mispredictions"] += 1
-            out._events.append({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
-                               "predicted_group": inst.group.group_id, "predicted_seq": inst.seq,
-                               "actual_group": grp.group_id, "actual_seq": seq})
+            out.emit({"event": "mispredict", "t_s": now, "job": job_id, "rank": rank,
+                     "predicted_group": inst.group.group_id, "predicted_seq": inst.seq,
+                     "actual_group": grp.group_id, "actual_seq": seq})
             if inst.state is CallState.QUEUED and not inst.ready:
                 self._withdraw(inst)
                 inst.state = CallState.GATHER
@@ -704,8 +476,8 @@ class CallBook:
         if self._gate is not None and self._gate.hold(intent, None, now, out, False):
             return out
         if not self.config.provisioning:
-            out._events.append({"event": "prediction_ignored", "t_s": now,
-                               "reason": "provisioning is off", **intent.to_json()})
+            out.emit({"event": "prediction_ignored", "t_s": now,
+                     "reason": "provisioning is off", **intent.to_json()})
             return out
         job = self._jobs.get(intent.job_id)
         grp = job.groups.get(intent.group_id) if job is not None else None
@@ -725,83 +497,3 @@ class CallBook:
         return [(g.job_id, g.group_id, i.seq, i.state.value)
                 for j in self._jobs.values() for g in j.groups.values()
                 for i in g.instances.values()]
-
-
-class RequestGate(Protocol):
-    """Holds a rank's requests back while the model says its earlier one is unanswered."""
-
-    def hold(self, intent: Intent, ref: object, now: float, out: Output, real: bool) -> bool:
-        """Whether ``intent`` (``real``: an intent, else a prediction) waits (True: the gate
-        keeps it and hands it back to the book later); False: the book serves it now."""
-        ...
-
-
-class SwitchingModel(Protocol):
-    """What the call book asks of a switching model (each model's docstring says how)."""
-
-    @property
-    def waiting(self) -> Mapping[Instance, None]:
-        """Calls the model holds back; the book pumps it after a completion only when some
-        wait (one check instead of one call per completion)."""
-        ...
-
-    #: a rank's real ask for another call withdraws its speculative asks (a misprediction)
-    withdraws_predictions: bool
-    #: with provisioning, a completion's predicted next call is a speculative ask
-    predicts_on_completion: bool
-    #: a prediction of a call its rank already asked for or finished is counted and dropped
-    counts_late_predictions: bool
-    @property
-    def gate(self) -> RequestGate | None:
-        """Holds a rank's requests back (rail-state's per-rank serialisation), or None."""
-        ...
-
-    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
-        """Check that the model can serve ``job`` (else :class:`~controller.job.JobError`);
-        the returned function takes the job in once the book has registered it."""
-        ...
-
-    def job_removed(self, job: JobEntry) -> None:
-        """Forget an unregistered job (its port owners are gone already)."""
-        ...
-
-    def asked(self, inst: Instance, now: float, out: Output) -> None:
-        """A gathering call got an ask (real or speculative): serve it once everyone asked."""
-        ...
-
-    def released(self, inst: Instance, now: float) -> None:
-        """A running call ended (or its job went): its circuits are idle now."""
-        ...
-
-    def withdraw(self, inst: Instance) -> None:
-        """Take a queued call out of the queue (dropped, or no longer ready)."""
-        ...
-
-    def turned_real(self, inst: Instance) -> None:
-        """A queued call that only speculative asks made ready got its first real ask."""
-        ...
-
-    def pump(self, now: float, out: Output) -> None:
-        """Serve the calls that may go now."""
-        ...
-
-    def commit(self, rc: Reconfiguration) -> None:
-        """Take a change of the switch into the crossconnect state (initial circuits too)."""
-        ...
-
-    def done(self, decision_id: int, results: Sequence[ApplyResult], now: float) -> Output:
-        """The driver lit a decision's circuits."""
-        ...
-
-    def failed(self, decision_id: int, error: str, now: float, out: Output,
-               withdrawn: bool) -> None:
-        """The driver refused or failed a decision (the book pumps afterwards)."""
-        ...
-
-    def active_circuits(self) -> frozenset[Circuit]:
-        """Circuits running calls use now (never touched by a decision)."""
-        ...
-
-    def dark_ports(self) -> frozenset[tuple[int, int]]:
-        """(rail, port) of every port a decision in flight is switching."""
-        ...

@@ -9,37 +9,42 @@ Where each part lives:
 
 * :mod:`controller.messages` -- :class:`CoreConfig`, :class:`Intent`, :class:`Ack`,
   :class:`Reject`, :class:`Decision` (re-exported here);
-* :mod:`controller.calls` -- the calls: instances, gathering, acks and completions, lost ranks,
-  speculation, :class:`Output` and its events (:class:`~controller.calls.CallBook`);
-* :mod:`controller.switching` -- the interface of a switching model
-  (:class:`~controller.switching.SwitchingModel`) and what the models share;
+* :mod:`controller.calls` -- the calls: gathering, acks and completions, lost ranks,
+  speculation (:class:`~controller.calls.CallBook`); their records in
+  :mod:`controller.instances`, :class:`Output` and its events in :mod:`controller.output`;
+* :mod:`controller.switching` -- the interface of a switching model, its contract
+  (:class:`~controller.switching.SwitchingModel`, the
+  :class:`~controller.switching.BookView` a model gets) and what the models share;
 * :mod:`controller.portexact` (with its FCFS queue, :mod:`controller.fcfs`) -- the port-exact
   planner (``port-exact``, the default): circuits are port matchings under the one-to-one
   rule, as on a real OCS; its module docstring states the scheduling rules;
 * :mod:`controller.railstate_switching` -- the public artifact's model (``rail-state``): a
   bitmask per rail, switched per bit (:mod:`controller.railstate` states its rules).
 
-:class:`OpusCore` is the call book with the model that ``CoreConfig.semantics`` names, picked
-once at construction: no method here asks which model it runs.
+:class:`OpusCore` is the call book with the model that ``CoreConfig.semantics`` names (or the
+factory passed as ``model``), picked once at construction: no method here asks which model it
+runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-from controller.calls import CallBook, CallState, LazyEvent, Output
+from controller.calls import CallBook
+from controller.instances import CallState
 from controller.messages import Ack, CoreConfig, Decision, Event, Intent, Reject
 from controller.ocs import ApplyResult, Circuit, RailDescription, Reconfiguration
+from controller.output import LazyEvent, Output
 from controller.portexact import PortExactPlanner
 from controller.railstate import PORT_EXACT, RAIL_STATE
 from controller.railstate_switching import RailStateSwitching
-from controller.switching import SwitchingModel
+from controller.switching import ModelFactory
 
 __all__ = ["Ack", "CoreConfig", "Decision", "Event", "Intent", "LazyEvent", "OpusCore", "Output",
            "Reject"]
 
 #: the switching model of each ``CoreConfig.semantics``
-MODELS: dict[str, Callable[[CallBook], SwitchingModel]] = {
+MODELS: dict[str, ModelFactory] = {
     PORT_EXACT: PortExactPlanner,
     RAIL_STATE: RailStateSwitching,
 }
@@ -53,15 +58,19 @@ class OpusCore(CallBook):
         rails: Sequence[RailDescription],
         config: CoreConfig | None = None,
         circuits: Iterable[Circuit] = (),
+        model: ModelFactory | None = None,
     ) -> None:
-        super().__init__(rails, config)
-        model = MODELS[self.config.semantics](self)
-        self._use(model)
+        """``model``: the switching model's factory (:mod:`controller.switching`); None, the
+        default, takes the one of ``MODELS`` that ``config.semantics`` names. ``circuits``
+        are lit on the switch already (committed through the model)."""
+        config = config or CoreConfig()
+        super().__init__(rails, config, model or MODELS[config.semantics])
+        model_ = self._model
         initial: dict[int, set[Circuit]] = {}
         for c in circuits:
             initial.setdefault(c.rail, set()).add(c)
         for rail, cs in initial.items():
-            model.commit(Reconfiguration(rail, add=frozenset(cs)))
+            model_.commit(Reconfiguration(rail, add=frozenset(cs)))
 
     # ------------------------------------------------------- driver feedback
 

@@ -15,8 +15,9 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.calls import CallState, Group, Instance, Output
+from controller.instances import CallState, Group, Instance
 from controller.ocs import Circuit
+from controller.output import Output
 
 
 @dataclass(eq=False, slots=True)

@@ -37,9 +37,10 @@ queue. Every other queued call would wait again if looked at (its plan fails as 
 an older call still blocks it), so the full scan of the paper's FCFS rule and this one make
 the same decisions in the same order (the golden traces pin it).
 
-The planner shares the book's tables (jobs, port owners, counters, crossconnect state) by
-reference and keeps the book's methods it calls (``_ack``, ``_finish``, ...) as bound methods
-of its own: one attribute lookup per call, as when both were one class.
+The planner gets what it needs from the book as a :class:`~controller.switching.BookView` in
+its constructor (the jobs and port owners as read-only mappings, the counters, the crossconnect
+state, the book's actions ``ack``, ``finish``, ...) and keeps each as an attribute of its own:
+one attribute lookup per call, as when both were one class.
 """
 
 from __future__ import annotations
@@ -47,26 +48,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.calls import (
-    CallBook,
-    CallState,
-    Event,
-    Group,
-    Instance,
-    JobEntry,
-    LazyEvent,
-    Output,
-)
 from controller.fcfs import FcfsQueue
+from controller.instances import CallState, Group, Instance, JobEntry
 from controller.job import Edge, JobSpec
-from controller.messages import Decision
+from controller.messages import Decision, Event
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
-from controller.switching import end_events, undo
+from controller.output import LazyEvent, Output
+from controller.switching import BookView, end_events, undo
 
 _ACTIVE = CallState.ACTIVE  # (a module constant: read per call)
 
 
-# Builders of the decisions' lazily recorded events (controller.calls.LazyEvent): a decision
+# Builders of the decisions' lazily recorded events (controller.output.LazyEvent): a decision
 # costs a tuple per rail until someone reads Output.events; each builder turns its record into
 # the dict the core used to build on the spot, with the same keys in the same order.
 
@@ -91,7 +84,8 @@ def _ev_reconfig_start(r: LazyEvent, into: list[Event]) -> None:
 
 
 class PortExactPlanner(FcfsQueue):
-    """The port-exact model of :class:`controller.calls.CallBook` (see the module docstring)."""
+    """The port-exact switching model (see the module docstring; the interface is
+    :class:`controller.switching.SwitchingModel`)."""
 
     #: (controller.switching.SwitchingModel) real asks withdraw predictions; completions carry
     #: them; a late prediction is an ordinary one (ignored with an event, or already asked)
@@ -100,18 +94,18 @@ class PortExactPlanner(FcfsQueue):
     counts_late_predictions = False
     gate = None  # (SwitchingModel) no request waits for another at the controller
 
-    def __init__(self, book: CallBook) -> None:
+    def __init__(self, view: BookView) -> None:
         super().__init__()
-        self.config = book.config
-        self.state = book.state
-        self.counters = book.counters
-        self._jobs = book._jobs
-        self._owner = book._owner  # (rail, port) -> (job, rank): ports name their owner rank
-        self._ack = book._ack
-        self._finish = book._finish
-        self._reject = book._reject
-        self._drop = book._drop
-        self._lost_while_switching = book._lost_while_switching
+        self.config = view.config
+        self.state = view.state
+        self.counters = view.counters
+        self._jobs = view.jobs
+        self._owner = view.owners  # (rail, port) -> (job, rank): ports name their owner rank
+        self._ack = view.ack
+        self._finish = view.finish
+        self._reject = view.reject
+        self._drop = view.drop
+        self._lost_while_switching = view.lost_while_switching
         self._pairs: dict[tuple[int, int, int], set[Circuit]] = {}  # (rail, rank a, rank b)
         # (rail, port) -> the circuit on it, mirroring self.state (which only _commit changes):
         # planning then finds the existing Circuit object instead of building an equal one
@@ -141,11 +135,11 @@ class PortExactPlanner(FcfsQueue):
 
     # ------------------------------------------------------------------ jobs
 
-    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
+    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry, float, Output], None]:
         """Any job the book accepts fits port matchings: nothing more to check."""
         return self._job_added
 
-    def _job_added(self, jb: JobEntry) -> None:
+    def _job_added(self, jb: JobEntry, now: float, out: Output) -> None:
         """Precompute the ports of each group's ranks and index the circuits by rank pair."""
         for g in jb.groups.values():
             g.port_keys = {rail: tuple((rail, p) for r in ranks for p in jb.ports[r])
@@ -189,8 +183,8 @@ class PortExactPlanner(FcfsQueue):
                     self._advance(inst, now, out)
             else:
                 inst.spec_tried = True
-                out._events.append((_ev_provisioned, now, inst.group.job_id,
-                                    inst.group.group_id, inst.seq))
+                out.emit((_ev_provisioned, now, inst.group.job_id,
+                          inst.group.group_id, inst.seq))
                 if not inst.spec and not inst.real:
                     self._drop(inst)
         self._pump(now, out)
@@ -208,7 +202,7 @@ class PortExactPlanner(FcfsQueue):
                                     "decision": decision_id, "error": error}
         if withdrawn:
             event["withdrawn"] = True
-        out._events.append(event)
+        out.emit(event)
         for rc in decision.reconfs:
             self._diverged.update(undo(self.state, self._commit, decision_id, rc, now, out))
         if self._diverged:
@@ -231,9 +225,9 @@ class PortExactPlanner(FcfsQueue):
         for rail in sorted({c.rail for c in back}):
             mine = frozenset(c for c in back if c.rail == rail)
             self._commit(Reconfiguration(rail, add=mine))
-            out._events.append({"event": "state_restored", "t_s": now, "decision": decision_id,
-                               "rail": rail, "restored": [c.to_json() for c in
-                                                          sorted(mine)]})
+            out.emit({"event": "state_restored", "t_s": now, "decision": decision_id,
+                     "rail": rail, "restored": [c.to_json() for c in
+                                                sorted(mine)]})
         self._diverged -= back
 
     @staticmethod
@@ -243,9 +237,9 @@ class PortExactPlanner(FcfsQueue):
         driver (committed at dispatch, undone on failure) and its dark ports are released; the
         dead job's call is not served, told or otherwise touched."""
         grp = inst.group
-        out._events.append({"event": "orphaned_decision", "t_s": now, "decision": decision_id,
-                           "job": grp.job_id, "group": grp.group_id, "seq": inst.seq,
-                           "outcome": outcome})
+        out.emit({"event": "orphaned_decision", "t_s": now, "decision": decision_id,
+                 "job": grp.job_id, "group": grp.group_id, "seq": inst.seq,
+                 "outcome": outcome})
 
 
     # ------------------------------------------------------------- serving
@@ -363,9 +357,9 @@ class PortExactPlanner(FcfsQueue):
                         self._cache_foreign(grp, c)
         if avoided_rails:
             self.counters["avoided_reconfigurations"] += len(avoided_rails)
-            out._events.append({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
-                               "group": grp.group_id, "seq": inst.seq,
-                               "rails": sorted(avoided_rails)})
+            out.emit({"event": "reconfig_avoided", "t_s": now, "job": grp.job_id,
+                     "group": grp.group_id, "seq": inst.seq,
+                     "rails": sorted(avoided_rails)})
         self._ack(inst, out, now, reconfigured)
         if len(inst.completed) >= grp.n_members:
             self._finish(inst, now, out)
@@ -450,8 +444,8 @@ class PortExactPlanner(FcfsQueue):
         if spec:
             self.counters["speculative_decisions"] += 1
         out.decisions.append(decision)
-        out._events.append((_ev_decision, now, did, grp.job_id, grp.group_id, inst.seq, spec,
-                            reconfs, now - inst.t_first_s))
+        out.emit((_ev_decision, now, did, grp.job_id, grp.group_id, inst.seq, spec,
+                  reconfs, now - inst.t_first_s))
         keys = self._dark_keys.setdefault(did, [])
         dark = self._dark
         for rc in plan:
@@ -462,7 +456,7 @@ class PortExactPlanner(FcfsQueue):
             for p in touched:
                 dark[(rail, p)] = did
                 keys.append((rail, p))
-            out._events.append((_ev_reconfig_start, now, did, rc, touched))
+            out.emit((_ev_reconfig_start, now, did, rc, touched))
         self._version += 1
 
     def _undark(self, decision_id: int) -> None:

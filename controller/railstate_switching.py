@@ -18,10 +18,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.calls import CallBook, CallState, Instance, JobEntry, Output
+from controller.instances import CallState, Instance, JobEntry
 from controller.job import JobError, JobSpec
 from controller.messages import Decision, Intent
 from controller.ocs import ApplyResult, Circuit, Reconfiguration
+from controller.output import Output
 from controller.railstate import (
     RAIL_STATE,
     SHADOW_PORTS,
@@ -33,7 +34,7 @@ from controller.railstate import (
     job_shape,
     shadow_rail_id,
 )
-from controller.switching import end_events, undo
+from controller.switching import BookView, end_events, undo
 
 _NOTHING_WAITS: Mapping[Instance, None] = {}  # (rail-state queues requests in its bit model)
 
@@ -66,22 +67,24 @@ class RankSockets:
     request that changes no bit without waiting.
     """
 
-    def __init__(self, book: CallBook) -> None:
-        self._book = book
+    def __init__(self, view: BookView) -> None:
+        self._counters = view.counters
+        self._intent = view.intent
+        self._predict = view.predict
         self._busy: dict[tuple[str, int], int] = {}  # (job, rank) -> request it waits on
         self._held: dict[tuple[str, int], deque[tuple[bool, Intent, object]]] = {}
         self.asker: tuple[str, int] | None = None  # whose request the book is serving
 
     def hold(self, intent: Intent, ref: object, now: float, out: Output, real: bool) -> bool:
-        """(controller.calls.RequestGate) hold ``intent`` while its rank is busy."""
+        """(controller.switching.RequestGate) hold ``intent`` while its rank is busy."""
         key = (intent.job_id, intent.rank)
         if key in self._busy:
             self._held.setdefault(key, deque()).append((real, intent, ref))
-            self._book.counters["rail_state_held_requests"] += 1
-            out._events.append({"event": "request_held", "t_s": now, "job": intent.job_id,
-                               "rank": intent.rank, "group": intent.group_id,
-                               "seq": intent.seq, "speculative": not real,
-                               "behind_request": self._busy[key]})
+            self._counters["rail_state_held_requests"] += 1
+            out.emit({"event": "request_held", "t_s": now, "job": intent.job_id,
+                     "rank": intent.rank, "group": intent.group_id,
+                     "seq": intent.seq, "speculative": not real,
+                     "behind_request": self._busy[key]})
             return True
         self.asker = key
         return False
@@ -99,8 +102,7 @@ class RankSockets:
             held = self._held.get(key)
             while held and key not in self._busy:
                 real, intent, ref = held.popleft()
-                book = self._book
-                out.extend(book.intent(intent, now, ref) if real else book.predict(intent, now))
+                out.extend(self._intent(intent, now, ref) if real else self._predict(intent, now))
             if not held:
                 self._held.pop(key, None)
 
@@ -111,7 +113,8 @@ class RankSockets:
 
 
 class RailStateSwitching:
-    """The rail-state model of :class:`controller.calls.CallBook` (see the module docstring)."""
+    """The rail-state switching model (see the module docstring; the interface is
+    :class:`controller.switching.SwitchingModel`)."""
 
     #: (controller.switching.SwitchingModel) see the module docstring
     withdraws_predictions = False
@@ -119,23 +122,23 @@ class RailStateSwitching:
     counts_late_predictions = True
     waiting = _NOTHING_WAITS
 
-    def __init__(self, book: CallBook) -> None:
-        self.config = book.config
-        self.state = book.state
-        self.rails = book.rails
-        self.optical = book.optical
-        self.counters = book.counters
-        self._jobs = book._jobs
-        self._ack = book._ack
-        self._reject = book._reject
-        self._drop = book._drop
-        self._lost_while_switching = book._lost_while_switching
+    def __init__(self, view: BookView) -> None:
+        self.config = view.config
+        self.state = view.state
+        self.rails = view.rails
+        self.optical = view.optical
+        self.counters = view.counters
+        self._jobs = view.jobs
+        self._ack = view.ack
+        self._reject = view.reject
+        self._drop = view.drop
+        self._lost_while_switching = view.lost_while_switching
         self.job: RailStateJob | None = None  # the rail-state job (one per core)
         self._next_decision = 1
         self.counters.update({"acked_at_once": 0, "bit_flips": 0, "stale_reflips": 0,
                               "rail_state_joined_bits": 0, "rail_state_early_bits": 0,
                               "late_predictions": 0})
-        self.sockets = RankSockets(book) if self.config.rail_state_serialize_per_rank else None
+        self.sockets = RankSockets(view) if self.config.rail_state_serialize_per_rank else None
         #: (controller.switching.SwitchingModel) the sockets hold a busy rank's requests
         self.gate = self.sockets
         if self.sockets is not None:
@@ -143,11 +146,11 @@ class RailStateSwitching:
 
     # ------------------------------------------------------------------ jobs
 
-    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry], None]:
+    def prepare_job(self, job: JobSpec) -> Callable[[JobEntry, float, Output], None]:
         """The job's bit model, taken in once the book registered the job."""
         rs = self._new_job(job)
 
-        def added(_jb: JobEntry) -> None:
+        def added(_jb: JobEntry, _now: float, _out: Output) -> None:
             self.job = rs
 
         return added
@@ -204,7 +207,7 @@ class RailStateSwitching:
         self.counters["stale_reflips"] += served.stale_bits - served.joined_bits
         self.counters["rail_state_joined_bits"] += served.joined_bits
         self.counters["rail_state_early_bits"] += served.early_bits
-        out._events.append({
+        out.emit({
             "event": "rail_state_served", "t_s": now, "job": grp.job_id, "group": grp.group_id,
             "seq": inst.seq, "speculative": not inst.real,
             "requested": {str(r): m for r, m in served.requested.items()},
@@ -253,15 +256,15 @@ class RailStateSwitching:
         did = self._next_decision
         self._next_decision += 1
         out.decisions.append(Decision(did, rs.job_id, group_id, seq, reconfs, speculative))
-        out._events.append({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
-                           "group": group_id, "seq": seq, "speculative": speculative,
-                           "rails": [rc.rail for rc in reconfs], "semantics": RAIL_STATE,
-                           **fields})
+        out.emit({"event": "decision", "t_s": now, "decision": did, "job": rs.job_id,
+                 "group": group_id, "seq": seq, "speculative": speculative,
+                 "rails": [rc.rail for rc in reconfs], "semantics": RAIL_STATE,
+                 **fields})
         for rc in reconfs:
-            out._events.append({"event": "reconfig_start", "t_s": now, "decision": did,
-                               "rail": rc.rail, "ports": sorted(rc.touched_ports),
-                               "add": [c.to_json() for c in sorted(rc.add)],
-                               "remove": [c.to_json() for c in sorted(rc.remove)]})
+            out.emit({"event": "reconfig_start", "t_s": now, "decision": did,
+                     "rail": rc.rail, "ports": sorted(rc.touched_ports),
+                     "add": [c.to_json() for c in sorted(rc.add)],
+                     "remove": [c.to_json() for c in sorted(rc.remove)]})
         return did
 
     def _settle(self, rs: RailStateJob, now: float, out: Output, error: str
@@ -285,8 +288,8 @@ class RailStateSwitching:
                 if inst.real:
                     self._ack(inst, out, now, True)
                 else:
-                    out._events.append({"event": "provisioned", "t_s": now, "job": grp.job_id,
-                                       "group": grp.group_id, "seq": inst.seq})
+                    out.emit({"event": "provisioned", "t_s": now, "job": grp.job_id,
+                             "group": grp.group_id, "seq": inst.seq})
         return settled
 
     def _answered(self, settled: list[tuple[int, bool]], now: float, out: Output) -> None:
@@ -323,7 +326,7 @@ class RailStateSwitching:
                                     "decision": decision_id, "error": error}
         if withdrawn:
             event["withdrawn"] = True
-        out._events.append(event)
+        out.emit(event)
         for rc in reconfs:
             undo(self.state, self.state.apply, decision_id, rc, now, out)
         started = rs.model.finished(rid, lit=False)

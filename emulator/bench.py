@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.ocs import Circuit, Reconfiguration
+from controller.stats import percentiles
 from emulator.dataplane import Recorders, start_stream
 from emulator.hostnet import tcp_queue_limit_bytes
 from emulator.network import emulated_rails
@@ -53,20 +54,11 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty sequence."""
-    data = sorted(values)
-    if not data:
-        raise ValueError("percentile of no values")
-    pos = (len(data) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
 def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
+    """p50, p99 (:func:`controller.stats.percentile`), max and mean of ``values_s``, in ms."""
     ms = [v * 1e3 for v in values_s]
-    return {"p50": round(percentile(ms, 50), 3), "p99": round(percentile(ms, 99), 3),
+    p50, p99 = percentiles(ms, (50, 99))
+    return {"p50": round(p50, 3), "p99": round(p99, 3),
             "max": round(max(ms), 3), "mean": round(statistics.fmean(ms), 3)}
 
 

@@ -34,12 +34,9 @@ messages.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-import yaml
+from typing import Any
 
 from workloads.config import Straggler, WorkloadConfig
 from workloads.errors import WorkloadConfigError
@@ -48,9 +45,10 @@ from workloads.models import ModelSpec, get_preset
 from workloads.parallel import RESHARD_POLICIES, ParallelConfig
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel
+from workloads.yamldoc import YamlDoc, load_file
 
 TOP_LEVEL_KEYS = ("workload", "cluster", "ocs", "mode", "run", "network", "name", "description",
-                  "faults", "failover", "artifact_protocol", "sim")
+                  "faults", "failover", "artifact_protocol", "sim", "controller")
 WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_microbatches",
                  "parallelism", "ddp_bucket_mb", "param_dtype_bytes", "reduce_dtype_bytes",
                  "act_dtype_bytes", "activation_checkpointing", "loss_logging_allreduces",
@@ -58,102 +56,7 @@ WORKLOAD_KEYS = ("model", "gpu", "mfu", "seq_len", "micro_batch_size", "num_micr
 STRAGGLER_KEYS = ("rank", "delay_ms")
 
 
-class _Doc:
-    """A composed YAML document: values by dotted path, and their marks."""
-
-    def __init__(self, text: str, source: str) -> None:
-        self.source = source
-        self.marks: dict[str, yaml.Mark] = {}
-        try:
-            loader = yaml.SafeLoader(text)
-            try:
-                node = loader.get_single_node()
-                self.loader = loader
-                self.root = self._value(node, "") if node is not None else None
-            finally:
-                loader.dispose()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            pos = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-            raise WorkloadConfigError(f"invalid YAML: {exc.problem}", "", pos) from exc
-
-    def _value(self, node: yaml.Node, path: str) -> Any:
-        self.marks[path] = node.start_mark
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                key = self.loader.construct_object(key_node)
-                sub = f"{path}.{key}" if path else str(key)
-                if key in out:
-                    raise WorkloadConfigError("duplicate key", sub, self.pos_of_mark(
-                        key_node.start_mark))
-                out[key] = self._value(value_node, sub)
-                self.marks.setdefault(f"{sub}#key", key_node.start_mark)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self._value(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
-        return self.loader.construct_object(node)
-
-    def pos_of_mark(self, mark: yaml.Mark) -> str:
-        return f"{self.source}:{mark.line + 1}:{mark.column + 1}"
-
-    def pos(self, path: str) -> str:
-        """Position of ``path``, or of its closest ancestor present in the file."""
-        while path:
-            if path in self.marks:
-                return self.pos_of_mark(self.marks[path])
-            path = path.rsplit(".", 1)[0] if "." in path else ""
-        return self.pos_of_mark(self.marks[""]) if "" in self.marks else self.source
-
-    def error(self, path: str, message: str) -> WorkloadConfigError:
-        return WorkloadConfigError(message, path, self.pos(path))
-
-
-def _mapping(doc: _Doc, value: Any, path: str, allowed: tuple[str, ...] | None) -> dict:
-    if not isinstance(value, dict):
-        raise doc.error(path, "must be a mapping")
-    if allowed is not None:
-        for key in value:
-            if key not in allowed:
-                sub = f"{path}.{key}" if path else str(key)
-                raise WorkloadConfigError(
-                    f"unknown key {key!r}; allowed: {', '.join(allowed)}", sub,
-                    doc.pos_of_mark(doc.marks.get(f"{sub}#key", doc.marks[sub])))
-    return value
-
-
-def _typed(doc: _Doc, value: Any, path: str, kind: type) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, bool):
-        raise doc.error(path, f"must be an integer, got {value!r}")
-    if not isinstance(value, kind):
-        raise doc.error(path, f"must be {_TYPE_WORDS[kind]}, got {value!r}")
-    return value
-
-
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-_TYPES = {int: int, float: float, bool: bool, str: str, "int": int, "float": float,
-          "bool": bool, "str": str}
-
-
-def _fields_of(cls: type, doc: _Doc, data: dict, path: str) -> dict[str, Any]:
-    """Typed keyword arguments of dataclass ``cls`` from a mapping (unknown keys rejected)."""
-    spec = {f.name: f for f in fields(cls)}
-    _mapping(doc, data, path, tuple(spec))
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        sub = f"{path}.{key}"
-        type_name = str(spec[key].type).replace(" ", "")
-        if value is None and "None" in type_name:
-            out[key] = None
-            continue
-        base = type_name.split("|")[0]
-        out[key] = _typed(doc, value, sub, _TYPES.get(base, str))
-    return out
-
-
-def _model(doc: _Doc, value: Any, base_dir: Path) -> ModelSpec:
+def _model(doc: YamlDoc, value: Any, base_dir: Path) -> ModelSpec:
     path = "workload.model"
     if isinstance(value, str):
         if value.endswith((".yaml", ".yml")):
@@ -162,23 +65,23 @@ def _model(doc: _Doc, value: Any, base_dir: Path) -> ModelSpec:
                 text = file.read_text()
             except OSError as exc:
                 raise doc.error(path, f"cannot read model file {file}: {exc}") from exc
-            sub = _Doc(text, str(file))
-            data = _mapping(sub, sub.root, "", None)
+            sub = YamlDoc(text, str(file))
+            data = sub.mapping(sub.root, "", None)
             return _model_mapping(sub, data, "")
         try:
             return get_preset(value)
         except WorkloadConfigError as exc:
             raise doc.error(path, exc.reason) from exc
-    return _model_mapping(doc, _mapping(doc, value, path, None), path)
+    return _model_mapping(doc, doc.mapping(value, path, None), path)
 
 
-def _model_mapping(doc: _Doc, data: dict, path: str) -> ModelSpec:
+def _model_mapping(doc: YamlDoc, data: dict, path: str) -> ModelSpec:
     data = dict(data)
     base_name = data.pop("base", None)
-    kwargs = _fields_of(ModelSpec, doc, data, path or "model")
+    kwargs = doc.fields_of(ModelSpec, data, path or "model")
     try:
         if base_name is not None:
-            base = get_preset(_typed(doc, base_name, f"{path}.base", str)).to_dict()
+            base = get_preset(doc.typed(base_name, f"{path}.base", str)).to_dict()
             base.update(kwargs)
             base.setdefault("name", base_name)
             kwargs = base
@@ -222,19 +125,19 @@ def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | 
                           timing: TimingModel | None = None) -> WorkloadSource:
     """Parse the workload of an experiment YAML document: a configuration or a schedule file
     (a configuration calibrated under ``timing`` when given)."""
-    doc = _Doc(text, source)
-    top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
+    doc = YamlDoc(text, source)
+    top = doc.mapping(doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
     if "workload" not in top:
         raise doc.error("workload", "required top-level mapping is missing")
     if "cluster" not in top:
         raise doc.error("cluster", "required top-level mapping is missing")
-    cl = _mapping(doc, top["cluster"], "cluster", None)
+    cl = doc.mapping(top["cluster"], "cluster", None)
     for key in ("servers", "gpus_per_server"):
         if key not in cl:
             raise doc.error(f"cluster.{key}", "required")
-        _typed(doc, cl[key], f"cluster.{key}", int)
+        doc.typed(cl[key], f"cluster.{key}", int)
     cluster = Cluster(cl["servers"], cl["gpus_per_server"])
-    wl = _mapping(doc, top["workload"], "workload", (*WORKLOAD_KEYS, "schedule"))
+    wl = doc.mapping(top["workload"], "workload", (*WORKLOAD_KEYS, "schedule"))
     if "schedule" in wl:
         return _schedule_source(doc, wl, cluster, base_dir or Path("."))
     if "model" not in wl:
@@ -245,27 +148,27 @@ def parse_workload_source(text: str, source: str = "<string>", base_dir: Path | 
     for key in ("seq_len", "micro_batch_size", "num_microbatches", "param_dtype_bytes",
                 "reduce_dtype_bytes", "act_dtype_bytes", "loss_logging_allreduces"):
         if key in wl:
-            kwargs[key] = _typed(doc, wl[key], f"workload.{key}", int)
+            kwargs[key] = doc.typed(wl[key], f"workload.{key}", int)
     for key in ("mfu", "ddp_bucket_mb", "calibrate_step_s"):
         if key in wl:
-            kwargs[key] = _typed(doc, wl[key], f"workload.{key}", float)
+            kwargs[key] = doc.typed(wl[key], f"workload.{key}", float)
     if "activation_checkpointing" in wl:
-        kwargs["activation_checkpointing"] = _typed(
-            doc, wl["activation_checkpointing"], "workload.activation_checkpointing", str)
+        kwargs["activation_checkpointing"] = doc.typed(
+            wl["activation_checkpointing"], "workload.activation_checkpointing", str)
     if "gpu" in wl:
         try:
-            kwargs["gpu"] = get_gpu(_typed(doc, wl["gpu"], "workload.gpu", str))
+            kwargs["gpu"] = get_gpu(doc.typed(wl["gpu"], "workload.gpu", str))
         except WorkloadConfigError as exc:
             raise doc.error("workload.gpu", exc.reason) from exc
     if "algorithms" in wl:
         kwargs["algorithms"] = _algorithms(doc, wl["algorithms"])
     if "stragglers" in wl:
         kwargs["stragglers"] = _stragglers(doc, wl["stragglers"])
-    cfg = _validated(doc, WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
+    cfg = doc.validated(WorkloadConfig(model=model, cluster=cluster, parallel=par, **kwargs))
     return WorkloadSource(cfg if timing is None else calibrated(doc, cfg, timing))
 
 
-def calibrated(doc: _Doc, cfg: WorkloadConfig, timing: TimingModel) -> WorkloadConfig:
+def calibrated(doc: YamlDoc, cfg: WorkloadConfig, timing: TimingModel) -> WorkloadConfig:
     """``cfg`` calibrated to its ``calibrate_step_s`` (:mod:`workloads.calibrate`); a target
     the model cannot reach is refused at the key's position in ``doc``."""
     from workloads.calibrate import calibrate  # it generates schedules (the builder)
@@ -276,11 +179,11 @@ def calibrated(doc: _Doc, cfg: WorkloadConfig, timing: TimingModel) -> WorkloadC
         raise doc.error(exc.field, exc.reason) from exc
 
 
-def _parallelism(doc: _Doc, value: Any) -> ParallelConfig:
+def _parallelism(doc: YamlDoc, value: Any) -> ParallelConfig:
     """``workload.parallelism``; ``reshard_after_forward`` takes TorchTitan's names
     (``default | always | never``) or ``true``/``false`` (aliases of always/never)."""
     path = "workload.parallelism"
-    data = dict(_mapping(doc, value, path, None))
+    data = dict(doc.mapping(value, path, None))
     reshard: bool | None = None
     if "reshard_after_forward" in data:
         key = f"{path}.reshard_after_forward"
@@ -292,11 +195,11 @@ def _parallelism(doc: _Doc, value: Any) -> ParallelConfig:
         elif raw is not None:
             raise doc.error(key, f"must be one of {', '.join(RESHARD_POLICIES)} (or true/false), "
                             f"got {raw!r}")
-    return ParallelConfig(**_fields_of(ParallelConfig, doc, data, path),
+    return ParallelConfig(**doc.fields_of(ParallelConfig, data, path),
                           reshard_after_forward=reshard)
 
 
-def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> WorkloadSource:
+def _schedule_source(doc: YamlDoc, wl: dict, cluster: Cluster, base_dir: Path) -> WorkloadSource:
     """``workload: {schedule: FILE}``: the schedule must load and run on the file's cluster."""
     from workloads.schedule import load
 
@@ -304,7 +207,7 @@ def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> W
     if others:
         raise doc.error(f"workload.{others[0]}", "not allowed with 'schedule' (the schedule "
                         "file replaces the model and its parallelism)")
-    file = (base_dir / _typed(doc, wl["schedule"], "workload.schedule", str)).resolve()
+    file = (base_dir / doc.typed(wl["schedule"], "workload.schedule", str)).resolve()
     try:
         schedule = load(file)
     except WorkloadConfigError as exc:
@@ -318,20 +221,20 @@ def _schedule_source(doc: _Doc, wl: dict, cluster: Cluster, base_dir: Path) -> W
     return WorkloadSource(schedule.config, file)
 
 
-def _algorithms(doc: _Doc, value: Any) -> tuple[tuple[str, str, str], ...]:
+def _algorithms(doc: YamlDoc, value: Any) -> tuple[tuple[str, str, str], ...]:
     """``{kind: algorithm}`` or ``{kind: {axis: algorithm}}`` as (kind, axis, algorithm)."""
     out = []
-    for kind, choice in _mapping(doc, value, "workload.algorithms", None).items():
+    for kind, choice in doc.mapping(value, "workload.algorithms", None).items():
         path = f"workload.algorithms.{kind}"
         if isinstance(choice, dict):
             for axis, name in choice.items():
-                out.append((str(kind), str(axis), _typed(doc, name, f"{path}.{axis}", str)))
+                out.append((str(kind), str(axis), doc.typed(name, f"{path}.{axis}", str)))
         else:
-            out.append((str(kind), "", _typed(doc, choice, path, str)))
+            out.append((str(kind), "", doc.typed(choice, path, str)))
     return tuple(out)
 
 
-def _stragglers(doc: _Doc, value: Any) -> tuple[Straggler, ...]:
+def _stragglers(doc: YamlDoc, value: Any) -> tuple[Straggler, ...]:
     """One ``{rank, delay_ms}`` mapping or a list of them."""
     path = "workload.stragglers"
     if isinstance(value, dict):  # one straggler: its keys answer to the list form's paths
@@ -343,12 +246,12 @@ def _stragglers(doc: _Doc, value: Any) -> tuple[Straggler, ...]:
     out = []
     for i, item in enumerate(value):
         sub = f"{path}[{i}]"
-        data = _mapping(doc, item, sub, STRAGGLER_KEYS)
+        data = doc.mapping(item, sub, STRAGGLER_KEYS)
         for key in STRAGGLER_KEYS:
             if key not in data:
                 raise doc.error(f"{sub}.{key}", "required")
-        out.append(Straggler(_typed(doc, data["rank"], f"{sub}.rank", int),
-                             _typed(doc, data["delay_ms"], f"{sub}.delay_ms", float) / 1e3))
+        out.append(Straggler(doc.typed(data["rank"], f"{sub}.rank", int),
+                             doc.typed(data["delay_ms"], f"{sub}.delay_ms", float) / 1e3))
     return tuple(out)
 
 
@@ -362,54 +265,26 @@ def load_experiment_workload(path: str | Path, timing: TimingModel | None = None
 def parse_timing(text: str, source: str = "<string>") -> TimingModel:
     """The timing model of an experiment document's ``network:`` (``rail_gbps``, ``latency_us``;
     :class:`TimingModel`'s defaults for what it leaves out), as ``run`` uses it."""
-    doc = _Doc(text, source)
-    top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
-    net = _mapping(doc, top.get("network", {}), "network", None)
+    doc = YamlDoc(text, source)
+    top = doc.mapping(doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
+    net = doc.mapping(top.get("network", {}), "network", None)
     kwargs: dict[str, float] = {}
     if "rail_gbps" in net:
-        kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
+        kwargs["rail_gbps"] = doc.typed(net["rail_gbps"], "network.rail_gbps", float)
         if kwargs["rail_gbps"] <= 0:
             raise doc.error("network.rail_gbps", "must be positive")
     if "latency_us" in net:
-        kwargs["latency_s"] = _typed(doc, net["latency_us"], "network.latency_us", float) * 1e-6
+        kwargs["latency_s"] = doc.typed(net["latency_us"], "network.latency_us", float) * 1e-6
     return TimingModel(**kwargs)
 
 
 def load_timing(path: str | Path) -> TimingModel:
     """:func:`parse_timing` of the file at ``path``."""
-    return _load_file(path, lambda text, source, _dir: parse_timing(text, source))
+    return load_file(path, lambda text, source, _dir: parse_timing(text, source))
 
 
 def load_workload_source(path: str | Path, timing: TimingModel | None = None
                          ) -> WorkloadSource:
     """Read ``path`` and return its workload: a configuration or a schedule file (a
     configuration calibrated under ``timing`` when given)."""
-    return _load_file(path, functools.partial(parse_workload_source, timing=timing))
-
-
-class _Validating(Protocol):
-    def validate(self) -> None: ...
-
-
-Config = TypeVar("Config", bound=_Validating)
-Parsed = TypeVar("Parsed")
-
-
-def _validated(doc: _Doc, cfg: Config) -> Config:
-    """``cfg`` once its ``validate()`` passes; a refusal names the key's position in ``doc``."""
-    try:
-        cfg.validate()
-    except WorkloadConfigError as exc:
-        raise doc.error(exc.field, exc.reason) from exc
-    return cfg
-
-
-def _load_file(path: str | Path, parse: Callable[[str, str, Path], Parsed],
-               error: type[WorkloadConfigError] = WorkloadConfigError) -> Parsed:
-    """``parse(text, file name, folder)`` of the file at ``path``; ``error`` if it is unreadable."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise error(f"cannot read {p}: {exc.strerror}", "", str(p)) from exc
-    return parse(text, str(p), p.parent)
+    return load_file(path, functools.partial(parse_workload_source, timing=timing))

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from controller.railstate import SEMANTICS
 from testbed.errors import Say, say_stderr
+from testbed.experiment.backends import EMU, SELECTABLE
 from testbed.experiment.config import (
     DEFAULT_SWEEP_DELAYS,
     MODES,
@@ -80,7 +81,7 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    "fraction of the machine (0 < Q <= 1), auto (all but what the fabric needs), "
                    "or off (emulated runs; needs a cgroup cpu controller)")
     add_time_dilation(p)
-    p.add_argument("--backend", choices=("emu", "sim"), default="emu",
+    p.add_argument("--backend", choices=SELECTABLE, default=EMU,
                    help="emu: real packets through Mininet/OVS (root); sim: the same schedule "
                    "and controller on a virtual clock")
     add_costs(p)

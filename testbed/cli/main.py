@@ -450,7 +450,9 @@ def _add_run_benches(bench: Any) -> None:
                    "examples/failover-16.yaml: 16 ranks, one spare, five kills)")
     b.add_argument("--no-spares-delay", type=float, default=25.0,
                    help="the delay of the --no-spares comparison run (negative: skip it)")
-    b.add_argument("--backend", choices=("emu", "sim"), default="emu",
+    from testbed.experiment.backends import EMU, SELECTABLE
+
+    b.add_argument("--backend", choices=SELECTABLE, default=EMU,
                    help="emu (root; the sim's prediction is reported beside it) or sim only")
     b.add_argument("--keep", metavar="DIR", help="keep the runs' results under DIR")
     from testbed.cli.experiments import add_costs

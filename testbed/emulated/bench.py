@@ -19,27 +19,24 @@ the last completed iteration, which is what a job moved to a new rack must at le
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from controller import stats
+from testbed.backends import EMU, SIM, resolve
 from testbed.errors import RunError, Say, say_stderr
 from testbed.experiment.config import EMULATOR, ExperimentConfig, load_experiment
-from testbed.experiment.prepare import prepare
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "failover-16.yaml"
 LUMION_RECOVERY_S = 1.0
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+def percentile(values: list[float], p: float) -> float | None:
+    """:func:`controller.stats.percentile` (``p`` in 0..100); None for no values."""
+    return stats.percentile(values, p) if values else None
 
 
 def recovery_figures(summary: dict[str, Any], delay_ms: float) -> dict[str, Any]:
@@ -77,17 +74,13 @@ def recovery_figures(summary: dict[str, Any], delay_ms: float) -> dict[str, Any]
 
 
 def _run(cfg: ExperimentConfig, out: Path, backend: str, say: Say) -> dict[str, Any]:
-    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
-        from testbed.simulator.run import prepare_sim, run_simulated
-
-        return run_simulated(prepare_sim(cfg), out, say)
-    from testbed.emulated.runner import run_emulated
-
-    return run_emulated(prepare(cfg), out, say)
+    """One run on ``backend`` (the sim's under the file's cost model, ``sim.costs``)."""
+    chosen = resolve(cfg, backend)
+    return chosen.run(cfg, out, say, chosen.check(cfg))
 
 
 def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.0, 25.0, 100.0),
-                       *, no_spares_delay_ms: float | None = 25.0, backend: str = "emu",
+                       *, no_spares_delay_ms: float | None = 25.0, backend: str = EMU,
                        work_dir: Path | None = None, say: Say = say_stderr,
                        costs: str | None = None) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); returns the JSON-ready result.
@@ -96,6 +89,7 @@ def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.
     cfg = load_experiment(config)
     if costs is not None:
         cfg = cfg.replace(sim_costs=costs)
+    beside_sim = resolve(cfg, backend).name != SIM  # refuses an unknown backend up front
     own = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="opus-bench-failover-")) if work_dir is None else work_dir
     t0 = time.monotonic()
@@ -109,11 +103,11 @@ def run_failover_bench(config: Path = CONFIG, delays_ms: tuple[float, ...] = (1.
                 row = recovery_figures(summary, delay)
             except RunError as exc:
                 row = {"delay_ms": delay, "error": str(exc)}
-            if backend == "emu":  # beside an emulated run: the emulator's costs by default
+            if beside_sim:  # beside an emulated run: the emulator's costs by default
                 predict = point if costs is not None else point.replace(sim_costs=EMULATOR)
                 row["sim_costs"] = predict.sim_costs
                 try:
-                    sim = _run(predict, root / f"sim-{delay:g}ms", "sim", lambda _m: None)
+                    sim = _run(predict, root / f"sim-{delay:g}ms", SIM, lambda _m: None)
                     row["sim_recovery_p50_s"] = recovery_figures(sim, delay)["recovery_p50_s"]
                 except RunError as exc:
                     row["sim_recovery_p50_s"], row["sim_error"] = None, str(exc)

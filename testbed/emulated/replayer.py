@@ -4,10 +4,11 @@ Run inside the rank's Mininet namespace by the runner::
 
     python -m testbed.emulated.replayer RANK_PLAN.json
 
-The plan file (written by :mod:`testbed.emulated.runner`) holds ``rank``, ``job``, ``endpoint`` (the
-Opus controller on the frontend network), ``addr`` (this rank's rail address), ``peers`` (rank ->
-rail address), ``port``, ``iterations``, ``ack_timeout_s``, ``io_timeout_s``, ``out`` (JSON-lines
-file) and ``ops`` (:class:`testbed.plan.replay.PlanOp` in JSON form).
+The plan file (written by :mod:`testbed.emulated.supervisor`) is a
+:class:`testbed.plan.rankplan.RankPlan` with a :class:`~testbed.plan.rankplan.ReplayPart`
+(``endpoint`` is the Opus controller on the frontend network, ``addr`` this rank's rail address,
+``peers`` rank -> rail address, ``records`` the JSON-lines file), or a standby spare's
+:class:`~testbed.plan.rankplan.StandbyPlan`.
 
 Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wraps every call in its
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
@@ -54,6 +55,7 @@ iteration starts. ``OPUS_FAULT_CRASH=RANK:ITERATION`` (tests) makes that rank ex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -75,8 +77,10 @@ from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
+from testbed.metrics import tcpstats
 from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane, RankProgress
+from testbed.plan.rankplan import RankPlan, RankPlanError, ReplayPart, StandbyPlan, load_plan
 from testbed.plan.records import call_record, compute_record, iteration_record
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.verify import CallData
@@ -198,12 +202,15 @@ class Replayer:
     """One rank's replay (or a standby spare's wait for a rank); :meth:`run` returns the exit
     status."""
 
-    def __init__(self, plan: dict[str, Any], opener: Callable[..., IO[str]] = open) -> None:
+    replay: ReplayPart  # what the adopted rank runs
+
+    def __init__(self, plan: RankPlan | StandbyPlan, opener: Callable[..., IO[str]] = open
+                 ) -> None:
         self.plan = plan
         self._opener = opener
-        fo = plan.get("failover")
+        fo = plan.failover
         self.failover: dict[str, Any] | None = dict(fo) if fo else None
-        self.out: IO[str] = opener(plan["out"], "a", encoding="utf-8")
+        self.out: IO[str] = opener(plan.records, "a", encoding="utf-8")
         self._out_lock = threading.Lock()
         self._stop = threading.Event()
         self._inboxes: dict[int, EpochInbox] = {}
@@ -214,23 +221,28 @@ class Replayer:
         self._control: dict[str, Any] = {}
         self._control_cv = threading.Condition()
         self.profile = CallProfile()
-        if not plan.get("standby"):
+        if isinstance(plan, RankPlan):
             self._adopt(plan)
 
-    def _adopt(self, plan: dict[str, Any]) -> None:
-        """Become the rank of ``plan``."""
-        self.plan = {**plan, "failover": self.failover} if self.failover else plan
-        self.rank = int(plan["rank"])
-        self.ops = [PlanOp.from_json(o) for o in plan["ops"]]
-        self.iterations = int(plan["iterations"])
-        self.peers = {int(r): str(a) for r, a in plan["peers"].items()}
-        self.port = int(plan["port"])
-        self.io_timeout_s = float(plan.get("io_timeout_s", 60.0))
-        self.ack_timeout_s = float(plan.get("ack_timeout_s", 120.0))
+    def _adopt(self, plan: RankPlan) -> None:
+        """Become the rank of ``plan`` (a replayed rank's: :class:`RankPlanError` if not)."""
+        if plan.replay is None:
+            raise RankPlanError(f"rank {plan.rank}: the plan runs a torch script, not a replay "
+                                "(testbed.torchjob.launcher runs it)")
+        self.plan = dataclasses.replace(plan, failover=self.failover)
+        self.replay = plan.replay
+        self.rank = plan.rank
+        self.ops = list(plan.replay.ops)
+        self.iterations = plan.replay.iterations
+        self.peers = {r: str(a) for r, a in plan.peers.items()}
+        self.port = plan.replay.port
+        self.endpoint = str(plan.endpoint)
+        self.io_timeout_s = plan.io_timeout_s
+        self.ack_timeout_s = plan.ack_timeout_s
         # every modelled time runs k times longer (testbed.experiment.dilation): the compute
         # waits here, the shim's heartbeats and its patience with a silent controller
-        self.time_dilation = float(plan.get("time_dilation", 1.0))
-        self.job = str(plan["job"])
+        self.time_dilation = plan.time_dilation
+        self.job = plan.job
 
     def emit(self, **record: Any) -> None:
         rank = getattr(self, "rank", None)
@@ -307,7 +319,7 @@ class Replayer:
     def _artifact_rank(self, ep: Epoch) -> ArtifactRank | None:
         """The rank's side of the artifact's protocol, when the plan has ``artifact``
         (:mod:`controller.artifact_client`; its connection checks in every comm of the rank)."""
-        art = self.plan.get("artifact")
+        art = self.replay.artifact
         if art and self._artifact is None:
             self._artifact = ArtifactRank(
                 str(art["host"]), int(art["port"]), int(art["local_rank"]),
@@ -324,7 +336,7 @@ class Replayer:
             shim = self._shims[lane] = artifact.shim()
         elif shim is None:
             shim = self._shims[lane] = Shim(
-                str(self.plan["endpoint"]), ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
+                self.endpoint, ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
                 heartbeat_interval_s=HEARTBEAT_INTERVAL_S * self.time_dilation,
                 controller_silence_s=CONTROLLER_SILENCE_S * self.time_dilation,
                 profile=self.profile, seqs=ep.seqs)
@@ -537,12 +549,13 @@ class Replayer:
         take = ctl["takeover"][host]
         self.failover.update(epoch=int(ctl["epoch"]), start_it=int(ctl["start_it"]),
                              job=str(ctl["job"]))
-        with open(take["plan"], encoding="utf-8") as fh:
-            rank_plan = json.load(fh)
+        rank_plan = read_plan(str(take["plan"]))
+        if not isinstance(rank_plan, RankPlan):
+            raise RankPlanError(f"{take['plan']}: a takeover names a standby plan, not a rank's")
         self.failover["faults"] = take.get("faults", [])
         self._adopt(rank_plan)
         self.out.close()
-        self.out = self._opener(rank_plan["out"], "a", encoding="utf-8")
+        self.out = self._opener(rank_plan.records, "a", encoding="utf-8")
         self.emit(ev="takeover", host=int(host), t=time.time(), epoch=int(ctl["epoch"]))
 
     # -------------------------------------------------------------------- run
@@ -550,12 +563,12 @@ class Replayer:
     def _gated(self, ep: Epoch) -> bool:
         """Whether ``ep`` waits at the start gate: only the job's first start (a restarted
         or spare rank joins ranks that are already running)."""
-        return bool(self.plan.get("gate")) and ep.number == 0 and ep.start == 0
+        return self.replay.gate is not None and ep.number == 0 and ep.start == 0
 
     def _pass_gate(self, ep: Epoch, lanes: list[str]) -> None:
         """Set up as NCCL would before its first collective (every comm lane's shim greets
         the controller), signal loaded and wait for every rank (:mod:`testbed.emulated.gate`)."""
-        gate = RankGate(GatePaths(**{k: Path(v) for k, v in self.plan["gate"].items()}))
+        gate = RankGate(GatePaths(**{k: Path(v) for k, v in (self.replay.gate or {}).items()}))
         gate.open()
         for name in lanes:
             self._shim(ep, name).connect()
@@ -572,15 +585,17 @@ class Replayer:
             artifact.connection()
         if self._gated(ep):
             self._pass_gate(ep, [name for name in lanes if name != COMPUTE_LANE])
+        tcp_at_start = tcpstats.read()
         threads = [threading.Thread(target=self._lane, args=(ep, lane), daemon=True,
                                     name=f"lane-{lane.name}") for lane in ep.progress.lanes]
         for t in threads:
             t.start()
         if ep.number == 0:
-            self.emit(ev="started", t=time.time(), lanes=lanes)
+            self.emit(ev="started", t=time.time(), lanes=lanes, tcp=tcp_at_start)
         else:
             self.emit(ev="resumed", t=time.time(), epoch=ep.number, it=ep.start,
-                      host=self.failover.get("host") if self.failover else None)
+                      host=self.failover.get("host") if self.failover else None,
+                      tcp=tcp_at_start)
         try:
             for it in range(ep.start, self.iterations):
                 self._iteration_faults(it)
@@ -595,7 +610,7 @@ class Replayer:
                     ep.wake[lane.name].set()
                 self._wait(ep, ep.ended[it])
                 self.emit(**iteration_record(self.rank, it, t_start, time.time()),
-                          **self._epoch_fields(ep))
+                          tcp=tcpstats.read(), **self._epoch_fields(ep))
         except Abort:
             pass
         for t in threads:
@@ -610,12 +625,12 @@ class Replayer:
         fo = self.failover
         if fo:
             threading.Thread(target=self._watch_control, daemon=True).start()
-            if self.plan.get("standby"):
+            if isinstance(self.plan, StandbyPlan):
                 self._standby()
             if fo.get("watch_intfs"):
                 threading.Thread(target=self._watchdog, args=(list(fo["watch_intfs"]),),
                                  daemon=True).start()
-        listener = Listener((str(self.plan["addr"]), self.port), self._route, self.io_timeout_s)
+        listener = Listener((self.replay.addr, self.port), self._route, self.io_timeout_s)
         number = int(fo.get("epoch", 0)) if fo else 0
         start = int(fo.get("start_it", 0)) if fo else 0
         job = str(fo.get("job", self.job)) if fo else self.job
@@ -623,7 +638,7 @@ class Replayer:
         while True:
             inbox = self._inbox(number)
             assert inbox is not None
-            barrier = (PhaseBarrier({self.rank: self.ops}) if self.plan.get("phase_barrier")
+            barrier = (PhaseBarrier({self.rank: self.ops}) if self.replay.phase_barrier
                        else None)
             ep = Epoch(number, job, start, self.iterations, self.ops, inbox, barrier)
             self.current = ep
@@ -658,11 +673,15 @@ def _resume_after(epoch: int) -> Callable[[dict[str, Any]], bool]:
     return lambda c: int(c.get("epoch", 0)) > epoch and c.get("state") == "run"
 
 
+def read_plan(path: str) -> RankPlan | StandbyPlan:
+    """The plan in the JSON file ``path``; :class:`RankPlanError` names the file and key."""
+    with open(path, encoding="utf-8") as fh:
+        return load_plan(json.load(fh), path)
+
+
 def main(argv: list[str] | None = None, opener: Callable[..., IO[str]] = open) -> int:
     args = sys.argv[1:] if argv is None else argv
-    with open(args[0]) as fh:
-        plan = json.load(fh)
-    replayer = Replayer(plan, opener)
+    replayer = Replayer(read_plan(args[0]), opener)
     status = replayer.run()
     replayer.out.close()
     sys.stdout.flush()

@@ -41,6 +41,12 @@ from emulator import naming
 from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
+from testbed.experiment.backends import (
+    EMU,
+    PHASE_BARRIER_PROVISIONING,
+    RAIL_STATE_ACK_TIMEOUT,
+    backend_spec,
+)
 from testbed.experiment.config import RunSettings
 from testbed.experiment.dilation import (
     DilationError,
@@ -164,15 +170,11 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
+    emu = backend_spec(EMU)
     if rail_state and cfg.rail_state_ack_timeout_s is not None and cfg.mode != "baseline":
-        raise RunRefused(f"{cfg.source}: ocs.rail_state_ack_timeout_s is modelled on the sim "
-                         "backend only (the emulated shim waits for its ack); use --backend "
-                         "sim or set it to null")
+        emu.require(RAIL_STATE_ACK_TIMEOUT, cfg.source)
     if rail_state and cfg.rail_state_phase_barrier and cfg.mode == "provisioning":
-        raise RunRefused(f"{cfg.source}: ocs.rail_state_phase_barrier with provisioning is "
-                         "modelled on the sim backend only (the barrier waits for the answer "
-                         "to the rank's prediction, which the emulated shim does not get); use "
-                         "--backend sim, mode on-demand, or set it to false")
+        emu.require(PHASE_BARRIER_PROVISIONING, cfg.source)
     k = prep.time_dilation
     try:
         wall_mbps = wall_link_mbps(prep.link_mbps, k)
@@ -194,7 +196,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
     manifest = store.start_manifest(
-        out, "emu", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        out, EMU, cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=spec.num_ranks, rails=spec.num_rails,
         modeled_iteration_s=prep.modeled_iteration_s, spares=len(spec.spares),
         rank_processes=cfg.rank_processes, time_dilation=k, wall_link_mbps=wall_mbps,

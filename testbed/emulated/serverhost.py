@@ -31,7 +31,7 @@ import traceback
 from typing import Any
 
 from emulator.netns import enter_netns, netns_id
-from testbed.emulated.replayer import Replayer
+from testbed.emulated.replayer import Replayer, read_plan
 
 
 def _run_rank(entry: dict[str, Any], loaded: threading.Barrier,
@@ -44,9 +44,7 @@ def _run_rank(entry: dict[str, Any], loaded: threading.Barrier,
         enter_netns(str(entry["netns"]))  # first: every socket and thread below lives there
         print(f"rank {rank}: thread in netns {netns_id()} (host's {netns_id(entry['netns'])})",
               file=sys.stderr, flush=True)
-        with open(entry["plan"], encoding="utf-8") as fh:
-            plan = json.load(fh)
-        replayer = Replayer(plan)
+        replayer = Replayer(read_plan(str(entry["plan"])))
         loaded.wait()
         status = replayer.run()
         replayer.out.close()

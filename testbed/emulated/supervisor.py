@@ -60,6 +60,7 @@ from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared
 from testbed.experiment.rankprocs import SERVER, server_groups
 from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
+from testbed.plan.rankplan import RankPlan, ReplayPart, StandbyPlan, replay_io_timeout_s
 from testbed.plan.replay import ReplayPlan
 
 LOOP_S = 0.02
@@ -170,32 +171,34 @@ class Supervisor:
                 "epoch": self.epoch, "start_it": 0, "job": self.job.job_id,
                 "after_epoch": self.epoch}
 
+    def _phase_barrier(self) -> bool:
+        """Whether the ranks run the artifact shim's phase barrier (rail-state, on demand: the
+        runner refuses it with provisioning)."""
+        cfg = self.cfg
+        return bool(cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
+                    and cfg.mode != "baseline")
+
     def _write_rank_plans(self) -> None:
         peers = {r: self.net.rank_address(r) for r in range(self.spec.num_ranks)}
         cfg = self.cfg
         for rank, ops in self.plan.programs.items():
-            rank_plan: dict[str, Any] = {
-                "rank": rank, "job": self.job.job_id, "endpoint": self.endpoint,
-                "addr": self.net.rank_address(rank), "peers": peers, "port": REPLAYER_PORT,
-                "iterations": cfg.total_iterations, "ack_timeout_s": cfg.ack_timeout_s,
-                "io_timeout_s": max(30.0, 10 * self.prep.modeled_iteration_s),
-                "time_dilation": self.prep.time_dilation,
-                "out": str((self.out / "ranks" / f"rank{rank}.jsonl").resolve()),
-                "ops": [op.to_json() for op in ops]}
-            if self.gate is not None:
-                rank_plan["gate"] = self.gate.paths.to_json()
-            if (cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
-                    and cfg.mode != "baseline"):  # (the runner refuses it with provisioning)
-                rank_plan["phase_barrier"] = True
-            if self.artifact is not None:
-                rank_plan["artifact"] = {
-                    "host": self.artifact.host, "port": self.artifact.port,
-                    "local_rank": rank % self.spec.gpus_per_server,
-                    "comms": {g: c.to_json() for g, c in rank_comms(self.job, rank).items()}}
-            block = self._failover_block(rank, rank)
-            if block is not None:
-                rank_plan["failover"] = block
-            self._rank_plan_path(rank).write_text(json.dumps(rank_plan))
+            artifact = None if self.artifact is None else {
+                "host": self.artifact.host, "port": self.artifact.port,
+                "local_rank": rank % self.spec.gpus_per_server,
+                "comms": {g: c.to_json() for g, c in rank_comms(self.job, rank).items()}}
+            rank_plan = RankPlan(
+                rank=rank, job=self.job.job_id, endpoint=self.endpoint, peers=dict(peers),
+                records=str((self.out / "ranks" / f"rank{rank}.jsonl").resolve()),
+                ack_timeout_s=cfg.ack_timeout_s,
+                io_timeout_s=replay_io_timeout_s(self.prep.modeled_iteration_s),
+                time_dilation=self.prep.time_dilation,
+                failover=self._failover_block(rank, rank),
+                replay=ReplayPart(
+                    addr=self.net.rank_address(rank), port=REPLAYER_PORT,
+                    iterations=cfg.total_iterations, ops=tuple(ops),
+                    gate=self.gate.paths.to_json() if self.gate is not None else None,
+                    artifact=artifact, phase_barrier=self._phase_barrier()))
+            self._rank_plan_path(rank).write_text(json.dumps(rank_plan.to_json()))
 
     def _start(self, host: int, plan_path: Path, log_name: str) -> None:
         log = (self.out / "ranks" / log_name).open("a")
@@ -207,10 +210,10 @@ class Supervisor:
     def _start_rank(self, rank: int, host: int, start_it: int = 0) -> None:
         path = self._rank_plan_path(rank)
         if start_it or self.epoch:
-            data = json.loads(path.read_text())
-            data["failover"] = {**(self._failover_block(host, rank) or {}),
-                                "start_it": start_it}
-            path.write_text(json.dumps(data))
+            plan = RankPlan.from_json(json.loads(path.read_text()))
+            plan = replace(plan, failover={**(self._failover_block(host, rank) or {}),
+                                           "start_it": start_it})
+            path.write_text(json.dumps(plan.to_json()))
         self._start(host, path, f"rank{rank}.log")
 
     def _start_server(self, server: int, ranks: tuple[int, ...]) -> None:
@@ -232,9 +235,11 @@ class Supervisor:
         spare = host - self.spec.num_ranks
         name = f"spare{spare}" if spare >= 0 else f"host{host}-standby"  # a repaired host
         path = self.out / "ranks" / f"{name}.plan.json"
-        path.write_text(json.dumps({
-            "standby": True, "out": str((self.out / "ranks" / f"{name}.jsonl").resolve()),
-            "failover": self._failover_block(host, None)}))
+        block = self._failover_block(host, None)
+        assert block is not None  # a standby spare runs only under a failover policy
+        path.write_text(json.dumps(StandbyPlan(
+            records=str((self.out / "ranks" / f"{name}.jsonl").resolve()),
+            failover=block).to_json()))
         self._start(host, path, f"{name}.log")
 
     def launch(self) -> None:

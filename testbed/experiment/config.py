@@ -10,76 +10,34 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       switching_delay: 25       # ms, or a Table 3 technology name (e.g. piezo, mems)
       ports_per_rank: 1         # K: ports per GPU on its rail OCS
       driver: emulated          # emulated | polatis-netconf | polatis-tl1 | calient-tl1
-      semantics: port-exact     # port-exact | rail-state (see below)
+      semantics: port-exact     # port-exact | rail-state
       request_points: auto      # auto | every | phase: which calls ask the controller
     network:
       rail_gbps: 200            # the real per-GPU scale-out rate being modelled
       link_mbps: auto           # emulated per-port rate; bytes scale by link / rail rate
-      ovs_per_rail: null        # one Open vSwitch per rail bridge (null: see below)
+      ovs_per_rail: null        # one Open vSwitch per rail bridge (null: the environment)
     run:
       iterations: 3             # measured iterations after the warm-up
       warmup: 1
-      ranks_per_process: rank  # rank | server | auto: replayer processes (see below)
-      rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU (see below)
+      ranks_per_process: rank  # rank | server | auto: replayer processes
+      rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU
       start_gate: true          # replayed ranks start together (false: each once loaded)
       time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
       wire_check: false         # capture the OCS ports and judge the switching from the wire
     artifact_protocol:          # emulated runs: the ranks speak the Opus artifact's protocol
-      port: 1234                # on the run's frontend address (see below)
+      port: 1234                # on the run's frontend address
     sim:
-      costs: fabric             # fabric | emulator: the sim backend's cost model (see below)
+      costs: fabric             # fabric | emulator: the sim backend's cost model
 
-Modes: ``baseline`` is the fully connected electrical rail (a packet switch, no circuits);
-``on-demand`` switches circuits when a call needs them; ``provisioning`` also switches ahead of
-time from the profiled first iteration (paper §4.1); ``degree-aware`` keeps idle circuits lit
-while spare ports exist, so it runs with at least two ports per rank (K = max(2, ports_per_rank)).
-Semantics: ``port-exact`` (the default) is a real OCS: circuits are one-to-one port matchings
-that a call must hold. ``rail-state`` is the model of Opus's public artifact, not physics: a
-bitmask per rail, one bit per pipeline stage (:mod:`controller.railstate`); the data rails are
-packet-switched as the baseline's (one port per rank; ``ports_per_rank`` is ignored) and the
-bits switch on small shadow OCS rails. Request points: ``every``
-call asks (port-exact needs it), or only at the artifact's points, ``phase``
-(:mod:`testbed.plan.requestpoints`); ``auto`` is ``phase`` under rail-state, else ``every``.
-``ocs.rail_state_inflight``: a rail-state request for a bit already being switched to its value
-``join``s that switch (the default: a switch delivers a state once) or ``reflip``s it after it
-(the artifact's controller). ``ocs.rail_state_ack_timeout_s``: ``null`` (the default: a rank
-waits for the light) or how long a rank waits for its ack before it goes on without it (the
-artifact's shim: 10; sim backend only). ``ocs.rail_state_serialize_per_rank``: ``false`` (the
-default) or ``true``: the controller reads a rank's next request only once the request of it
-that started a switch is answered (the artifact's controller).
-``ocs.rail_state_phase_barrier``: ``false`` (the default) or ``true``: no call of a rank starts
-before the rank's previous phase's last call has ended, and with provisioning before the next
-phase's switch it predicted is done either (the artifact's shim's ``topo_ready``, ``MODE=baseline``
-and ``MODE=provision`` without ``USE_CUDA_STREAM``; :mod:`testbed.simulator.phasebarrier`; sim
-backend only).
+Every run option (``mode``, ``ocs``, ``network``, ``run``, ``artifact_protocol``, ``sim``) is
+declared once in :mod:`testbed.experiment.sections` (type, default, unit, meaning; the
+reference page ``docs/config-reference.md`` is generated from it) and parsed and checked by
+:mod:`testbed.experiment.schema`; :class:`RunSettings` is their settings object, and holds the
+rules between options:
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
-driver other than ``emulated``.
-Drivers (:data:`controller.drivers.registry.DRIVERS`): ``emulated`` drives the emulated OCS
-directly; ``polatis-netconf`` / ``polatis-tl1`` / ``calient-tl1`` drive it through a Polatis
-NETCONF / Polatis TL1 / CALIENT TL1 front on every emulated rail (the lab driver's code path).
-The sim backend is chosen with ``--backend sim``, not with a driver.
-``run.rank_cpu_quota`` (emulated runs): the rank processes share one cgroup with a CPU quota of
-that fraction of the machine (``auto``: all but :data:`emulator.cpuquota.AUTO_RESERVE_CORES`),
-so Open vSwitch, the OCS app and the controller keep headroom (:mod:`emulator.cpuquota`);
-``null`` (the default) sets none. A run that asks for one where no cgroup cpu controller is
-usable is refused.
-``network.ovs_per_rail``: ``true`` runs every emulated OCS bridge in its own ``ovsdb-server`` +
-``ovs-vswitchd`` (:mod:`emulator.ovs_instance`), ``false`` in the system Open vSwitch, ``null``
-(the default) follows the environment variable ``OPUS_OVS_PER_RAIL`` (``1``/``0``), else
-:data:`emulator.ovs_instance.DEFAULT_PER_RAIL`.
+driver other than ``emulated``; ``phase`` request points need rail-state.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,
 ``faults``, ``failover``) are parsed and checked by :mod:`testbed.experiment.faults`.
-``run.ranks_per_process`` (:mod:`testbed.experiment.rankprocs`): one replayer process per rank
-(``rank``, the default), one per server hosting its ranks as threads, each in its own host's
-network namespace (``server``; refused with failover), or ``server`` unless the run has
-failover (``auto``). PyTorch jobs always run one process per rank.
-``artifact_protocol.port`` (emulated runs; absent: off): the controller also serves the public
-Opus artifact's line protocol (:mod:`controller.artifact`) on that TCP port (0: a free one) of
-the run's frontend address, and the replayed ranks speak it instead of the project's ZeroMQ
-protocol (:mod:`controller.artifact_client`); refused on the sim backend and with failover.
-``sim.costs`` (sim backend; ``--costs`` overrides it): ``fabric`` (the default) simulates the
-modelled datacenter, ``emulator`` the emulator's measured costs at its scaled link, for
-cross-validation (:mod:`testbed.simulator.network`).
 Every error names the key and its ``file:line:column``; unknown keys are rejected.
 """
 
@@ -88,15 +46,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from controller.drivers.registry import DRIVERS
-from controller.ocs import resolve_switching_delay_ms, technology_words
-from controller.railstate import INFLIGHT, JOIN, PORT_EXACT, RAIL_STATE, SEMANTICS
-from emulator.cpuquota import validate_setting as validate_quota
-from emulator.topo import EMULATOR_MAX_LINK_MBPS
+from controller.ocs import resolve_switching_delay_ms
+from controller.railstate import PORT_EXACT, RAIL_STATE
 from testbed.experiment import rankprocs
-from testbed.experiment.dilation import AUTO, DilationError, parse_time_dilation
 from testbed.experiment.faults import (
     FAILOVER_KEYS,
     FAULT_KEYS,
@@ -108,40 +62,49 @@ from testbed.experiment.faults import (
     check_fault,
     spare_shortage,
 )
+from testbed.experiment.schema import all_specs, check_values, parse_sections
+from testbed.experiment.sections import (  # noqa: F401 (MODES, SIM_COSTS, ...: re-exported)
+    EMULATOR,
+    FABRIC,
+    MODES,
+    REQUEST_POINTS,
+    SCHEMA,
+    SIM_COSTS,
+    ArtifactProtocol,
+    Controller,
+    Device,
+    Experiment,
+    Fabric,
+    Network,
+    Run,
+    Scheduling,
+    Sim,
+    Timing,
+)
 from workloads.algorithms import ALGORITHM
 from workloads.config import WorkloadConfig
 from workloads.errors import WorkloadConfigError
 from workloads.loader import (
     WorkloadSource,
-    _Doc,
-    _load_file,
-    _mapping,
-    _typed,
-    _validated,
     calibrated,
     parse_workload_source,
 )
 from workloads.schedule import Schedule
 from workloads.timing import TimingModel
+from workloads.yamldoc import YamlDoc, load_file
 
-MODES = ("baseline", "on-demand", "provisioning", "degree-aware")
-OCS_KEYS = ("switching_delay", "ports_per_rank", "driver", "semantics", "request_points",
-            "rail_state_inflight", "rail_state_ack_timeout_s",
-            "rail_state_serialize_per_rank", "rail_state_phase_barrier", "host",
-            "port", "username", "password_env", "credentials_file", "timeout_s", "devices",
-            "size", "rails")
-REQUEST_POINTS = ("auto", "every", "phase")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 #: ``sweep --delays``'s default (ms): 0 is the baseline; 250 and 500 give each family a slope.
 DEFAULT_SWEEP_DELAYS = "0,1,10,25,50,100,250,500"
-NETWORK_KEYS = ("rail_gbps", "link_mbps", "latency_us", "ovs_per_rail")
-ARTIFACT_KEYS = ("port",)
-SIM_KEYS = ("costs",)
-#: ``sim.costs`` values (:data:`testbed.simulator.network.COST_MODELS`; named here so that the
-#: file's checks need no simulator import).
-FABRIC, EMULATOR = "fabric", "emulator"
-SIM_COSTS = (FABRIC, EMULATOR)
-RUN_KEYS = ("iterations", "warmup", "ack_timeout_s", "seed", "ranks_per_process",
-            "rank_cpu_quota", "start_gate", "time_dilation", "wire_check")
+#: every run option, resolved (:mod:`testbed.experiment.sections`)
+SPECS = all_specs(SCHEMA)
+#: the ``ocs:`` keys that reach a lab switch (``RunSettings.ocs_options``)
+_DEVICE_ACCESS = [s for s in SPECS if s.section.cls is Device and s.name != "driver"]
+
+
+SectionT = TypeVar("SectionT", bound="DataclassInstance")  # a section's class of SCHEMA
 
 
 class ExperimentError(WorkloadConfigError):
@@ -149,40 +112,25 @@ class ExperimentError(WorkloadConfigError):
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """How an experiment runs, whatever its workload: mode, OCS, network, iterations."""
+class RunSettings(Experiment, Timing, Fabric, Scheduling, Device, Network, Run,
+                  ArtifactProtocol, Sim, Controller):
+    """How an experiment runs, whatever its workload: every option of
+    :data:`~testbed.experiment.sections.SCHEMA` (one field each, named as there), the file it
+    came from, and the rules between options."""
 
-    name: str = "experiment"
     source: str = "<string>"
     text: str = ""
-    mode: str = "provisioning"
-    switching_delay: float | str = 25.0
-    ports_per_rank: int = 1
-    driver: str = "emulated"
-    semantics: str = PORT_EXACT
-    request_points: str = "auto"
-    rail_state_inflight: str = JOIN
-    rail_state_ack_timeout_s: float | None = None  # None: wait for the light
-    rail_state_serialize_per_rank: bool = False
-    rail_state_phase_barrier: bool = False
-    ocs_options: dict[str, Any] = field(default_factory=dict)
-    rail_gbps: float = 200.0
-    link_mbps: float | None = None  # None: calibrate for this machine
-    latency_us: float = 5.0
-    ovs_per_rail: bool | None = None  # None: emulator.ovs_instance.per_rail_default()
-    iterations: int = 3
-    warmup: int = 1
-    ack_timeout_s: float = 120.0
-    seed: int = 0
-    ranks_per_process: str = rankprocs.DEFAULT
-    rank_cpu_quota: float | str | None = None  # None: no quota; "auto"; fraction of the machine
-    start_gate: bool = True  # emulated ranks wait for each other before their first op
-    time_dilation: float | str = AUTO  # emulation: model time x k on the wall; "auto"
-    #: emulated OCS runs: tcpdump on every OCS port (testbed.metrics.wire, docs/wire.md); off by
-    #: default until its cost at 16 ranks and its frames at a non-peer are understood
-    wire_check: bool = False
-    artifact_port: int | None = None  # the ranks speak the artifact's protocol on this port
-    sim_costs: str = FABRIC  # the sim backend's cost model: fabric | emulator
+
+    def section(self, cls: type[SectionT]) -> SectionT:
+        """This run's values of one section of the schema (``cfg.section(Scheduling)``), as
+        that section's object: what a part that needs only those options can take."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+
+    @property
+    def ocs_options(self) -> dict[str, Any]:
+        """The lab switch's access keys the file sets (``ocs.host``, ``ocs.rails``, ...)."""
+        return {s.key: getattr(self, s.name) for s in _DEVICE_ACCESS
+                if getattr(self, s.name) is not None}
 
     @property
     def switching_delay_ms(self) -> float:
@@ -221,6 +169,13 @@ class RunSettings:
         return "phase" if self.effective_semantics == RAIL_STATE else "every"
 
     @property
+    def effective_rotor_slot_ms(self) -> float:
+        """``controller.rotor_slot_ms``, or 10 x the switching delay when it is null."""
+        if self.rotor_slot_ms is not None:
+            return self.rotor_slot_ms
+        return 10 * self.switching_delay_ms
+
+    @property
     def total_iterations(self) -> int:
         return self.warmup + self.iterations
 
@@ -231,83 +186,17 @@ class RunSettings:
         return out
 
     def validate(self) -> None:
-        if self.mode not in MODES:
-            raise ExperimentError(f"must be one of {', '.join(MODES)}, got {self.mode!r}",
-                                  "mode", self.source)
-        try:
-            resolve_switching_delay_ms(self.switching_delay)
-        except ValueError as exc:
-            raise ExperimentError(str(exc), "ocs.switching_delay", self.source) from exc
-        checks = [("ocs.ports_per_rank", self.ports_per_rank >= 1, "must be >= 1"),
-                  ("network.rail_gbps", self.rail_gbps > 0, "must be positive"),
-                  ("network.latency_us", self.latency_us >= 0, "must be >= 0"),
-                  ("run.iterations", self.iterations >= 1, "must be >= 1"),
-                  ("run.warmup", self.warmup >= 0, "must be >= 0"),
-                  ("run.ack_timeout_s", self.ack_timeout_s > 0, "must be positive")]
-        if self.link_mbps is not None:
-            checks.append(("network.link_mbps", 0 < self.link_mbps <= EMULATOR_MAX_LINK_MBPS,
-                           f"must be in (0, {EMULATOR_MAX_LINK_MBPS:g}] Mbit/s (Mininet's HTB "
-                           "limit) or 'auto'"))
-        for key, ok, why in checks:
-            if not ok:
-                raise ExperimentError(why, key, self.source)
-        try:
-            validate_quota(self.rank_cpu_quota)
-        except ValueError as exc:
-            raise ExperimentError(str(exc), "run.rank_cpu_quota", self.source) from exc
-        if self.driver not in DRIVERS:
-            raise ExperimentError(f"must be one of {', '.join(DRIVERS)}, got {self.driver!r}",
-                                  "ocs.driver", self.source)
-        if self.ranks_per_process not in rankprocs.RANKS_PER_PROCESS:
-            raise ExperimentError(f"must be one of {', '.join(rankprocs.RANKS_PER_PROCESS)}, "
-                                  f"got {self.ranks_per_process!r}", "run.ranks_per_process",
-                                  self.source)
-        try:
-            parse_time_dilation(self.time_dilation)
-        except DilationError as exc:
-            raise ExperimentError(str(exc), "run.time_dilation", self.source) from exc
-        port = self.artifact_port
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                                 or not 0 <= port <= 65535):
-            raise ExperimentError(f"must be a TCP port (0-65535; 0 picks a free one), got "
-                                  f"{port!r}", "artifact_protocol.port", self.source)
-        if not isinstance(self.start_gate, bool):
-            raise ExperimentError(f"must be true or false, got {self.start_gate!r}",
-                                  "run.start_gate", self.source)
-        if not isinstance(self.wire_check, bool):
-            raise ExperimentError(f"must be true or false, got {self.wire_check!r}",
-                                  "run.wire_check", self.source)
-        if self.sim_costs not in SIM_COSTS:
-            raise ExperimentError(f"must be one of {', '.join(SIM_COSTS)}, got "
-                                  f"{self.sim_costs!r}", "sim.costs", self.source)
+        """Every option by the schema's rules, then the rules between options."""
+        for spec, why in check_values(self, SPECS):
+            raise ExperimentError(why, spec.path, self.source)
+        if self.control_plane != "opus":
+            raise ExperimentError(f"the {self.control_plane} control plane is not built yet "
+                                  "(issue 40, rival control planes); only opus runs",
+                                  "controller.plane", self.source)
         self._validate_semantics()
         self._validate_faults()
 
     def _validate_semantics(self) -> None:
-        if self.semantics not in SEMANTICS:
-            raise ExperimentError(f"must be one of {', '.join(SEMANTICS)}, got "
-                                  f"{self.semantics!r}", "ocs.semantics", self.source)
-        if self.rail_state_inflight not in INFLIGHT:
-            raise ExperimentError(f"must be one of {', '.join(INFLIGHT)}, got "
-                                  f"{self.rail_state_inflight!r}", "ocs.rail_state_inflight",
-                                  self.source)
-        if self.request_points not in REQUEST_POINTS:
-            raise ExperimentError(f"must be one of {', '.join(REQUEST_POINTS)}, got "
-                                  f"{self.request_points!r}", "ocs.request_points", self.source)
-        timeout = self.rail_state_ack_timeout_s
-        if timeout is not None and (isinstance(timeout, bool)
-                                    or not isinstance(timeout, int | float) or timeout <= 0):
-            raise ExperimentError(f"must be a positive number of seconds or null (wait for the "
-                                  f"light), got {timeout!r}", "ocs.rail_state_ack_timeout_s",
-                                  self.source)
-        if not isinstance(self.rail_state_serialize_per_rank, bool):
-            raise ExperimentError(f"must be true or false, got "
-                                  f"{self.rail_state_serialize_per_rank!r}",
-                                  "ocs.rail_state_serialize_per_rank", self.source)
-        if not isinstance(self.rail_state_phase_barrier, bool):
-            raise ExperimentError(f"must be true or false, got "
-                                  f"{self.rail_state_phase_barrier!r}",
-                                  "ocs.rail_state_phase_barrier", self.source)
         if self.semantics == PORT_EXACT:  # (the rail-state options are ignored there, as a
             # sweep may run one file under both semantics)
             if self.request_points == "phase":
@@ -333,24 +222,15 @@ class RunSettings:
         """Spares and faults need a replayed schedule (:class:`ExperimentConfig`); none here."""
 
     def to_json(self) -> dict[str, Any]:
-        """The run-relevant settings (the workload is in the manifest's copy of the file)."""
-        return {"name": self.name, "source": self.source, "mode": self.mode,
-                "switching_delay": self.switching_delay,
-                "switching_delay_ms": self.switching_delay_ms,
-                "ports_per_rank": self.effective_ports_per_rank, "driver": self.driver,
-                "semantics": self.effective_semantics,
-                "request_points": self.effective_request_points,
-                "rail_state_inflight": self.rail_state_inflight,
-                "rail_state_ack_timeout_s": self.rail_state_ack_timeout_s,
-                "rail_state_serialize_per_rank": self.rail_state_serialize_per_rank,
-                "rail_state_phase_barrier": self.rail_state_phase_barrier,
-                "rail_gbps": self.rail_gbps, "link_mbps": self.link_mbps,
-                "latency_us": self.latency_us, "ovs_per_rail": self.ovs_per_rail,
-                "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
-                "ranks_per_process": self.ranks_per_process,
-                "rank_cpu_quota": self.rank_cpu_quota, "start_gate": self.start_gate,
-                "time_dilation": self.time_dilation, "artifact_port": self.artifact_port,
-                "wire_check": self.wire_check, "sim_costs": self.sim_costs}
+        """The run-relevant settings, as the run resolved them (the workload is in the
+        manifest's copy of the file; a lab switch's access keys are left out)."""
+        out: dict[str, Any] = {"name": self.name, "source": self.source}
+        out.update((s.name, getattr(self, s.name)) for s in SPECS if s.option.manifest)
+        out.update(switching_delay_ms=self.switching_delay_ms,
+                   ports_per_rank=self.effective_ports_per_rank,
+                   semantics=self.effective_semantics,
+                   request_points=self.effective_request_points)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -446,119 +326,26 @@ def parse_experiment(text: str, source: str = "<string>", base_dir: Path | None 
                      ) -> ExperimentConfig:
     """Parse and validate a whole experiment document."""
     workload = parse_workload_source(text, source, base_dir)
-    doc = _Doc(text, source)
-    top = _mapping(doc, doc.root, "", None)
+    doc = YamlDoc(text, source)
+    top = doc.mapping(doc.root, "", None)
     kwargs = run_settings(doc, top, text)
     kwargs["workload"] = workload.config
     if workload.schedule_file is not None:
         kwargs["schedule_file"] = str(workload.schedule_file)
     _parse_failover(doc, top, kwargs)
-    cfg = _validated(doc, ExperimentConfig(**kwargs))
+    cfg = doc.validated(ExperimentConfig(**kwargs))
     if cfg.workload.calibrate_step_s is None:
         return cfg
     return dataclasses.replace(cfg, workload=calibrated(doc, cfg.workload, cfg.timing_model))
 
 
-def run_settings(doc: _Doc, top: dict[str, Any], text: str) -> dict[str, Any]:
-    """The :class:`RunSettings` fields of experiment document ``doc`` (``name``, ``mode``,
-    ``ocs``, ``network``, ``run``), checked with their positions."""
-    source = doc.source
-    kwargs: dict[str, Any] = {"source": source, "text": text}
-    if "name" in top:
-        kwargs["name"] = _typed(doc, top["name"], "name", str)
-    else:
-        kwargs["name"] = Path(source).stem if source != "<string>" else "experiment"
-    if "mode" in top:
-        mode = _typed(doc, top["mode"], "mode", str)
-        if mode not in MODES:
-            raise doc.error("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-        kwargs["mode"] = mode
-    ocs = _mapping(doc, top.get("ocs", {}), "ocs", OCS_KEYS)
-    if "switching_delay" in ocs:
-        value = ocs["switching_delay"]
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise doc.error("ocs.switching_delay", "must be a number of ms or a technology "
-                            f"name ({technology_words()})")
-        try:
-            resolve_switching_delay_ms(value)
-        except ValueError as exc:
-            raise doc.error("ocs.switching_delay", str(exc)) from exc
-        kwargs["switching_delay"] = float(value) if not isinstance(value, str) else value
-    if "ports_per_rank" in ocs:
-        kwargs["ports_per_rank"] = _typed(doc, ocs["ports_per_rank"], "ocs.ports_per_rank", int)
-    if "driver" in ocs:
-        driver = _typed(doc, ocs["driver"], "ocs.driver", str)
-        if driver not in DRIVERS:
-            raise doc.error("ocs.driver", f"must be one of {', '.join(DRIVERS)}, got {driver!r}")
-        kwargs["driver"] = driver
-    for key in ("semantics", "request_points", "rail_state_inflight"):
-        if key in ocs:
-            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", str)
-    if "rail_state_ack_timeout_s" in ocs:
-        value = ocs["rail_state_ack_timeout_s"]
-        kwargs["rail_state_ack_timeout_s"] = (None if value is None else _typed(
-            doc, value, "ocs.rail_state_ack_timeout_s", float))
-        if value is not None and value <= 0:
-            raise doc.error("ocs.rail_state_ack_timeout_s", "must be a positive number of "
-                            f"seconds or null (wait for the light), got {value!r}")
-    for key in ("rail_state_serialize_per_rank", "rail_state_phase_barrier"):
-        if key in ocs:
-            kwargs[key] = _typed(doc, ocs[key], f"ocs.{key}", bool)
-    kwargs["ocs_options"] = {k: v for k, v in ocs.items()
-                             if k not in ("switching_delay", "ports_per_rank", "driver",
-                                          "semantics", "request_points",
-                                          "rail_state_inflight", "rail_state_ack_timeout_s",
-                                          "rail_state_serialize_per_rank",
-                                          "rail_state_phase_barrier")}
-    net = _mapping(doc, top.get("network", {}), "network", NETWORK_KEYS)
-    if "rail_gbps" in net:
-        kwargs["rail_gbps"] = _typed(doc, net["rail_gbps"], "network.rail_gbps", float)
-    if "latency_us" in net:
-        kwargs["latency_us"] = _typed(doc, net["latency_us"], "network.latency_us", float)
-    if net.get("ovs_per_rail") is not None:
-        kwargs["ovs_per_rail"] = _typed(doc, net["ovs_per_rail"], "network.ovs_per_rail", bool)
-    if "link_mbps" in net and net["link_mbps"] != "auto":
-        kwargs["link_mbps"] = _typed(doc, net["link_mbps"], "network.link_mbps", float)
-    run = _mapping(doc, top.get("run", {}), "run", RUN_KEYS)
-    for key in ("iterations", "warmup", "seed"):
-        if key in run:
-            kwargs[key] = _typed(doc, run[key], f"run.{key}", int)
-    if "ack_timeout_s" in run:
-        kwargs["ack_timeout_s"] = _typed(doc, run["ack_timeout_s"], "run.ack_timeout_s", float)
-    if "ranks_per_process" in run:
-        value = _typed(doc, run["ranks_per_process"], "run.ranks_per_process", str)
-        if value not in rankprocs.RANKS_PER_PROCESS:
-            raise doc.error("run.ranks_per_process", f"must be one of "
-                            f"{', '.join(rankprocs.RANKS_PER_PROCESS)}, got {value!r}")
-        kwargs["ranks_per_process"] = value
-    if "rank_cpu_quota" in run:
-        try:
-            kwargs["rank_cpu_quota"] = validate_quota(run["rank_cpu_quota"])
-        except ValueError as exc:
-            raise doc.error("run.rank_cpu_quota", str(exc)) from exc
-    if "start_gate" in run:
-        kwargs["start_gate"] = _typed(doc, run["start_gate"], "run.start_gate", bool)
-    if "time_dilation" in run:
-        try:
-            kwargs["time_dilation"] = parse_time_dilation(run["time_dilation"])
-        except DilationError as exc:
-            raise doc.error("run.time_dilation", str(exc)) from exc
-    if "wire_check" in run:
-        kwargs["wire_check"] = _typed(doc, run["wire_check"], "run.wire_check", bool)
-    art = _mapping(doc, top.get("artifact_protocol", {}), "artifact_protocol", ARTIFACT_KEYS)
-    if "port" in art:
-        port = kwargs["artifact_port"] = _typed(doc, art["port"], "artifact_protocol.port", int)
-        if not 0 <= port <= 65535:
-            raise doc.error("artifact_protocol.port", f"must be a TCP port (0-65535; 0 picks a "
-                            f"free one), got {port}")
-    sim = _mapping(doc, top.get("sim", {}), "sim", SIM_KEYS)
-    if "costs" in sim:
-        costs = _typed(doc, sim["costs"], "sim.costs", str)
-        if costs not in SIM_COSTS:
-            raise doc.error("sim.costs", f"must be one of {', '.join(SIM_COSTS)}, got "
-                            f"{costs!r}")
-        kwargs["sim_costs"] = costs
-    return kwargs
+def run_settings(doc: YamlDoc, top: dict[str, Any], text: str) -> dict[str, Any]:
+    """The :class:`RunSettings` fields of experiment document ``doc`` (top-level mapping
+    ``top``), each typed and checked at its position by the schema."""
+    kwargs = parse_sections(doc, top, SPECS)
+    if "name" not in kwargs:
+        kwargs["name"] = Path(doc.source).stem if doc.source != "<string>" else "experiment"
+    return {**kwargs, "source": doc.source, "text": text}
 
 
 _FAULT_TYPES: dict[str, type] = {"kind": str, "rank": int, "rail": int, "port": int,
@@ -566,21 +353,21 @@ _FAULT_TYPES: dict[str, type] = {"kind": str, "rank": int, "rail": int, "port": 
                                  "count": int}
 
 
-def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> None:
+def _parse_failover(doc: YamlDoc, top: dict[str, Any], kwargs: dict[str, Any]) -> None:
     """``cluster.spares_per_server``, ``cluster.spare_servers``, ``faults`` and ``failover``."""
     cluster = top["cluster"]
     for key in ("spares_per_server", "spare_servers"):
         if key in cluster:
-            value = _typed(doc, cluster[key], f"cluster.{key}", int)
+            value = doc.typed(cluster[key], f"cluster.{key}", int)
             if value < 0:
                 raise doc.error(f"cluster.{key}", f"must be >= 0, got {value}")
             kwargs[key] = value
             kwargs["spares_position"] = doc.pos(f"cluster.{key}")
-    fo = _mapping(doc, top.get("failover", {}), "failover", FAILOVER_KEYS)
+    fo = doc.mapping(top.get("failover", {}), "failover", FAILOVER_KEYS)
     settings: dict[str, Any] = {}
     for key in FAILOVER_KEYS:
         if fo.get(key) is not None:
-            value = settings[key] = _typed(doc, fo[key], f"failover.{key}", float)
+            value = settings[key] = doc.typed(fo[key], f"failover.{key}", float)
             positive = key == "heartbeat_timeout_s"
             if value < 0 or (positive and value == 0):
                 raise doc.error(f"failover.{key}",
@@ -594,8 +381,8 @@ def _parse_failover(doc: _Doc, top: dict[str, Any], kwargs: dict[str, Any]) -> N
     faults = []
     for i, item in enumerate(raw_faults):
         path = f"faults[{i}]"
-        entry = _mapping(doc, item, path, FAULT_KEYS)
-        typed = {k: _typed(doc, v, f"{path}.{k}", _FAULT_TYPES[k]) for k, v in entry.items()}
+        entry = doc.mapping(item, path, FAULT_KEYS)
+        typed = {k: doc.typed(v, f"{path}.{k}", _FAULT_TYPES[k]) for k, v in entry.items()}
         try:
             faults.append(check_fault(typed, i, shape, doc.pos(path)))
         except FaultSpecError as exc:
@@ -630,9 +417,9 @@ def check_algorithm_ports(cfg: ExperimentConfig, schedule: Schedule) -> None:
                 f"{name} needs {need} ports per rank for {axis} groups of {on_rail} ranks on a "
                 f"rail ({algorithm.port_reason}), but ocs.ports_per_rank is {k}; "
                 "raise ocs.ports_per_rank, choose another algorithm, or run mode: baseline",
-                path, _Doc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
+                path, YamlDoc(cfg.text, cfg.source).pos(path) if cfg.text else cfg.source)
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate the experiment file at ``path``."""
-    return _load_file(path, parse_experiment, ExperimentError)
+    return load_file(path, parse_experiment, ExperimentError)

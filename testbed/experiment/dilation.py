@@ -102,6 +102,22 @@ class PlanLoad:
     steps: int
     exposed_s: float = 0.0
     contention: float = 1.0
+    #: the overhead a run is predicted to carry against its baseline (model time, s) and the
+    #: switches per iteration on every rail together: the fabric simulation's, where the
+    #: caller could simulate it (:func:`testbed.studies.predict.fabric_overhead`); None: not
+    #: predicted
+    overhead: OverheadPrediction | None = None
+
+
+@dataclass(frozen=True)
+class OverheadPrediction:
+    """The fabric's prediction of a run's overhead against its baseline (model time, s) and
+    of its switches per iteration, over every rail, whose light some call waited for: the
+    verdict's late light against the overhead is the union of every rail's late intervals
+    while a call waited, which their sum bounds."""
+
+    overhead_s: float
+    switches: float
 
 
 #: Ranks per core below which a call's CPU work does not wait for a core (the demo's 16 ranks
@@ -146,17 +162,20 @@ class Bounds:
     call_cost_pct: float
     call_cost_overhead_pts: float
     late_light_exposed_pct: float = 0.0  # of the switching an iteration waits for
+    late_light_overhead_pct: float = 0.0  # of the predicted overhead (0: not predicted)
 
     def within(self, share: float = 0.5) -> bool:
         """Whether every bound is within ``share`` of its limit."""
         return (self.late_light_pct <= share * LATE_LIGHT_LIMIT_PCT
                 and self.late_light_exposed_pct <= share * LATE_LIGHT_EXPOSED_LIMIT_PCT
+                and self.late_light_overhead_pct <= share * LATE_LIGHT_EXPOSED_LIMIT_PCT
                 and self.call_cost_pct <= share * CALL_COST_ITERATION_LIMIT_PCT
                 and self.call_cost_overhead_pts <= share * CALL_COST_OVERHEAD_LIMIT_PTS)
 
     def to_json(self) -> dict[str, float]:
         return {"k": self.k, "late_light_pct": round(self.late_light_pct, 3),
                 "late_light_exposed_pct": round(self.late_light_exposed_pct, 3),
+                "late_light_overhead_pct": round(self.late_light_overhead_pct, 3),
                 "call_cost_pct": round(self.call_cost_pct, 3),
                 "call_cost_overhead_pts": round(self.call_cost_overhead_pts, 3)}
 
@@ -167,7 +186,11 @@ def predict_bounds(load: PlanLoad, k: float, costs: Mapping[str, float] = RECORD
     each cost is fixed on the wall, so in model time it is divided by ``k``. The per-call
     costs move the overhead by what the run's switching-bound calls add beyond the baseline's
     (the calls are the same; the control round trips that wait on light are not): taken as
-    the control-round-trip share of the per-call cost on the calls that switch."""
+    the control-round-trip share of the per-call cost on the calls that switch. Late light's
+    share of the overhead is predicted where the overhead is (``load.overhead_s``): the
+    verdict bounds it at 5 % of the overhead against the baseline, which provisioning can make
+    far smaller than the switching it overlaps; it counts every rail's switches (the
+    verdict's bound is the union of their late intervals)."""
     iteration_ms = 1e3 * (load.iteration_s + load.exposed_s)
     if iteration_ms <= 0:
         return Bounds(k, 0.0, 0.0, 0.0)
@@ -178,9 +201,15 @@ def predict_bounds(load: PlanLoad, k: float, costs: Mapping[str, float] = RECORD
     # what the calls that switch cost beyond the baseline's calls (whose round trips they share)
     overhead_ms = load.contention * load.switches * costs["switch_call_ms"]
     exposed_ms = 1e3 * load.exposed_s
+    of_overhead_pct = 0.0
+    if load.overhead is not None and load.overhead.overhead_s > 0:
+        late_all_ms = load.overhead.switches * (
+            costs["late_base_ms"] + costs["late_per_circuit_ms"] * load.circuits_per_switch)
+        of_overhead_pct = 100 * late_all_ms / k / (1e3 * load.overhead.overhead_s)
     return Bounds(k, 100 * late_ms / k / iteration_ms, 100 * call_ms / k / iteration_ms,
                   100 * overhead_ms / k / base_ms if base_ms > 0 else 0.0,
-                  100 * late_ms / k / exposed_ms if exposed_ms > 0 else 0.0)
+                  100 * late_ms / k / exposed_ms if exposed_ms > 0 else 0.0,
+                  of_overhead_pct)
 
 
 @dataclass(frozen=True)
@@ -203,7 +232,8 @@ class Choice:
                "goes at the cap and the verdict judges it") if self.capped else ""
         return (f"time dilation {self.k:g} (auto: the smallest factor whose predicted bounds "
                 f"stay within half their limits, {LATE_LIGHT_LIMIT_PCT:g} % late light "
-                f"({LATE_LIGHT_EXPOSED_LIMIT_PCT:g} % of the exposed switching), "
+                f"({LATE_LIGHT_EXPOSED_LIMIT_PCT:g} % of the exposed switching and of the "
+                "overhead), "
                 f"{CALL_COST_ITERATION_LIMIT_PCT:g} % per-call costs, "
                 f"{CALL_COST_OVERHEAD_LIMIT_PTS:g} overhead points; {tried}{cap})")
 
@@ -213,9 +243,12 @@ class Choice:
 
 
 def _bounds_text(b: Bounds) -> str:
+    of_overhead = (f", of the predicted overhead {b.late_light_overhead_pct:.1f} %"
+                   if b.late_light_overhead_pct else "")
     return (f"late light {b.late_light_pct:.2f} % (of the exposed switching "
-            f"{b.late_light_exposed_pct:.1f} %), per-call costs {b.call_cost_pct:.1f} % of "
-            f"the iteration and {b.call_cost_overhead_pts:.2f} overhead points")
+            f"{b.late_light_exposed_pct:.1f} %{of_overhead}), per-call costs "
+            f"{b.call_cost_pct:.1f} % of the iteration and {b.call_cost_overhead_pts:.2f} "
+            "overhead points")
 
 
 #: The factors ``auto`` tries, in order.

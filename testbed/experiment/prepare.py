@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from testbed.experiment.dilation import (
     AUTO_FACTORS,
     Choice,
     DilationError,
+    OverheadPrediction,
     choose,
     max_factor_for_link,
     plan_load,
@@ -67,7 +69,9 @@ class Prepared:
 
 def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
             schedule: Schedule | None = None, verify: bool = False,
-            costs: str = "emulator") -> Prepared:
+            costs: str = "emulator",
+            predict_overhead: Callable[[ExperimentConfig], OverheadPrediction | None] | None
+            = None) -> Prepared:
     """Schedule and plan the run; raises :class:`RunRefused` for what this machine can't host,
     :class:`~testbed.experiment.config.ExperimentError` for algorithms the ports can't carry.
 
@@ -79,6 +83,9 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     ``emulator`` plans at the emulator's link with bytes scaled by link / rail rate (what an
     emulated run replays), ``fabric`` at the modelled ``rail_gbps`` with the real bytes (a
     simulation of the datacenter; :func:`testbed.simulator.run.prepare_sim`).
+    ``predict_overhead`` gives ``auto`` the overhead the run is predicted to carry and its
+    switches (:func:`testbed.studies.predict.fabric_overhead`: this layer cannot run the
+    simulator), so it bounds late light's share of the overhead.
     """
     if costs not in SIM_COSTS:
         raise ValueError(f"unknown cost model {costs!r}; choose from {', '.join(SIM_COSTS)}")
@@ -101,7 +108,9 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     plan = _plan(cfg, schedule, scale, verify)
     if not check_capacity:
         return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs)
-    choice = choose_dilation(cfg, plan, modeled, link_mbps)
+    overhead = (predict_overhead(cfg) if predict_overhead is not None
+                and cfg.time_dilation == AUTO and cfg.mode != "baseline" else None)
+    choice = choose_dilation(cfg, plan, modeled, link_mbps, overhead)
     _check_capacity(cfg, world, choice.k)
     return Prepared(cfg, schedule, plan, link_mbps, scale, modeled, costs, choice)
 
@@ -122,7 +131,7 @@ def _check_capacity(cfg: ExperimentConfig, world: int, k: float) -> None:
 
 
 def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s: float,
-                    link_mbps: float) -> Choice:
+                    link_mbps: float, overhead: OverheadPrediction | None = None) -> Choice:
     """The run's time dilation: the configured factor, or ``auto``'s pick from the plan's load
     (:func:`testbed.experiment.dilation.choose`), never past what the links can be slowed to;
     a factor the links cannot take is refused."""
@@ -135,6 +144,8 @@ def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s
                      ports_per_rank=cfg.effective_ports_per_rank)
     if cfg.mode == "baseline":  # packet switches: no light to wait for
         load = dataclasses.replace(load, switches=0.0, exposed_s=0.0)
+    elif overhead is not None:
+        load = dataclasses.replace(load, overhead=overhead)
     ranks = len(plan.programs) + len(cfg.shape.spares)
     try:
         if cfg.time_dilation != AUTO:

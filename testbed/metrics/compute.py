@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.stats import percentile
 from workloads.layout import AXIS_FAMILY
 from workloads.phases import KIND_FAMILY
 
@@ -240,12 +241,12 @@ def window_figures(windows: Sequence[Mapping[str, Any]], prefix: str = "windows"
     """Count, share over 1 ms, median and empty (<= 0) count of ``windows`` (rows with
     ``window_s``) under the keys of ``prefix`` (:data:`WINDOW_KEYS`: ``windows`` or
     ``gaps``); with ``delay_ms`` (> 0) also the share at least that long."""
-    wins = sorted(float(w["window_s"]) for w in windows)
+    wins = [float(w["window_s"]) for w in windows]
     count, over_1ms, median, empty, at_least = WINDOW_KEYS[prefix]
     out: dict[str, Any] = {
         count: len(wins),
         over_1ms: 100.0 * sum(1 for w in wins if w > 1e-3) / len(wins) if wins else None,
-        median: wins[len(wins) // 2] if wins else None,
+        median: percentile(wins, 50) if wins else None,
         empty: sum(1 for w in wins if w <= 0.0)}
     if delay_ms:
         out[at_least] = (100.0 * sum(1 for w in wins if w >= delay_ms * 1e-3) / len(wins)
@@ -311,7 +312,7 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
             (max(x, a), min(y, b)) for x, y, _g, _s in exposed if y > a and x < b))
     times = [float(row["iteration_time_s"]) for row in measured]
     big = [c for c in m.calls if c["ideal_transfer_s"] >= min_transfer_s]
-    ratios = sorted(c["achieved_mbps"] / link_mbps for c in big if link_mbps > 0)
+    ratios = [c["achieved_mbps"] / link_mbps for c in big if link_mbps > 0]
     m.summary = {
         "iteration_time_s": _mean(times),
         "iteration_times_s": times,
@@ -324,8 +325,8 @@ def compute_metrics(records: Sequence[Record], events: Sequence[Record], *, warm
         "calls_delivered": sum(1 for c in m.calls if c["delivered"]),
         "bytes_expected_scaled": sum(int(c["expected_bytes_scaled"]) for c in m.calls),
         "bytes_received_scaled": sum(int(c["received_bytes_scaled"]) for c in m.calls),
-        "throughput_ratio_median": ratios[len(ratios) // 2] if ratios else None,
-        "throughput_ratio_p10": ratios[len(ratios) // 10] if ratios else None,
+        "throughput_ratio_median": percentile(ratios, 50) if ratios else None,
+        "throughput_ratio_p10": percentile(ratios, 10) if ratios else None,
         "throughput_rated_calls": len(ratios),
     }
     if switched:

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from controller.stats import percentiles
 
 Record = Mapping[str, Any]
 Interval = tuple[float, float]
@@ -229,11 +229,11 @@ class ErrorStats:
 
     @classmethod
     def of(cls, errors_ms: Iterable[float]) -> ErrorStats:
-        errors = np.asarray(list(errors_ms), dtype=float)
-        if not errors.size:
+        errors = [float(e) for e in errors_ms]
+        if not errors:
             return cls(0)
-        p50, p99 = (float(v) for v in np.percentile(errors, [50, 99]))
-        return cls(int(errors.size), p50, p99, float(errors.max()), float(errors.min()))
+        p50, p99 = percentiles(errors, (50, 99))
+        return cls(len(errors), p50, p99, max(errors), min(errors))
 
     def to_summary(self) -> dict[str, Any]:
         return {"count": self.count, "p50": self.p50_ms, "p99": self.p99_ms,

@@ -450,6 +450,9 @@ class RunEvidence:
     wire_faults: tuple[str, ...] = ()
     wire_timing_faults: tuple[str, ...] = ()  # the same, where a busy switch can be the cause
     call_cost: CallCostBound | None = None  # the emulator's per-call costs (None: not measured)
+    #: TCP's wall-clock timers that fired in the measured iterations
+    #: (:func:`testbed.metrics.tcpstats.stall_fault`'s words; None: none fired or not counted)
+    tcp_stall: str | None = None
 
 
 def quota_throttled(quota: Mapping[str, Any] | None) -> float | None:
@@ -520,6 +523,8 @@ def judge(ev: RunEvidence) -> Verdict:
         reasons += [Reason(RUN, text) for text in ev.dark.run_faults()]
     reasons += [Reason(RUN, text) for text in ev.wire_faults]
     reasons += [overrun_reason(text, cpu) for text in ev.wire_timing_faults]
+    if ev.tcp_stall is not None:
+        reasons.append(overrun_reason(ev.tcp_stall, cpu))
     unrated: tuple[str, ...] = ((UNRATED_THROUGHPUT,) if ev.throughput_ratio_median is None
                                 else ())
     if cpu.get("rated") is False:

@@ -25,13 +25,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from controller.stats import percentiles
+from testbed.plan.rankplan import plan_record
+
 
 def _quantiles_ms(values_s: list[float]) -> dict[str, float] | None:
+    """p50, p90 (:func:`controller.stats.percentile`), max and count, in ms; None for none."""
     if not values_s:
         return None
-    ms = sorted(v * 1e3 for v in values_s)
-    return {"p50": ms[len(ms) // 2], "p90": ms[min(len(ms) - 1, int(0.9 * len(ms)))],
-            "max": ms[-1], "n": len(ms)}
+    ms = [v * 1e3 for v in values_s]
+    p50, p90 = percentiles(ms, (50, 90))
+    return {"p50": p50, "p90": p90, "max": max(ms), "n": len(ms)}
 
 
 def compute_overshoots_s(records: Iterable[dict[str, Any]], durations_s: dict[int, float]
@@ -129,10 +133,10 @@ def load_run(out: Path) -> dict[str, Any]:
     durations: dict[int, dict[int, float]] = {}
     for rank in ranks:
         plan_path = out / "ranks" / f"rank{rank}.plan.json"
-        if plan_path.exists():
-            ops = json.loads(plan_path.read_text())["ops"]
-            durations[rank] = {int(op["i"]): float(op["duration_s"]) for op in ops
-                               if "duration_s" in op}
+        plan = (plan_record(json.loads(plan_path.read_text()), str(plan_path))
+                if plan_path.exists() else None)
+        if plan is not None:
+            durations[rank] = {op.index: op.duration_s for op in plan.ops if not op.is_call}
     timing = run_timing(ranks, launch.get("t_start"), durations)
     return {"dir": str(out), "rank_processes": manifest.get("rank_processes", "rank"),
             "processes": launch.get("processes"),

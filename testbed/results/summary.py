@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.cpuquota import quota_text
+from testbed.experiment.backends import EMU, backend_spec
 from testbed.experiment.config import RunSettings
 from testbed.experiment.prepare import Prepared
+from testbed.metrics import tcpstats
 from testbed.metrics.callcost import CallCostBound, call_cost_bound, overhead_effect_pts
 from testbed.metrics.callcost import overhead_exceeded as call_overhead_exceeded
 from testbed.metrics.compute import (
@@ -88,7 +90,9 @@ class Observed:
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
                  modeled_iteration_s: float | None = None,
-                 call_cost: CallCostBound | None = None) -> RunEvidence:
+                 call_cost: CallCostBound | None = None,
+                 tcp_timers: Mapping[str, Any] | None = None,
+                 time_dilation: float = 1.0) -> RunEvidence:
     """What the run's verdict rests on (:func:`~testbed.metrics.fidelity.judge`), from what
     was observed and the metrics. Only switches inside the measured iterations (``windows``)
     bear on the figures; the late light among them counts where some collective waited on
@@ -108,14 +112,16 @@ def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, f
                        bound, seen.quota, s.get("iteration_time_s"), expected,
                        wire_faults=tuple(seen.wire.run_faults()) if seen.wire else (),
                        wire_timing_faults=tuple(seen.wire.timing_faults()) if seen.wire else (),
-                       call_cost=call_cost)
+                       call_cost=call_cost,
+                       tcp_stall=tcpstats.stall_fault(tcp_timers, time_dilation))
 
 
 def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, Any], *,
-               num_rails: int, ranks_rail0: list[int], backend: str = "emu",
+               num_rails: int, ranks_rail0: list[int], backend: str = EMU,
                costs: str | None = None) -> dict[str, Any]:
     """Metrics, fidelity verdict, tables, summary and plots of a finished run; ``costs`` is a
     simulation's cost model (``fabric`` or ``emulator``; None for an emulated run)."""
+    spec = backend_spec(backend)  # what its clock lets the summary judge
     cfg = prep.config
     workload = getattr(cfg, "workload", None)  # a torch job has none
     records, events, cpu, dark = seen.records, seen.events, seen.cpu, seen.dark
@@ -136,11 +142,14 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
     call_costs = (call_cost_bound(records, warmup=cfg.warmup, link_mbps=prep.link_mbps,
                                   scale=prep.scale, iteration_s=s.get("iteration_time_s"),
                                   events=events)
-                  if backend == "emu" else None)
-    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs)
+                  if spec.clock == "wall" else None)
+    tcp_timers = (tcpstats.iteration_counts(records, cfg.warmup) if spec.clock == "wall"
+                  else None)
+    evidence = run_evidence(seen, m, windows, prep.modeled_iteration_s, call_costs,
+                            tcp_timers, k)
     bound: OverrunBound | None = evidence.overrun
     # a virtual clock has no CPU limit to check: the sim backend's runs are not judged
-    verdict = judge(evidence) if backend == "emu" else SIMULATED
+    verdict = judge(evidence) if spec.judged else SIMULATED
     expected_iterations = cfg.total_iterations
     summary = {"name": cfg.name, "backend": backend, "costs": costs, "mode": cfg.mode,
                "switching_delay_ms": cfg.switching_delay_ms,
@@ -159,7 +168,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
                "wire": seen.wire.to_summary() if seen.wire is not None else None,
                "wall_s": seen.wall_s,
-               **(dilation_keys(prep, seen, dark, windows, k) if backend == "emu" else {}),
+               **(dilation_keys(prep, seen, dark, windows, k) if spec.dilates else {}),
                "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,
                "exposed_reconfig_overlapped_s": exposure_overlapped_s(
                    records, ((a, b) for a, b, _g, _s in exposed_intervals(events)), windows),
@@ -167,6 +176,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "profile_mismatches": sum(int(r.get("profile_mismatches", 0)) for r in records
                                          if r.get("ev") == "finished"),
                "timeline_ranks": ranks_rail0, "timeline_rails": [0]}
+    if tcp_timers is not None:
+        summary["tcp_timers"] = tcp_timers
     gate = gate_summary(records)
     if gate is not None:
         summary["start_gate"] = gate
@@ -317,7 +328,7 @@ def summary_text(summary: dict[str, Any]) -> str:
                      f"light included (median {f('gap_median_s')} s; not windows)")
     if "recovery" in summary:
         lines.insert(-1, _failover_text(summary))
-    if summary["backend"] == "emu":
+    if summary["backend"] == EMU:
         lines.insert(-1, "dark periods        " + dark_text(summary.get("dark_error_ms"),
                                                         summary.get("dark_overrun_bound")))
         lines.insert(-1, "time dilation       " + dilation_text(summary))

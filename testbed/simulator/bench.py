@@ -198,10 +198,8 @@ def _sim_bench(gpus: int, *, mirror: bool | None, rails: int, mode: str,
     bench = plan_bench(cfg, schedule, mirror=mirror, rails=rails, scale=scale)
     t_plan = time.perf_counter() - t0
     net = network_model(link_mbps, cfg.latency_us, costs_of(costs))
-    sim = PlanSimulation(bench.plan.programs, bench.job, mode=cfg.mode,
-                         switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
-                         network=net, gpus_per_server=GPUS_PER_SERVER, seed=seed,
-                         mirrors=bench.mirrors)
+    sim = PlanSimulation(bench.plan.programs, bench.job, cfg, network=net,
+                         gpus_per_server=GPUS_PER_SERVER, seed=seed, mirrors=bench.mirrors)
     records, events = sim.run()
     t_sim = time.perf_counter() - t0 - t_plan
     m = compute_metrics(records, events, warmup=cfg.warmup, link_mbps=link_mbps, scale=scale,

@@ -53,13 +53,13 @@ from controller.job import JobSpec
 from controller.ocs import ApplyResult, ReconfigurationRejected
 from controller.profile import CallSignature
 from controller.railstate import (
-    JOIN,
     PORT_EXACT,
     RAIL_STATE,
     SHADOW_PORTS,
     job_shape,
     shadow_rails,
 )
+from testbed.experiment.config import RunSettings
 from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane
 from testbed.plan.records import call_record, compute_record, iteration_record
@@ -84,22 +84,18 @@ class PlanSimulation:
     (the simulated ones and those they mirror) and every group they use.
     """
 
-    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *, mode: str,
-                 switching_delay: float | str, iterations: int, network: NetworkModel,
-                 gpus_per_server: int, seed: int = 0, jitter_ms: float = 0.0,
+    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec,
+                 settings: RunSettings, *, network: NetworkModel, gpus_per_server: int,
+                 seed: int = 0, jitter_ms: float = 0.0,
                  mirrors: Mapping[int, Sequence[Mirror]] | None = None,
-                 semantics: str = PORT_EXACT, driver: SimOcsDriver | None = None,
-                 rail_state_inflight: str = JOIN,
-                 rail_state_ack_timeout_s: float | None = None,
-                 rail_state_serialize_per_rank: bool = False,
-                 rail_state_phase_barrier: bool = False) -> None:
+                 driver: SimOcsDriver | None = None) -> None:
         self.now = 0.0
         self.net = network
         self._rng = random.Random(seed)
-        self.iterations = iterations
+        self.iterations = iterations = settings.total_iterations
         self.job = job
-        self.electrical = mode == "baseline"
-        self.rail_state = semantics == RAIL_STATE and not self.electrical
+        self.electrical = settings.mode == "baseline"
+        self.rail_state = settings.effective_semantics == RAIL_STATE
         ports: dict[int, Sequence[int]] = {rail: sorted(ps)
                                            for rail, ps in job.ports_by_rail.items()}
         data_mode = "electrical" if self.electrical or self.rail_state else "ocs"
@@ -108,15 +104,17 @@ class PlanSimulation:
         # ``driver``: a prepared one (more ports than the job's: spares; faults), on a
         # VirtualClock at 0
         self.driver = driver or SimOcsDriver(
-            ports, 0.0 if self.electrical else switching_delay, clock=VirtualClock(),
+            ports, 0.0 if self.electrical else settings.switching_delay, clock=VirtualClock(),
             jitter_ms=jitter_ms, seed=seed, mode="ocs",
             mode_by_rail=dict.fromkeys(job.ports_by_rail, data_mode))
         assert isinstance(self.driver.clock, VirtualClock)
         self.clock: VirtualClock = self.driver.clock
-        self.config = CoreConfig.for_mode(mode, RAIL_STATE if self.rail_state else PORT_EXACT,
-                                          rail_state_inflight, rail_state_serialize_per_rank)
+        self.config = CoreConfig.for_mode(settings.mode,
+                                          RAIL_STATE if self.rail_state else PORT_EXACT,
+                                          settings.rail_state_inflight,
+                                          settings.rail_state_serialize_per_rank)
         # the shim's ack timeout (rail-state only): (call, group, seq) timed out / acked in time
-        self._ack_timeout_s = rail_state_ack_timeout_s if self.rail_state else None
+        self._ack_timeout_s = settings.rail_state_ack_timeout_s if self.rail_state else None
         if self._ack_timeout_s is not None and mirrors:
             raise ValueError("mirrored ranks cannot time out on an ack (rail_state_ack_timeout_s)")
         self._timed_out: set[tuple[Call, str, int]] = set()
@@ -125,7 +123,7 @@ class PlanSimulation:
         self.core = OpusCore(self.driver.describe(), self.config)
         # the artifact shim's topo_ready: :mod:`testbed.plan.phasebarrier`
         self._barrier = (PhaseBarrier(programs, provisioning=self.config.provisioning)
-                         if rail_state_phase_barrier and self.rail_state else None)
+                         if settings.rail_state_phase_barrier and self.rail_state else None)
         self.gpus = gpus_per_server
         self.ranks = {r: RankState(r, list(ops), iterations) for r, ops in programs.items()}
         self.mirrors = {r: list(ms) for r, ms in (mirrors or {}).items()}
@@ -141,7 +139,7 @@ class PlanSimulation:
         self.records: list[Record] = []
         self.events: list[dict[str, Any]] = []
         self.counters = {"events": 0, "flows": 0, "mirror_unpredicted": 0}
-        if rail_state_ack_timeout_s is not None and self.rail_state:
+        if self._ack_timeout_s is not None:
             self.counters.update(ack_timeouts=0, late_acks=0)
         self._flows = 0  # flows started (counters["flows"] at the end)
         self._routes: dict[tuple[int, int], tuple[int, Port, Port]] = {}  # (a, b) -> epoch, ports

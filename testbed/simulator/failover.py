@@ -39,8 +39,9 @@ from controller.clock import VirtualClock
 from controller.core import Output
 from controller.drivers.faults import OcsFaults
 from controller.drivers.sim import SimOcsDriver
-from controller.job import JobSpec, RankPorts, SpareSlot
+from controller.job import JobSpec, RankPorts
 from controller.protocol import may_retry
+from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import PlanOp
@@ -72,38 +73,39 @@ class FailoverCosts:
 class FailoverSimulation(PlanSimulation):
     """A plan simulation with faults, spares and failover (see the module docstring)."""
 
-    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec, *,
-                 mode: str, switching_delay: float | str, faults: Sequence[Fault],
-                 spares: Sequence[SpareSlot], no_spares: bool = False,
-                 heartbeat_timeout_s: float = 5.0, migration_delay_s: float = 0.0,
-                 repair_s: float | None = None, gpus_per_server: int,
+    def __init__(self, programs: Mapping[int, Sequence[PlanOp]], job: JobSpec,
+                 settings: ExperimentConfig, *, gpus_per_server: int,
                  costs: FailoverCosts | None = None, seed: int = 0,
                  jitter_ms: float = 0.0, **kwargs: Any) -> None:
+        """``settings`` gives the mode, the switching delay, the faults, the spares (its
+        ``shape``), ``--no-spares`` and the failover timings."""
         self.ocs_faults = OcsFaults(seed)
-        electrical = mode == "baseline"
+        spares = settings.shape.spares
+        electrical = settings.mode == "baseline"
         ports = {rail: set(ps) for rail, ps in job.ports_by_rail.items()}
         for s in spares:
             ports.setdefault(s.rail, set()).update(s.ports)
         driver = SimOcsDriver({r: sorted(ps) for r, ps in ports.items()},
-                              0.0 if electrical else switching_delay, clock=VirtualClock(),
+                              0.0 if electrical else settings.switching_delay,
+                              clock=VirtualClock(),
                               jitter_ms=jitter_ms, seed=seed,
                               mode="electrical" if electrical else "ocs",
                               faults=self.ocs_faults)
-        super().__init__(programs, job, mode=mode, switching_delay=switching_delay,
-                         gpus_per_server=gpus_per_server, seed=seed, driver=driver, **kwargs)
+        super().__init__(programs, job, settings, gpus_per_server=gpus_per_server, seed=seed,
+                         driver=driver, **kwargs)
         self.programs = {r: list(ops) for r, ops in programs.items()}
         self.base_job = job.job_id
-        self.faults = list(faults)
+        self.faults = list(settings.faults)
         n = len(job.ranks)
         # every host that can carry a rank: (rail, ports, server); ranks first, then spares
         self.hosts = {r: (rp.rail, rp.ports, r // gpus_per_server) for r, rp in job.ranks.items()}
         self.hosts.update({n + s.index: (s.rail, s.ports, s.server) for s in spares})
         self.free = {n + s.index for s in spares}
         self.host_of = {r: r for r in job.ranks}  # rank -> the host carrying it
-        self.repair_s = repair_s
-        self.policy = "restart" if no_spares else "spares"
-        self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.migration_delay_s = migration_delay_s
+        self.repair_s = settings.failover.repair_s
+        self.policy = "restart" if settings.no_spares else "spares"
+        self.heartbeat_timeout_s = settings.failover.heartbeat_timeout_s
+        self.migration_delay_s = settings.failover.migration_delay_s
         self.costs = costs or FailoverCosts()
         self.epoch = 0
         self.frozen = False

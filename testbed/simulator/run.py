@@ -14,8 +14,10 @@ from typing import Any
 
 from controller.job import JobError, rail_job_ports
 from testbed.errors import RunError, Say, require_empty_dir, say_stderr
+from testbed.experiment.backends import SIM
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import Prepared, prepare
+from testbed.plan.rankplan import PlanRecord
 from testbed.results import store
 from testbed.results.summary import Observed, finish_run
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
@@ -56,21 +58,10 @@ def build_simulation(prep: Prepared, *, seed: int = 0, network: NetworkModel | N
     if cfg.faults or spares:
         from testbed.simulator.failover import FailoverSimulation
 
-        return FailoverSimulation(
-            prep.plan.programs, job, mode=cfg.mode, switching_delay=cfg.switching_delay,
-            iterations=cfg.total_iterations, network=net,
-            gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed,
-            faults=cfg.faults, spares=spares, no_spares=cfg.no_spares,
-            heartbeat_timeout_s=cfg.failover.heartbeat_timeout_s,
-            migration_delay_s=cfg.failover.migration_delay_s, repair_s=cfg.failover.repair_s)
-    return PlanSimulation(prep.plan.programs, job, mode=cfg.mode,
-                          switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
-                          network=net, gpus_per_server=cluster.gpus_per_server,
-                          seed=seed or cfg.seed, semantics=cfg.effective_semantics,
-                          rail_state_inflight=cfg.rail_state_inflight,
-                          rail_state_ack_timeout_s=cfg.rail_state_ack_timeout_s,
-                          rail_state_serialize_per_rank=cfg.rail_state_serialize_per_rank,
-                          rail_state_phase_barrier=cfg.rail_state_phase_barrier)
+        return FailoverSimulation(prep.plan.programs, job, cfg, network=net,
+                                  gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed)
+    return PlanSimulation(prep.plan.programs, job, cfg, network=net,
+                          gpus_per_server=cluster.gpus_per_server, seed=seed or cfg.seed)
 
 
 def simulate_plan(prep: Prepared, *, seed: int = 0, network: NetworkModel | None = None
@@ -97,7 +88,7 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
     (out / "ranks").mkdir(exist_ok=True)
     (out / "experiment.yaml").write_text(cfg.text)
     manifest = store.start_manifest(
-        out, "sim", cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
+        out, SIM, cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
         network_model=asdict(net), costs=prep.costs, seed=seed or cfg.seed)
     say(f"run {cfg.name} (sim): mode {cfg.mode}, switching delay {cfg.switching_delay_ms:g} ms, "
@@ -124,11 +115,10 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         by_rank[int(rec["rank"])].append(json.dumps(rec, separators=(",", ":")))
     for r, lines in by_rank.items():
         (out / "ranks" / f"rank{r}.jsonl").write_text("".join(x + "\n" for x in lines))
-        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(
-            {"rank": r, "iterations": cfg.total_iterations,
-             "ops": [op.to_json() for op in plan.programs[r]]}))
+        (out / "ranks" / f"rank{r}.plan.json").write_text(json.dumps(PlanRecord(
+            r, cfg.total_iterations, tuple(plan.programs[r])).to_json()))
     cpu: dict[str, Any] = {"samples": 0, "note": "simulated: no emulator processes"}
     return finish_run(out, prep, Observed(records, events, cpu, wall_s), manifest,
                              num_rails=rails,
                              ranks_rail0=[r for r in range(world) if r % rails == 0],
-                             backend="sim", costs=prep.costs)
+                             backend=SIM, costs=prep.costs)

@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.backends import EMU, SIM, get_backend
 from testbed.errors import RunRefused, Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.prepare import prepare
@@ -83,7 +84,11 @@ STRAGGLAR_PAPER = ("Devraj et al., arXiv 2505.23523: 2x theoretical over Ring fo
 PIPSWITCH = ("Ding & Singh, PipSwitch, arXiv 2501.18136: all-to-all as the N - 1 perfect "
              "matchings of a programmable-photonics OCS, up to 32 ports")
 TARGET_SPEEDUP = 1.15
-BACKENDS = ("emu", "sim-ideal", "sim-emulator")
+#: the bench's backends: each a backend of :mod:`testbed.backends` and, on the simulator, the
+#: fixed costs it models (None: the emulator measures its own)
+VARIANTS: dict[str, tuple[str, dict[str, float] | None]] = {
+    "emu": (EMU, None), "sim-ideal": (SIM, IDEAL_COSTS), "sim-emulator": (SIM, EMULATOR_COSTS)}
+BACKENDS = tuple(VARIANTS)
 
 Point = dict[str, Any]
 
@@ -94,9 +99,13 @@ def mixtral_dispatch_bytes() -> int:
     return 8192 * m.top_k * m.hidden_size * 2
 
 
+def _needs_root(variant: str) -> bool:
+    return get_backend(VARIANTS[variant][0]).spec.needs_root
+
+
 def default_backends() -> tuple[str, ...]:
-    """Every backend as root; the simulated ones otherwise."""
-    return BACKENDS if os.geteuid() == 0 else BACKENDS[1:]
+    """Every backend as root; those that need no root (the simulated ones) otherwise."""
+    return tuple(b for b in BACKENDS if os.geteuid() == 0 or not _needs_root(b))
 
 
 # ------------------------------------------------------------------------------ running
@@ -108,9 +117,10 @@ class _Runner:
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             raise RunRefused(f"unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}")
-        if "emu" in backends and os.geteuid() != 0:
-            raise RunRefused("the emu backend runs the emulator: it needs root (sudo), or leave "
-                           "it out (--backends sim-ideal,sim-emulator)")
+        rooted = [b for b in backends if _needs_root(b)]
+        if rooted and os.geteuid() != 0:
+            raise RunRefused(f"the {', '.join(rooted)} backend runs the emulator: it needs root "
+                             f"(sudo), or leave it out (--backends {','.join(default_backends())})")
         self.backends = tuple(backends)
         self.work_dir = work_dir
         self.say = say
@@ -131,24 +141,23 @@ class _Runner:
                                iterations=iterations, warmup=warmup)
         self.runs += 1
         self.fidelity = "simulated"
-        if backend == "emu":
+        costs = VARIANTS[backend][1]
+        if costs is None:
             records = self._emulate(cfg, sched)
         else:
             prep = prepare(cfg, check_capacity=False, schedule=sched)
-            costs = IDEAL_COSTS if backend == "sim-ideal" else EMULATOR_COSTS
             records, _events = simulate_plan(prep, seed=self.runs,
                                              network=network_model(link, LATENCY_US, costs))
         return [r for r in records if r.get("ev") == "call" and int(r["it"]) >= warmup]
 
     def _emulate(self, cfg: ExperimentConfig, sched: Schedule) -> list[dict[str, Any]]:
-        from testbed.emulated.runner import run_emulated
-
+        emu = get_backend(VARIANTS["emu"][0])
         prep = prepare(cfg, schedule=sched)
         with tempfile.TemporaryDirectory(prefix="opus-bench-") as tmp:
             base = self.work_dir or Path(tmp)
             out = base / f"{cfg.name}-{self.runs}"
             self.say(f"  emulated: {cfg.name} ({cfg.mode}, {cfg.switching_delay_ms:g} ms)")
-            summary = run_emulated(prep, out, lambda _m: None)
+            summary = emu.run(cfg, out, lambda _m: None, prep)
             self.fidelity = str(summary.get("fidelity"))
             if summary.get("fidelity_blame") not in (None, "none"):
                 self.fidelity += f" ({summary['fidelity_blame']})"

@@ -57,6 +57,8 @@ import numpy as np
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import load_experiment
 from testbed.metrics.degraded import RESTS_ON, degraded_labels, degraded_runs, union
+from testbed.plan.rankplan import plan_record
+from testbed.plan.replay import PlanOp
 from testbed.results import store
 
 #: The emulator and the simulator agree on a point when |emu - sim| / sim is at most this.
@@ -116,10 +118,11 @@ def _read_json(path: Path) -> Any:
 
 def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: float,
                warmup: int) -> dict[str, float | None]:
-    plans: dict[int, dict[int, Any]] = {}
+    plans: dict[int, dict[int, PlanOp]] = {}
     for p in (run_dir / "ranks").glob("rank*.plan.json"):
-        plan = _read_json(p)
-        plans[int(plan["rank"])] = {int(o["i"]): o for o in plan["ops"]}
+        plan = plan_record(_read_json(p), str(p))
+        if plan is not None:
+            plans[plan.rank] = {o.index: o for o in plan.ops}
     shapes: dict[tuple[int, int, int], list[float]] = {}
     for r in records:
         if r.get("ev") != "call" or int(r["it"]) < warmup:
@@ -127,9 +130,8 @@ def _fit_calls(run_dir: Path, records: Sequence[Mapping[str, Any]], link_bps: fl
         op = plans.get(int(r["rank"]), {}).get(int(r["i"]))
         if op is None:
             continue
-        steps = op["steps"]
-        with_recv = sum(1 for _sends, recvs in steps if recvs)
-        peers = len({p for sends, _ in steps for p, _n in sends})
+        with_recv = sum(1 for step in op.steps if step.recvs)
+        peers = len({p for step in op.steps for p, _n in step.sends})
         moved = max(int(r["sent"]), int(r["expected"]))
         shapes.setdefault((with_recv, peers, moved), []).append(
             float(r["t_end"]) - float(r["t_ack"]))

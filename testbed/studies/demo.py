@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.backends import EMU, SIM
 from testbed.errors import Say
 from testbed.experiment.config import ExperimentConfig, load_experiment
 from testbed.results import store
@@ -63,22 +64,22 @@ def run_demo(out: Path, say: Say, delay: float | str | None = None,
         cfg = cfg.replace(switching_delay=delay)
     if time_dilation is not None:
         cfg = cfg.replace(time_dilation=time_dilation)
-    cfg = shared_dilation(cfg.replace(mode="on-demand"), "emu", say).replace(mode=cfg.mode)
+    cfg = shared_dilation(cfg.replace(mode="on-demand"), EMU, say).replace(mode=cfg.mode)
     delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
     artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)
     for _label, mode, semantics in DEMO_RUNS:  # every check before the first run starts
-        check_one(cfg.replace(mode=mode, semantics=semantics), "emu")
+        check_one(cfg.replace(mode=mode, semantics=semantics), EMU)
     for _label, mode, semantics in ARTIFACT_RUNS:
-        check_one(artifact_cfg.replace(mode=mode, semantics=semantics), "sim")
+        check_one(artifact_cfg.replace(mode=mode, semantics=semantics), SIM)
     summaries = {label: run_one(cfg.replace(mode=mode, semantics=semantics),
-                                run_dir(out, label), "emu", say)
+                                run_dir(out, label), EMU, say)
                  for label, mode, semantics in DEMO_RUNS}
     against_baseline(summaries, BASELINE)
     for label, s in summaries.items():  # judged against the baseline on disk too, as printed
         if label != BASELINE:
             store.write_json(run_dir(out, label) / "summary.json", s)
     artifact = {label: run_one(artifact_cfg.replace(mode=mode, semantics=semantics),
-                               out / "artifact-sim" / label.replace(" ", "-"), "sim", say)
+                               out / "artifact-sim" / label.replace(" ", "-"), SIM, say)
                 for label, mode, semantics in ARTIFACT_RUNS}
     against_baseline(artifact, BASELINE)
     return DemoResult(cfg, delay_ms, summaries, artifact)

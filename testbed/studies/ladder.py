@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.railstate import JOIN, PORT_EXACT
+from testbed.backends import SIM
 from testbed.errors import Say, say_stderr
 from testbed.experiment.config import ExperimentConfig
 from testbed.metrics.degraded import RESTS_ON, as_list, degraded_labels, degraded_runs, union
@@ -321,7 +322,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
             rows = rebase_rows(written, base, summary, label) if base else []
             base_on = degraded_labels([(label, summary)])
         else:
-            rows = in_rung(run_sweep(variant, delays_ms, modes, out / rung.name, "sim",
+            rows = in_rung(run_sweep(variant, delays_ms, modes, out / rung.name, SIM,
                                      workers, lambda _m: None, semantics=[variant.semantics]),
                            rung.name)
             runs += [(r["point"], r) for r in rows]
@@ -335,7 +336,7 @@ def run_ladder(cfg: ExperimentConfig, out: Path, delays_ms: list[float], modes: 
         say("  " + progress_text(results[-1]))
     rungs_out = with_deltas(results)
     rests_on = ladder_rests_on(rungs_out)
-    ladder = {"name": cfg.name, "source": cfg.source, "backend": "sim",
+    ladder = {"name": cfg.name, "source": cfg.source, "backend": SIM,
               "delays_ms": delays_ms, "modes": modes, "rungs": rungs_out,
               RESTS_ON: rests_on,
               "degraded_runs": degraded_runs((x, s) for x, s in runs if x in rests_on),

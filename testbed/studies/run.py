@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import RunRefused, Say, require_empty_dir
+from testbed.backends import get_backend, resolve
+from testbed.errors import Say, require_empty_dir
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.dilation import AUTO
 from testbed.results import store
@@ -26,44 +27,18 @@ def check_one(cfg: ExperimentConfig | TorchExperiment, backend: str) -> Prepared
     """Every check of ``cfg`` on ``backend`` that needs nothing started: the schedule, the job
     (each comm group's circuits against the ports per rank), the algorithms, this machine's
     capacity; :class:`RunRefused` (or the experiment's error) naming what fails. Returns the
-    prepared run (None for a PyTorch script's, which its runner checks)."""
-    if cfg.artifact_port is not None and (backend == "sim" or isinstance(cfg, TorchExperiment)):
-        raise RunRefused(f"{cfg.source}: artifact_protocol makes the replayed ranks of an "
-                         "emulated run speak the artifact's protocol; the sim backend and a "
-                         "PyTorch job have no such ranks (remove artifact_protocol)")
-    if isinstance(cfg, TorchExperiment):
-        if backend == "sim":
-            raise RunRefused(f"{cfg.source}: a PyTorch script runs on the emulated rails only; "
-                             "its run writes replay.yaml (the captured schedule), which "
-                             "`run --backend sim` replays")
-        return None
-    if backend == "sim":  # under the file's cost model, sim.costs (--costs)
-        from testbed.simulator.run import prepare_sim
-
-        return prepare_sim(cfg)
-    from testbed.experiment.prepare import prepare
-
-    return prepare(cfg, check_capacity=True)
+    prepared run (None for a PyTorch script's, which its runner checks). ``backend``: a name
+    of :data:`testbed.backends.SELECTABLE` (:func:`testbed.backends.resolve` says what each
+    refuses)."""
+    return resolve(cfg, backend).check(cfg)
 
 
 def run_one(cfg: ExperimentConfig | TorchExperiment, out: Path, backend: str,
             say: Say, prep: Prepared | None = None) -> dict[str, Any]:
     """Run ``cfg`` on ``backend`` (``emu`` or ``sim``) into ``out``; its summary. ``prep``:
     :func:`check_one`'s result when the caller checked first."""
-    if isinstance(cfg, TorchExperiment):
-        check_one(cfg, backend)
-        from testbed.torchjob.runner import run_torch
-
-        return run_torch(cfg, out, say)
-    prep = prep or check_one(cfg, backend)
-    assert prep is not None
-    if backend == "sim":
-        from testbed.simulator.run import run_simulated
-
-        return run_simulated(prep, out, say)
-    from testbed.emulated.runner import run_emulated
-
-    return run_emulated(prep, out, say)
+    chosen = resolve(cfg, backend)
+    return chosen.run(cfg, out, say, prep if prep is not None else chosen.check(cfg))
 
 
 @dataclass(frozen=True)
@@ -81,12 +56,16 @@ class Outcome:
 def shared_dilation(cfg: ExperimentConfig, backend: str, say: Say) -> ExperimentConfig:
     """``cfg`` with ``auto`` time dilation resolved for its own (OCS) run, so that the runs
     set against each other (its baseline, a demo's rows) share the factor: their per-call
-    costs are then alike in model time. Unchanged off the emulator or with a set factor."""
-    if backend != "emu" or cfg.time_dilation != AUTO:
+    costs are then alike in model time. With a baseline, the verdict bounds late light's share
+    of the overhead, so ``auto`` predicts it from the fabric's simulation
+    (:func:`testbed.studies.predict.fabric_overhead`). Unchanged off the emulator or with a set
+    factor."""
+    if not get_backend(backend).spec.dilates or cfg.time_dilation != AUTO:
         return cfg
     from testbed.experiment.prepare import prepare
+    from testbed.studies.predict import fabric_overhead
 
-    prep = prepare(cfg)
+    prep = prepare(cfg, predict_overhead=fabric_overhead)
     if prep.dilation is not None:
         say(f"{cfg.name}: {prep.dilation.text()}; its baseline runs at it too")
     return cfg.replace(time_dilation=prep.time_dilation)

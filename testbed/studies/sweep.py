@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
+from testbed.backends import EMU, SELECTABLE, SIM, UnknownBackend, get_backend, resolve
 from testbed.errors import Say, say_stderr
+from testbed.experiment.backends import PARALLEL_POINTS
 from testbed.experiment.config import MODES, ExperimentConfig
 from testbed.experiment.dilation import AUTO
 from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
@@ -51,7 +53,7 @@ from testbed.results import store
 from testbed.results.baseline import overhead_pct
 from testbed.results.reference import artifact_reference, matches_artifact
 
-BACKENDS = ("emu", "sim")
+BACKENDS = SELECTABLE  # the names of testbed.backends that a sweep takes
 ENGINES = ("process", "ray", "dask")
 Point = tuple[str, str, float]  # (semantics, mode, delay_ms); the baseline's semantics is ""
 COLUMNS = ("mode", "semantics", "delay_ms", "iteration_time_s", "overhead_pct",
@@ -113,12 +115,11 @@ def _point_config(cfg: ExperimentConfig, point: Point) -> ExperimentConfig:
 
 def run_sim_point(cfg: ExperimentConfig, point: Point, run_dir: str) -> dict[str, Any]:
     """One simulated point (in a worker process); returns its summary or its error."""
-    from testbed.simulator.run import prepare_sim, run_simulated
-
     t0 = time.monotonic()
+    sim = get_backend(SIM)
     try:
-        prep = prepare_sim(_point_config(cfg, point))
-        return run_simulated(prep, Path(run_dir), _quiet)
+        point_cfg = _point_config(cfg, point)
+        return sim.run(point_cfg, Path(run_dir), _quiet, sim.check(point_cfg))
     except Exception as exc:  # reported in the sweep's row, the other points go on
         return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.monotonic() - t0,
                 "trace": traceback.format_exc(limit=3)}
@@ -126,13 +127,13 @@ def run_sim_point(cfg: ExperimentConfig, point: Point, run_dir: str) -> dict[str
 
 def _run_emu_point(cfg: ExperimentConfig, point: Point, run_dir: Path, say: Say
                    ) -> dict[str, Any]:
-    from testbed.emulated.runner import run_emulated
     from testbed.errors import RunError
-    from testbed.experiment.prepare import prepare
 
     t0 = time.monotonic()
+    emu = get_backend(EMU)
     try:
-        return run_emulated(prep=prepare(_point_config(cfg, point)), out=run_dir, say=say)
+        point_cfg = _point_config(cfg, point)
+        return emu.run(point_cfg, run_dir, say, emu.check(point_cfg))
     except RunError as exc:
         return {"error": str(exc), "wall_s": time.monotonic() - t0}
 
@@ -146,11 +147,12 @@ def sweep_dilation(cfg: ExperimentConfig, points: Sequence[Point], say: Say
         return cfg
     from testbed.errors import RunError
     from testbed.experiment.prepare import prepare
+    from testbed.studies.predict import fabric_overhead
 
     picks: list[tuple[float, str]] = []
     for p in points:
         try:
-            prep = prepare(_point_config(cfg, p))
+            prep = prepare(_point_config(cfg, p), predict_overhead=fabric_overhead)
         except RunError:
             continue  # the point refuses when it runs, with its reason
         if prep.dilation is not None:
@@ -238,13 +240,14 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     """Run every point, write ``sweep.csv``, ``sweep.json`` and the plot; returns the rows.
     ``semantics`` defaults to the config's. The artifact's points go into ``sweep.json`` (and
     the plot) when the workload is the artifact's or ``reference`` asks for them."""
-    if backend not in BACKENDS:
-        raise SweepError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    try:
+        chosen = resolve(cfg, backend)
+    except UnknownBackend as exc:
+        raise SweepError(str(exc)) from exc
     if engine not in ENGINES:
         raise SweepError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    if backend == "emu" and engine != "process":
-        raise SweepError("emulated points run one at a time on this machine; --engine is for "
-                         "the sim backend")
+    if engine != "process" and not chosen.spec.supports(PARALLEL_POINTS):
+        raise SweepError(str(chosen.spec.refusal(PARALLEL_POINTS)))
     if workers < 1:
         raise SweepError(f"workers must be >= 1, got {workers}")
     semantics = list(dict.fromkeys([cfg.semantics] if semantics is None else semantics))
@@ -261,12 +264,12 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
     ocs_modes = [m for m in dict.fromkeys(modes) if m != "baseline"]
     what = (f"; {', '.join(ocs_modes)} ({', '.join(semantics)}) at "
             f"{', '.join(f'{d:g}' for d in ocs_delays)} ms") if ocs_modes and ocs_delays else ""
-    costs = cfg.sim_costs if backend == "sim" else None
+    costs = cfg.sim_costs if chosen.name == SIM else None
     how = f"{backend}, costs {costs}" if costs else backend
     say(f"sweep {cfg.name} ({how}): {len(points)} points (the electrical baseline, which "
         f"stands for 0 ms{what}); results in {out}")
     t0 = time.monotonic()
-    if backend == "sim":
+    if chosen.name == SIM:  # points side by side, in worker processes
         summaries = _map_sim(cfg, points, dirs, workers, engine, say)
     else:
         cfg = sweep_dilation(cfg, points, say)

@@ -46,7 +46,8 @@ import yaml
 
 from testbed.experiment.config import ExperimentError, RunSettings, run_settings
 from workloads.hardware import Cluster
-from workloads.loader import TOP_LEVEL_KEYS, _Doc, _load_file, _mapping, _typed, _validated
+from workloads.loader import TOP_LEVEL_KEYS
+from workloads.yamldoc import YamlDoc, load_file
 
 TORCH_KEYS = ("script", "args", "axes")
 TITAN_KEYS = ("module", "config", "overrides", "axes")
@@ -101,12 +102,12 @@ def is_torch_experiment(path: str | Path) -> bool:
 def parse_torch_experiment(text: str, source: str = "<string>", base_dir: Path | None = None
                            ) -> TorchExperiment:
     """Parse and validate an experiment document with a torch workload."""
-    doc = _Doc(text, source)
-    top = _mapping(doc, doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
+    doc = YamlDoc(text, source)
+    top = doc.mapping(doc.root if doc.root is not None else {}, "", TOP_LEVEL_KEYS)
     for key in ("cluster", "workload"):
         if key not in top:
             raise doc.error(key, "required top-level mapping is missing")
-    cluster = _mapping(doc, top["cluster"], "cluster", None)
+    cluster = doc.mapping(top["cluster"], "cluster", None)
     for key in ("faults", "failover", "cluster.spares_per_server", "cluster.spare_servers"):
         parent, _, leaf = key.rpartition(".")
         if leaf in (cluster if parent else top):
@@ -117,27 +118,27 @@ def parse_torch_experiment(text: str, source: str = "<string>", base_dir: Path |
     for key in ("servers", "gpus_per_server"):
         if key not in cluster:
             raise doc.error(f"cluster.{key}", "required")
-        value = _typed(doc, cluster[key], f"cluster.{key}", int)
+        value = doc.typed(cluster[key], f"cluster.{key}", int)
         if value < 1:
             raise doc.error(f"cluster.{key}", f"must be an integer >= 1, got {value}")
         sizes[key] = value
-    workload = _mapping(doc, top["workload"], "workload", ("torch", "torchtitan"))
+    workload = doc.mapping(top["workload"], "workload", ("torch", "torchtitan"))
     if len(workload) != 1:
         raise doc.error("workload", "needs exactly one of torch or torchtitan")
     if "torchtitan" in workload:
-        torch = _titan_workload(doc, _mapping(doc, workload["torchtitan"],
+        torch = _titan_workload(doc, doc.mapping(workload["torchtitan"],
                                               "workload.torchtitan", TITAN_KEYS))
     else:
-        torch = _torch_workload(doc, _mapping(doc, workload["torch"], "workload.torch",
+        torch = _torch_workload(doc, doc.mapping(workload["torch"], "workload.torch",
                                               TORCH_KEYS), base_dir or Path("."))
-    return _validated(doc, TorchExperiment(torch=torch, cluster=Cluster(**sizes),
+    return doc.validated(TorchExperiment(torch=torch, cluster=Cluster(**sizes),
                                            **run_settings(doc, top, text)))
 
 
-def _torch_workload(doc: _Doc, data: dict[str, Any], base_dir: Path) -> TorchWorkload:
+def _torch_workload(doc: YamlDoc, data: dict[str, Any], base_dir: Path) -> TorchWorkload:
     if "script" not in data:
         raise doc.error("workload.torch.script", "required: the training script to run")
-    script = (base_dir / _typed(doc, data["script"], "workload.torch.script", str)).resolve()
+    script = (base_dir / doc.typed(data["script"], "workload.torch.script", str)).resolve()
     if not script.is_file():
         raise doc.error("workload.torch.script", f"no such file: {script}")
     args = _arguments(doc, data.get("args", []), "workload.torch.args")
@@ -145,7 +146,7 @@ def _torch_workload(doc: _Doc, data: dict[str, Any], base_dir: Path) -> TorchWor
     return TorchWorkload(script, tuple(args), axes)
 
 
-def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
+def _titan_workload(doc: YamlDoc, data: dict[str, Any]) -> TorchWorkload:
     from testbed.torchjob.titan_compat import REQUIRED_ARGS
 
     names: dict[str, str] = {}
@@ -153,7 +154,7 @@ def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
         if key not in data:
             raise doc.error(f"workload.torchtitan.{key}", "required (e.g. module: llama3, "
                             "config: llama3_debugmodel)")
-        value = _typed(doc, data[key], f"workload.torchtitan.{key}", str)
+        value = doc.typed(data[key], f"workload.torchtitan.{key}", str)
         if not value or value.startswith("-") or any(c.isspace() for c in value):
             raise doc.error(f"workload.torchtitan.{key}", f"not a name: {value!r}")
         names[key] = value
@@ -169,7 +170,7 @@ def _titan_workload(doc: _Doc, data: dict[str, Any]) -> TorchWorkload:
     return TorchWorkload(TITAN_SCRIPT, tuple(args), axes, titan=names)
 
 
-def _arguments(doc: _Doc, raw: Any, where: str) -> list[str]:
+def _arguments(doc: YamlDoc, raw: Any, where: str) -> list[str]:
     """A list of command-line arguments, numbers as text, placeholders checked."""
     if not isinstance(raw, list):
         raise doc.error(where, "must be a list of arguments")
@@ -190,13 +191,13 @@ def _arguments(doc: _Doc, raw: Any, where: str) -> list[str]:
     return args
 
 
-def _axes(doc: _Doc, data: dict[str, Any], where: str) -> dict[str, str]:
-    axes = _mapping(doc, data.get("axes", {}), f"{where}.axes", None)
+def _axes(doc: YamlDoc, data: dict[str, Any], where: str) -> dict[str, str]:
+    axes = doc.mapping(data.get("axes", {}), f"{where}.axes", None)
     for desc, axis in axes.items():
-        _typed(doc, axis, f"{where}.axes.{desc}", str)
+        doc.typed(axis, f"{where}.axes.{desc}", str)
     return {str(k): str(v) for k, v in axes.items()}
 
 
 def load_torch_experiment(path: str | Path) -> TorchExperiment:
     """Read and validate the torch experiment file at ``path``."""
-    return _load_file(path, parse_torch_experiment, ExperimentError)
+    return load_file(path, parse_torch_experiment, ExperimentError)

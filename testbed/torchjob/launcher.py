@@ -5,13 +5,12 @@ rails run and in the root namespace for the loopback reference::
 
     python -m testbed.torchjob.launcher RANK_PLAN.json
 
-The plan holds ``rank``, ``world_size``, ``gpus_per_server``, ``master_addr``/``master_port``
-(the rendezvous store: rank 0's frontend address, control traffic), ``listen`` (this rank's
-transport addresses) and ``peers`` (where it reaches each rank: ``[rail address, port]``, or
-loopback, or a Unix socket path for the GPUs of its own server), ``endpoint`` and
-``job`` (the Opus controller; null for the reference, whose calls are acknowledged at once),
-``ack_timeout_s``, ``io_timeout_s``, ``records``, ``log``, ``script``, ``args``, ``axes`` and
-``gloo_ifname``.
+The plan is a :class:`testbed.plan.rankplan.RankPlan` with a
+:class:`~testbed.plan.rankplan.TorchPart`: ``master_addr``/``master_port`` is the rendezvous
+store (rank 0's frontend address, control traffic), ``listen`` this rank's transport addresses
+and ``peers`` where it reaches each rank (``[rail address, port]``, or loopback, or a Unix
+socket path for the GPUs of its own server); ``endpoint`` and ``job`` name the Opus controller
+(null for the reference, whose calls are acknowledged at once).
 
 Before the script runs, the launcher sets the environment torchrun would (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ...), pins torch to one thread, starts the rank's lanes and
@@ -37,10 +36,12 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from testbed.emulated.transport import Address
+from testbed.plan.rankplan import RankPlan, RankPlanError, TorchPart, load_plan
 
 WATCHDOG_S = 30.0  # after a failed call, how long the script may take to notice it
 
@@ -50,13 +51,15 @@ def _address(value: Any) -> Address:
     return str(value) if isinstance(value, str) else (str(value[0]), int(value[1]))
 
 
-def short_unix_addresses(plan: dict[str, Any]) -> None:
-    """Re-spell the plan's Unix socket paths under ``scale_up_dir`` as ``/proc/self/fd/N/NAME``
-    (``N`` this process's handle on the folder, kept open): the folder is in the run's results,
-    whose path may be longer than the 107 bytes a socket address holds."""
-    directory = str(plan.get("scale_up_dir") or "")
+def short_unix_addresses(plan: RankPlan) -> RankPlan:
+    """The plan with its Unix socket paths under ``scale_up_dir`` re-spelt as
+    ``/proc/self/fd/N/NAME`` (``N`` this process's handle on the folder, kept open): the folder
+    is in the run's results, whose path may be longer than the 107 bytes a socket address
+    holds."""
+    part = _torch_part(plan)
+    directory = part.scale_up_dir
     if not directory:
-        return
+        return plan
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # kept open: the paths use it
     prefix = directory.rstrip("/") + "/"
 
@@ -65,20 +68,28 @@ def short_unix_addresses(plan: dict[str, Any]) -> None:
             return f"/proc/self/fd/{fd}/{address[len(prefix):]}"
         return address
 
-    plan["listen"] = [short(a) for a in plan["listen"]]
-    plan["peers"] = {r: short(a) for r, a in plan["peers"].items()}
+    return replace(plan, peers={r: short(a) for r, a in plan.peers.items()},
+                   torch=replace(part, listen=tuple(short(a) for a in part.listen)))
 
 
-def _set_environment(plan: dict[str, Any]) -> None:
-    rank, gpus = int(plan["rank"]), int(plan["gpus_per_server"])
+def _torch_part(plan: RankPlan) -> TorchPart:
+    if plan.torch is None:
+        raise RankPlanError(f"rank {plan.rank}: the plan is a replayed rank's, not a torch "
+                            "rank's (testbed.emulated.replayer runs it)")
+    return plan.torch
+
+
+def _set_environment(plan: RankPlan) -> None:
+    part = _torch_part(plan)
+    rank, gpus = plan.rank, part.gpus_per_server
     os.environ.update({
-        "RANK": str(rank), "WORLD_SIZE": str(plan["world_size"]),
+        "RANK": str(rank), "WORLD_SIZE": str(part.world_size),
         "LOCAL_RANK": str(rank % gpus), "LOCAL_WORLD_SIZE": str(gpus),
-        "GROUP_RANK": str(rank // gpus), "MASTER_ADDR": str(plan["master_addr"]),
-        "MASTER_PORT": str(plan["master_port"]), "OMP_NUM_THREADS": "1",
-        "OPUS_RANK_LOG": str(plan.get("log", ""))})
-    if plan.get("gloo_ifname"):
-        os.environ["GLOO_SOCKET_IFNAME"] = str(plan["gloo_ifname"])
+        "GROUP_RANK": str(rank // gpus), "MASTER_ADDR": part.master_addr,
+        "MASTER_PORT": str(part.master_port), "OMP_NUM_THREADS": "1",
+        "OPUS_RANK_LOG": part.log})
+    if part.gloo_ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = part.gloo_ifname
 
 
 def _patch_distributed() -> None:
@@ -125,9 +136,9 @@ def _iteration_hook(runtime: Any) -> None:
     register_optimizer_step_post_hook(on_step)
 
 
-def _error_record(runtime: Any, plan: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+def _error_record(runtime: Any, plan: RankPlan, exc: BaseException) -> dict[str, Any]:
     """The first failure: a failed call's, else the script's own exception."""
-    log = plan.get("log", "")
+    log = _torch_part(plan).log
     if runtime is not None and runtime.failure is not None:
         failure = dict(runtime.failure)
         failure["error"] += f" (log: {log})"
@@ -141,7 +152,7 @@ def _error_record(runtime: Any, plan: dict[str, Any], exc: BaseException) -> dic
             "traceback": traceback.format_exception(exc)}
 
 
-def _watchdog(runtime: Any, plan: dict[str, Any]) -> None:
+def _watchdog(runtime: Any, plan: RankPlan) -> None:
     """Ends the rank when a call failed and the script does not stop by itself."""
     while not runtime.aborted.wait(1.0):
         pass
@@ -151,8 +162,9 @@ def _watchdog(runtime: Any, plan: dict[str, Any]) -> None:
     os._exit(1)
 
 
-def run(plan: dict[str, Any]) -> int:
+def run(plan: RankPlan) -> int:
     """Run the plan's script on the opus backend; returns the exit status."""
+    part = _torch_part(plan)
     _set_environment(plan)
     import torch
 
@@ -161,27 +173,26 @@ def run(plan: dict[str, Any]) -> int:
     from testbed.torchjob.lanes import Runtime, ShimFactory
 
     torch.set_num_threads(1)
-    rank = int(plan["rank"])
+    rank, endpoint = plan.rank, plan.endpoint
     factory: ShimFactory | None = None
-    if plan.get("endpoint"):
+    if endpoint:
         def factory(profile: Any, seqs: dict[str, int]) -> Shim:
-            return Shim(str(plan["endpoint"]), str(plan["job"]), rank,
-                        ack_timeout_s=float(plan["ack_timeout_s"]), profile=profile, seqs=seqs)
+            return Shim(endpoint, plan.job, rank, ack_timeout_s=plan.ack_timeout_s,
+                        profile=profile, seqs=seqs)
 
-    out = open(plan["records"], "a", encoding="utf-8")  # noqa: SIM115 (closed by os._exit)
-    short_unix_addresses(plan)
-    runtime = Runtime(rank, listen=[_address(a) for a in plan["listen"]],
-                      peers={int(r): _address(a) for r, a in plan["peers"].items()},
-                      out=out, io_timeout_s=float(plan["io_timeout_s"]), shim_factory=factory,
+    out = open(plan.records, "a", encoding="utf-8")  # noqa: SIM115 (closed by os._exit)
+    short = short_unix_addresses(plan)
+    runtime = Runtime(rank, listen=[_address(a) for a in _torch_part(short).listen],
+                      peers={r: _address(a) for r, a in short.peers.items()},
+                      out=out, io_timeout_s=plan.io_timeout_s, shim_factory=factory,
                       thread_init=lambda: torch.set_grad_enabled(False))
-    backend.configure(runtime, gpus_per_server=int(plan["gpus_per_server"]),
-                      axes=dict(plan.get("axes") or {}))
+    backend.configure(runtime, gpus_per_server=part.gpus_per_server, axes=dict(part.axes))
     backend.register()
     _patch_distributed()
     _iteration_hook(runtime)
     threading.Thread(target=_watchdog, args=(runtime, plan), daemon=True).start()
-    script = str(Path(plan["script"]).resolve())
-    sys.argv = [script, *[str(a) for a in plan["args"]]]
+    script = str(Path(part.script).resolve())
+    sys.argv = [script, *part.args]
     sys.path.insert(0, str(Path(script).parent))
     runtime.emit(ev="started", t=time.time(), pid=os.getpid(), script=script,
                  args=sys.argv[1:])
@@ -206,7 +217,9 @@ def run(plan: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     with open(args[0]) as fh:
-        plan = json.load(fh)
+        plan = load_plan(json.load(fh), args[0])
+    if not isinstance(plan, RankPlan):
+        raise RankPlanError(f"{args[0]}: a standby plan; a torch rank needs a rank's plan")
     status = run(plan)
     sys.stdout.flush()
     sys.stderr.flush()

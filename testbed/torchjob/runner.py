@@ -56,7 +56,9 @@ from testbed.emulated.runner import (
     spec_ports,
 )
 from testbed.errors import RunError, RunRefused, Say, require_empty_dir, say_stderr
+from testbed.experiment.backends import EMU, TIME_DILATION, TORCH, backend_spec
 from testbed.metrics.fidelity import calibrated_link_mbps, capacity_problem
+from testbed.plan.rankplan import Peer, RankPlan, TorchPart
 from testbed.results import store
 from testbed.torchjob.config import TorchExperiment
 from testbed.torchjob.groups import GroupError, observed_groups, rail_groups
@@ -86,12 +88,10 @@ class TorchPrepared:
 def prepare_torch(exp: TorchExperiment, *, check_capacity: bool = True) -> TorchPrepared:
     """Check what the run needs; raises :class:`RunRefused` (nothing started) if it can't run.
     A job's time dilation is 1 (``auto``'s pick here): its compute is real."""
-    if exp.time_dilation not in ("auto", 1, 1.0):
-        raise RunRefused(f"{exp.source}: run.time_dilation is {exp.time_dilation:g}, but a "
-                         "PyTorch job's compute runs on the CPU at its own speed and cannot be "
-                         "stretched by the factor, so its figures would mix model and wall "
-                         "time; use time_dilation: 1 (or auto) for a torch job, or replay its "
-                         "capture (replay.yaml) dilated")
+    reason = backend_spec(TORCH).refusal(TIME_DILATION)
+    if exp.time_dilation not in ("auto", 1, 1.0) and reason is not None:
+        raise RunRefused(f"{exp.source}: run.time_dilation is {exp.time_dilation:g}, but "
+                         f"{reason}")
     if importlib.util.find_spec("torch") is None:
         raise RunRefused(f"{exp.source}: the workload is a PyTorch script, but torch is not "
                          f"installed for {sys.executable}; install it: {INSTALL_HINT}")
@@ -131,7 +131,7 @@ def run_torch(exp: TorchExperiment, out: Path, say: Say = say_stderr) -> dict[st
                          "it; the rails were not started)") from exc
     (out / "ranks").mkdir(exist_ok=True)
     manifest = store.start_manifest(
-        out, "emu", {**exp.to_json(), "script": str(exp.torch.script),
+        out, EMU, {**exp.to_json(), "script": str(exp.torch.script),
                      "args": exp.torch.argv(steps=steps, seed=exp.seed)},
         link_mbps=prep.link_mbps, scale=1.0, world_size=exp.world_size, rails=spec.num_rails,
         modeled_iteration_s=None, job=job.to_json())
@@ -189,20 +189,23 @@ def _launcher_args(prep: TorchPrepared, out: Path, rank: int, peers: dict[int, t
     def sock(r: int) -> str:
         return str(scale_up_dir / f"r{r}.sock")
 
-    reach = {str(r): sock(r) if r // gpus == rank // gpus and r != rank else list(address)
-             for r, address in peers.items()}
-    plan = {"rank": rank, "world_size": exp.world_size, "gpus_per_server": gpus,
-            "master_addr": master[0], "master_port": master[1],
-            "listen": [list(peers[rank])] + ([sock(rank)] if gpus > 1 else []),
-            "peers": reach, "endpoint": endpoint,
-            "job": "train", "ack_timeout_s": exp.ack_timeout_s,
-            "io_timeout_s": exp.ack_timeout_s, "records": str(ranks_dir / f"rank{rank}.jsonl"),
-            "log": str(ranks_dir / f"rank{rank}.log"), "script": str(exp.torch.script),
-            "args": exp.torch.argv(steps=exp.total_iterations, seed=exp.seed),
-            "axes": exp.torch.axes, "gloo_ifname": gloo_ifname,
-            "scale_up_dir": str(scale_up_dir)}
+    reach: dict[int, Peer] = {r: sock(r) if r // gpus == rank // gpus and r != rank
+                              else address for r, address in peers.items()}
+    plan = RankPlan(
+        rank=rank, job="train", endpoint=endpoint, peers=reach,
+        records=str(ranks_dir / f"rank{rank}.jsonl"), ack_timeout_s=exp.ack_timeout_s,
+        io_timeout_s=exp.ack_timeout_s,
+        torch=TorchPart(
+            world_size=exp.world_size, gpus_per_server=gpus, master_addr=master[0],
+            master_port=master[1],
+            listen=(peers[rank], *([sock(rank)] if gpus > 1 else [])),
+            log=str(ranks_dir / f"rank{rank}.log"), script=str(exp.torch.script),
+            args=tuple(str(a) for a in exp.torch.argv(steps=exp.total_iterations,
+                                                      seed=exp.seed)),
+            axes=dict(exp.torch.axes), gloo_ifname=gloo_ifname,
+            scale_up_dir=str(scale_up_dir)))
     path = ranks_dir / f"rank{rank}.plan.json"
-    path.write_text(json.dumps(plan, indent=1))
+    path.write_text(json.dumps(plan.to_json(), indent=1))
     return [sys.executable, "-m", "testbed.torchjob.launcher", str(path)]
 
 

@@ -1,14 +1,28 @@
 """Time dilation's invariance (issue 35): examples/tiny.yaml at k = 1 and k = 2, model time.
 
-The same experiment, its electrical baseline and its provisioning run, at time dilation 1 and
-2 must give the same model-time figures: the reconfigurations per iteration (within the
-movement that tie-breaking and the per-call costs give, :data:`RECONFIGURATIONS_SLACK`), and
-the iteration
-time within 2 % and the overhead within 1.5 points once the part the testbed's own costs
-explain is set aside (each run's measured per-call bound, which halves from k = 1 to k = 2,
-and its late-light bound: ``docs/validation.md``, "Time dilation"). The timing figures are
-asserted where the machine was not to blame for either run (a saturated CPU stretches every
-wall-clock wait, which no factor undoes); what holds under any load is asserted always.
+The same experiment, its electrical baseline and its rail-state provisioning run, at time
+dilation 1 and 2 must give the same model-time figures: the reconfigurations per iteration
+(within :data:`RECONFIGURATIONS_SLACK`), and the iteration time within 2 % and the overhead
+within 1.5 points once the part the testbed's own costs explain is set aside (each run's
+measured per-call bound, which halves from k = 1 to k = 2, and its late-light bound:
+``docs/validation.md``, "Time dilation").
+
+Rail-state, not port-exact: port-exact's decisions depend on which of two simultaneous
+requests reaches the controller first, and its iteration takes one of a few values by that
+order alone (the simulator with the emulator's costs divided by 1000 gives tiny.yaml 0.173,
+0.189 or 0.205 s by seed: ``scripts/order_spread.py``, validation.md 11.3), a spread of +-9 %
+that no factor removes. Rail-state's decisions follow the phases, and its figures are one
+value per factor there.
+
+Where the verdict blames the machine (a saturated or stolen CPU) for any of the four runs, the
+timing figures are not compared (the test reports an expected failure with the reason): a
+saturated CPU stretches every wall-clock cost beyond what the per-call bound measured. What
+holds under any load (the reconfigurations, the dark period's scaling, the per-call bound's
+fall) is asserted always.
+
+A retransmission timeout or SYN retransmission in a measured iteration stalls a transfer for
+a wall time no factor scales (Linux's 200 ms and 1 s); the verdict names it (``tcp_timers``),
+and a pair with such a run is not compared on time: the test asserts that the verdict saw it.
 """
 
 from __future__ import annotations
@@ -28,19 +42,20 @@ from testbed.results.baseline import with_baseline
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 ITERATION_PCT = 2.0
 OVERHEAD_PTS = 1.5
-#: The reconfigurations per iteration are not invariant (docs/validation.md, 11.3): ties
-#: between simultaneous requests are broken by costs the model has not, and the per-call costs
-#: bias the count low at small k (tiny.yaml, loaded machine: 10.7-11.7 at k = 1, 11.0-13.3 at
-#: k = 2; the simulator 12-14 under the emulator's costs, 13.5-14 with them / 1000). The test
-#: bounds the movement; equality is the open target.
-RECONFIGURATIONS_SLACK = 3.0
+#: Rail-state's reconfigurations per iteration: 8.0 at every factor in the simulator under the
+#: emulator's costs / k, but 7.0 at k = 1 for one seed in four (a call's jitter moved it past a
+#: phase's batch): one reconfiguration of slack.
+RECONFIGURATIONS_SLACK = 1.0
+#: The verdict's words for TCP's wall-clock timers (testbed.metrics.tcpstats.stall_fault).
+TCP_STALL_WORDS = "TCP's own timers fired"
 
 
 def _run(tmp_path: Path, k: float, no_leftovers: list[str],
          gate: Callable[..., None]) -> tuple[dict[str, Any], dict[str, Any]]:
     # the wire check has its own tests (test_wire_check.py, at k = 1); here it would add its
     # capture's CPU to the runs being compared
-    cfg = load_experiment(TINY).replace(time_dilation=k, iterations=3, wire_check=False)
+    cfg = load_experiment(TINY).replace(time_dilation=k, iterations=3, wire_check=False,
+                                        semantics="rail-state")
     runs = {}
     for mode in ("baseline", "provisioning"):
         out = tmp_path / f"k{k:g}-{mode}"
@@ -58,11 +73,18 @@ def _explained(s: dict[str, Any]) -> float:
     return float(s["call_cost_bound"]["per_iteration_s"]) + float(late)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 35 is open: in 3 of 11 runs one run's figure moved beyond the bounds; in the one "
-    "examined (CI, 2026-12-07) a pipeline send at k = 2 took 1.0 s of wall time, a lost TCP SYN "
-    "retransmitted after Linux's 1 s initial timeout, which does not dilate and which the "
-    "verdict does not yet see (docs/validation.md 11.3)"))
+def _stalled(s: dict[str, Any]) -> bool:
+    """Whether TCP's wall-clock timers fired in the run's measured iterations; if so, its
+    verdict must say so."""
+    total = (s.get("tcp_timers") or {}).get("total") or {}
+    fired = bool(total.get("TCPTimeouts") or total.get("TCPSynRetrans"))
+    if fired:
+        reasons = [c["reason"] for c in s.get("fidelity_causes") or ()]
+        assert s["fidelity"] == "degraded" and any(TCP_STALL_WORDS in r for r in reasons), (
+            "TCP timers fired but the verdict did not name them", s.get("tcp_timers"), reasons)
+    return fired
+
+
 def test_model_time_figures_do_not_depend_on_the_factor(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: Callable[..., None]) -> None:
     base1, run1 = _run(tmp_path, 1.0, no_leftovers, fidelity_gate)
@@ -75,6 +97,17 @@ def test_model_time_figures_do_not_depend_on_the_factor(
         "per_iteration_s"]
     # each run's own costs lie between 0 and its bound (a bound, not the cost): two runs of one
     # model-time figure can differ by the larger of their bounds, plus the tolerance
+    for s in (base1, run1, base2, run2):
+        assert "tcp_timers" in s and s["tcp_timers"]["ranks"] == 4
+    stalled = [s["mode"] for s in (base1, run1, base2, run2) if _stalled(s)]
+    if stalled:  # a wall-clock stall no factor scales: named by the verdict (asserted above)
+        pytest.xfail(f"TCP's wall-clock timers fired in {stalled}: the verdict named them; "
+                     "the model-time figures of such a pair are not compared")
+    busy = [s["mode"] + f" at k = {s['time_dilation']:g}" for s in (base1, run1, base2, run2)
+            if any(c["blame"] == "machine" for c in s.get("fidelity_causes") or ())]
+    if busy:  # a saturated CPU stretches every wall-clock cost, which no factor undoes
+        pytest.xfail(f"the verdict blamed the machine for {busy}: the model-time figures of "
+                     "a saturated machine are not compared")
     for one, two in ((base1, base2), (run1, run2)):
         gap_s = abs(one["iteration_time_s"] - two["iteration_time_s"])
         allowed_s = (ITERATION_PCT / 100 * two["iteration_time_s"]

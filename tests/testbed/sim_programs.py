@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from controller.job import CommGroup, JobSpec, rail_job_ports
+from testbed.experiment.config import RunSettings
 from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step
 from testbed.simulator.engine import PlanSimulation
 from testbed.simulator.network import NetworkModel
@@ -67,6 +68,7 @@ def simulation(programs: Mapping[int, list[PlanOp]], groups: Iterable[CommGroup]
     """A :class:`PlanSimulation` of ``programs`` on the standard rail ports."""
     ports = rail_job_ports(programs, gpus_per_server, ports_per_rank)
     job = JobSpec("j", ports, {g.group_id: g for g in groups})
-    return PlanSimulation(programs, job, mode=mode, switching_delay=switching_delay_ms,
-                          iterations=iterations, network=network,
+    settings = RunSettings(mode=mode, switching_delay=switching_delay_ms, warmup=0,
+                           iterations=iterations)
+    return PlanSimulation(programs, job, settings, network=network,
                           gpus_per_server=gpus_per_server, jitter_ms=jitter_ms, seed=seed)

@@ -15,6 +15,7 @@ import pytest
 
 from controller.shim import CollectiveGrant
 from testbed.emulated.replayer import Replayer
+from testbed.plan.rankplan import RankPlan
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 
 
@@ -25,15 +26,16 @@ def _plan(tmp_path: Path, iterations: int) -> dict[str, object]:
            PlanOp(3, COMPUTE_LANE, (1, 2), duration_s=0.01)]
     return {"rank": 0, "job": "j", "endpoint": "tcp://127.0.0.1:9", "addr": "127.0.0.1",
             "peers": {"0": "127.0.0.1"}, "port": 0, "iterations": iterations,
-            "out": str(tmp_path / "rank0.jsonl"), "ops": [op.to_json() for op in ops]}
+            "ack_timeout_s": 10.0, "io_timeout_s": 10.0,
+            "records": str(tmp_path / "rank0.jsonl"), "ops": [op.to_json() for op in ops]}
 
 
 def test_ops_start_after_their_deps_and_iterations_after_the_previous(tmp_path: Path) -> None:
     plan = _plan(tmp_path, 3)
-    replayer = Replayer(plan)
+    replayer = Replayer(RankPlan.from_json(plan))
     assert replayer.run() == 0
     replayer.out.close()
-    records = [json.loads(line) for line in Path(str(plan["out"])).read_text().splitlines()]
+    records = [json.loads(line) for line in Path(str(plan["records"])).read_text().splitlines()]
     by = {(r["ev"], r.get("it"), r.get("i")): r for r in records}
     assert [r["ev"] for r in records][-1] == "finished"
     for it in range(3):
@@ -79,10 +81,10 @@ def test_the_phase_barrier_holds_the_next_phase_until_the_last_call_ends(
     if barrier:
         plan["phase_barrier"] = True
     monkeypatch.setattr(Replayer, "_shim", lambda self, ep, lane: _SlowShim())
-    replayer = Replayer(plan)
+    replayer = Replayer(RankPlan.from_json(plan))
     assert replayer.run() == 0
     replayer.out.close()
-    records = [json.loads(line) for line in Path(str(plan["out"])).read_text().splitlines()]
+    records = [json.loads(line) for line in Path(str(plan["records"])).read_text().splitlines()]
     calls = {r["tag"]: r for r in records if r["ev"] == "call"}
     held = calls["ag"]["t_intent"] >= calls["send"]["t_end"]
     assert held is barrier

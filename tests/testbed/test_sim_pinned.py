@@ -79,8 +79,7 @@ def test_scale_bench_rail_is_pinned(mirror: bool, expected: str, events: int) ->
     provisioning at 25 ms on the ideal fabric: every rank, and one chain with mirrors."""
     cfg = bench_experiment(256)
     bench = plan_bench(cfg, generate_schedule(cfg.workload), mirror=mirror)
-    sim = PlanSimulation(bench.plan.programs, bench.job, mode=cfg.mode,
-                         switching_delay=cfg.switching_delay, iterations=cfg.total_iterations,
+    sim = PlanSimulation(bench.plan.programs, bench.job, cfg,
                          network=network_model(LINK_MBPS, cfg.latency_us, IDEAL_COSTS),
                          gpus_per_server=GPUS_PER_SERVER, mirrors=bench.mirrors)
     records, controller_events = sim.run()

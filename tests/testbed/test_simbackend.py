@@ -13,7 +13,7 @@ import pytest
 
 from controller.job import CommGroup, JobSpec, rail_job_ports
 from emulator.topo import RailSpec
-from testbed.experiment.config import ExperimentConfig, load_experiment
+from testbed.experiment.config import ExperimentConfig, RunSettings, load_experiment
 from testbed.experiment.prepare import Prepared, prepare
 from testbed.metrics.compute import compute_metrics
 from testbed.plan.replay import COMPUTE_LANE, PlanOp, Step
@@ -55,7 +55,8 @@ LAT_S = 50e-6
 def run_calls(programs: dict[int, list[PlanOp]], groups: list[CommGroup],
               net: NetworkModel, mode: str = "baseline", k: int = 1) -> list[dict[str, Any]]:
     job = JobSpec("j", rail_job_ports(programs, 1, k), {g.group_id: g for g in groups})
-    sim = PlanSimulation(programs, job, mode=mode, switching_delay=0.0, iterations=1,
+    sim = PlanSimulation(programs, job, RunSettings(mode=mode, switching_delay=0.0, warmup=0,
+                                                    iterations=1),
                          network=net, gpus_per_server=1)
     records, _ = sim.run()
     return [r for r in records if r["ev"] == "call"]
@@ -142,7 +143,8 @@ def test_compute_lane_and_deps() -> None:
     ops = [PlanOp(0, COMPUTE_LANE, (), duration_s=0.5, tag="c0"),
            PlanOp(1, COMPUTE_LANE, (0,), duration_s=0.25, tag="c1")]
     job = JobSpec("j", rail_job_ports([0], 1, 1), {})
-    sim = PlanSimulation({0: ops}, job, mode="baseline", switching_delay=0.0, iterations=2,
+    sim = PlanSimulation({0: ops}, job, RunSettings(mode="baseline", switching_delay=0.0,
+                                                    warmup=0, iterations=2),
                          network=ideal(), gpus_per_server=1)
     records, _ = sim.run()
     its = [r for r in records if r["ev"] == "iteration"]

@@ -57,6 +57,14 @@ def test_overlapping_phases_give_empty_windows_that_are_counted() -> None:
     assert window_figures(rows, "gaps")["gaps_empty"] == 1
 
 
+def test_the_median_window_is_the_projects_percentile() -> None:
+    """An even count's median is the mean of the two middle windows (controller.stats), not
+    the upper one; none for no window."""
+    rows = [{"window_s": w} for w in (0.4, 0.1, 0.3, 0.2)]
+    assert window_figures(rows)["window_median_s"] == pytest.approx(0.25)
+    assert window_figures([])["window_median_s"] is None
+
+
 def test_the_cdf_draws_the_delay_and_does_not_draw_empty_windows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shown: list[Any] = []

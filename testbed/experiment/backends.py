@@ -1,0 +1,122 @@
+"""What each backend supports, and why it refuses the rest: pure data, below every runner.
+
+A backend is where a run executes: ``emu`` (Mininet hosts and Open vSwitch rails, wall clock),
+``sim`` (the event engine, virtual clock) and ``torch`` (a PyTorch script's ranks on the
+emulated rails; chosen by the experiment file's ``workload.torch``/``workload.torchtitan``, never
+by ``--backend``). Each :class:`BackendSpec` lists the :data:`FEATURES` it refuses with the
+reason, so that a refusal reads the same wherever it is raised: at dispatch
+(:mod:`testbed.backends`, which adds how to prepare and run on each) or inside a runner
+(:mod:`testbed.emulated.runner`, :mod:`testbed.torchjob.runner`), which import this module and
+not the registry above them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from testbed.errors import RunRefused
+
+EMU, SIM, TORCH = "emu", "sim", "torch"
+
+# features a backend may refuse (the key of BackendSpec.refuses)
+ARTIFACT_PROTOCOL = "artifact_protocol"  # ranks that speak the artifact's protocol
+TORCH_SCRIPT = "torch_script"  # a PyTorch script's workload
+TIME_DILATION = "time_dilation"  # a set dilation factor other than 1
+RAIL_STATE_ACK_TIMEOUT = "rail_state_ack_timeout_s"  # ocs.rail_state_ack_timeout_s
+RAIL_STATE_PHASE_BARRIER = "rail_state_phase_barrier"  # ocs.rail_state_phase_barrier
+#: the phase barrier under provisioning: it waits for the answer to the rank's prediction
+PHASE_BARRIER_PROVISIONING = "rail_state_phase_barrier_provisioning"
+PARALLEL_POINTS = "parallel_points"  # sweep points run side by side (sweep --engine ray/dask)
+FEATURES = (ARTIFACT_PROTOCOL, TORCH_SCRIPT, TIME_DILATION, RAIL_STATE_ACK_TIMEOUT,
+            RAIL_STATE_PHASE_BARRIER, PHASE_BARRIER_PROVISIONING, PARALLEL_POINTS)
+
+
+class UnknownBackend(RunRefused):
+    """A backend name that no entry has; the message lists the known ones."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: ``selectable`` by ``--backend`` (else the experiment file picks it),
+    ``clock`` ``wall`` or ``virtual``, ``needs_root`` (it builds namespaces and bridges),
+    ``dilates`` (it stretches wall time by a time-dilation factor, which ``auto`` picks),
+    ``judged`` (its runs get a fidelity verdict: a virtual clock has no CPU limit to check),
+    and the features it ``refuses``, each with the reason (and what to do instead)."""
+
+    name: str
+    summary: str
+    selectable: bool
+    clock: str
+    needs_root: bool
+    dilates: bool
+    judged: bool
+    refuses: dict[str, str] = field(default_factory=dict)
+
+    def supports(self, feature: str) -> bool:
+        """Whether the backend runs ``feature`` (one of :data:`FEATURES`)."""
+        if feature not in FEATURES:
+            raise ValueError(f"unknown backend feature {feature!r}; one of "
+                             f"{', '.join(FEATURES)}")
+        return feature not in self.refuses
+
+    def refusal(self, feature: str) -> str | None:
+        """Why the backend refuses ``feature``; None when it runs it."""
+        return None if self.supports(feature) else self.refuses[feature]
+
+    def require(self, feature: str, source: str) -> None:
+        """:class:`RunRefused` naming ``source`` (the experiment file) and the reason when the
+        backend refuses ``feature``; nothing otherwise."""
+        reason = self.refusal(feature)
+        if reason is not None:
+            raise RunRefused(f"{source}: {reason}")
+
+
+_ARTIFACT_RANKS = ("artifact_protocol makes the replayed ranks of an emulated run speak the "
+                   "artifact's protocol; the {what} has no such ranks (remove artifact_protocol)")
+
+SPECS: dict[str, BackendSpec] = {s.name: s for s in (
+    BackendSpec(
+        EMU, "the emulator: Mininet hosts replay the ranks over TCP through Open vSwitch "
+        "rails, on the wall clock", selectable=True, clock="wall", needs_root=True,
+        dilates=True, judged=True, refuses={
+            RAIL_STATE_ACK_TIMEOUT: "ocs.rail_state_ack_timeout_s is modelled on the sim "
+            "backend only (the emulated shim waits for its ack); use --backend sim or set it "
+            "to null",
+            PHASE_BARRIER_PROVISIONING: "ocs.rail_state_phase_barrier with provisioning is "
+            "modelled on the sim backend only (the barrier waits for the answer to the rank's "
+            "prediction, which the emulated shim does not get; on demand it runs on both); use "
+            "--backend sim, mode on-demand, or set it to false",
+            PARALLEL_POINTS: "emulated points run one at a time on this machine; --engine is "
+            "for the sim backend"}),
+    BackendSpec(
+        SIM, "the simulator: the same plan and Opus core on a virtual clock, under a cost "
+        "model (sim.costs)", selectable=True, clock="virtual", needs_root=False,
+        dilates=False, judged=False, refuses={
+            ARTIFACT_PROTOCOL: _ARTIFACT_RANKS.format(what="sim backend"),
+            TORCH_SCRIPT: "a PyTorch script runs on the emulated rails only; its run writes "
+            "replay.yaml (the captured schedule), which `run --backend sim` replays"}),
+    BackendSpec(
+        TORCH, "a PyTorch script's ranks on the emulated rails (chosen by the file's "
+        "workload.torch or workload.torchtitan, with --backend emu)", selectable=False,
+        clock="wall", needs_root=True, dilates=False, judged=True, refuses={
+            ARTIFACT_PROTOCOL: _ARTIFACT_RANKS.format(what="PyTorch job"),
+            TIME_DILATION: "a PyTorch job's compute runs on the CPU at its own speed and "
+            "cannot be stretched by the factor, so its figures would mix model and wall time; "
+            "use time_dilation: 1 (or auto) for a torch job, or replay its capture "
+            "(replay.yaml) dilated",
+            PARALLEL_POINTS: "a PyTorch job runs on the emulated rails, one run at a time"}),
+)}
+
+#: every backend's name
+BACKEND_NAMES = tuple(SPECS)
+#: the values of ``--backend``
+SELECTABLE = tuple(name for name, s in SPECS.items() if s.selectable)
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The backend ``name``; :class:`UnknownBackend` lists the known ones."""
+    spec = SPECS.get(name)
+    if spec is None:
+        raise UnknownBackend(f"unknown backend {name!r}; choose from "
+                             f"{', '.join(BACKEND_NAMES)}")
+    return spec
