@@ -14,13 +14,12 @@ artifact's shim asks for a new phase only once the previous phase's last call ha
 ``topo_ready`` barrier), so this is when its previous circuits may go.
 
 A call whose switch failed (``reconfig_failed``) is asked for again, up to
-:data:`CALL_RETRIES` times, as the replayer's own shim does; the artifact's protocol has no error
-reply for its shim to act on. A line that is malformed or cannot be mapped is answered by
-nothing, logged (``log`` warning, an ``artifact_refused`` event in the service's event log,
-:attr:`ArtifactGateway.refused`) and changes nothing; the gateway keeps serving every
-connection. The protocol has no
-authentication: :func:`controller.artifact.check_listen_host` refuses any address but loopback
-or one the caller names as trusted.
+:data:`controller.protocol.CALL_RETRIES` times, as the replayer's own shim does; the artifact's
+protocol has no error reply for its shim to act on. A line that is malformed or cannot be mapped is
+answered by nothing, logged (``log`` warning, an ``artifact_refused`` event in the service's event
+log, :attr:`ArtifactGateway.refused`) and changes nothing; the gateway keeps serving every
+connection. The protocol has no authentication: :func:`controller.artifact.check_listen_host`
+refuses any address but loopback or one the caller names as trusted.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from controller.artifact import (
     parse_line,
 )
 from controller.job import JobSpec
-from controller.protocol import encode
+from controller.protocol import encode, may_retry
 
 if TYPE_CHECKING:
     from controller.service import ControllerService
@@ -59,10 +58,6 @@ log = logging.getLogger(__name__)
 
 #: how many refusals :attr:`ArtifactGateway.refused` keeps (the event log keeps them all)
 KEEP_REFUSED = 1000
-#: a call whose switch failed (``reconfig_failed``: the controller undid it) is asked for again
-#: up to this many times, as the replayer's own shim does (:data:`testbed.emulated.replayer.
-#: CALL_RETRIES`): the artifact's protocol has no error reply to let its shim do it
-CALL_RETRIES = 3
 
 
 @dataclass
@@ -335,8 +330,10 @@ class ArtifactGateway:
             self._write(conn, config_ack(pending.comm))
         elif kind == "error":
             code, message = str(reply.get("code")), str(reply.get("message"))
-            if code == "reconfig_failed" and pending is not None and \
-                    pending.retries < CALL_RETRIES and pending.conn_id in self._conns:
+            # the gateway asks again for the artifact's shim, as the replayer's own shim does
+            # (:func:`controller.protocol.may_retry`): the artifact's protocol has no error reply
+            if pending is not None and may_retry(code, pending.retries) and \
+                    pending.conn_id in self._conns:
                 log.warning("artifact protocol: rank %d group %s call %d: %s; asking again",
                             pending.rank, pending.group, pending.seq, message)
                 self.counters["retries"] += 1

@@ -35,6 +35,16 @@ from typing import Any
 
 from controller.core import Intent
 
+#: A call whose switch failed (error ``reconfig_failed``: the controller undid it, no byte of
+#: the call moved) is asked for again, at most this many times per call. One rule for every
+#: client: the replayer's shim, the simulator's ranks and the artifact gateway.
+CALL_RETRIES = 3
+
+
+def may_retry(code: str, retries: int) -> bool:
+    """Whether a call refused with ``code``, already asked again ``retries`` times, asks again."""
+    return code == "reconfig_failed" and retries < CALL_RETRIES
+
 
 class ProtocolError(ValueError):
     """A malformed message; ``code`` is sent back in the error reply."""

@@ -26,12 +26,14 @@ rendezvous (the transport's ``READY``/``SYNC`` answers). A call with segments
 before the next, whose circuits may be others. A verify plan's calls carry real data
 (:mod:`testbed.plan.verify`): the hello asks the receiver to keep the bytes, and the call's
 record says whether every block the rank owns ended right (``verified``).
-A call (segment) the controller refuses because its switch failed (``reconfig_failed``) is asked
-for again, up to :data:`CALL_RETRIES` times per call. Records go to the ``out`` file as JSON
-lines: ``call``, ``compute``, ``iteration``, ``error`` and ``finished``, and ``gate`` when the plan
-has one (``run.start_gate``: every lane's shim greets the controller, then the rank waits for
-every rank at :mod:`testbed.emulated.gate` before its first op); on any failure the
-process records the rank, iteration and op and exits with status 1.
+A call (segment) the controller refuses because its switch failed (``reconfig_failed``) is asked for
+again, up to :data:`controller.protocol.CALL_RETRIES` times per call. Which op a lane runs next
+(dependencies, iteration boundaries) and which call a rank predicts are the rules of
+:mod:`testbed.plan.progress`, which the simulator follows too. Records go to the ``out`` file as
+JSON lines: ``call``, ``compute`` and ``iteration`` (:mod:`testbed.plan.records`), ``error`` and
+``finished``, and ``gate`` when the plan has one (``run.start_gate``: every lane's shim greets the
+controller, then the rank waits for every rank at :mod:`testbed.emulated.gate` before its first op);
+on any failure the process records the rank, iteration and op and exits with status 1.
 
 **Failover** (``failover`` in the plan: the run has spares or restarts ranks). The iterations run
 in *epochs*: one epoch is one attempt at the remaining iterations with its own job id, shims,
@@ -70,20 +72,22 @@ from typing import IO, Any
 
 from controller.artifact_client import ArtifactRank, ArtifactShim, CommPlan
 from controller.profile import CallProfile
+from controller.protocol import may_retry
 from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.metrics import tcpstats
+from testbed.plan.phasebarrier import PhaseBarrier
+from testbed.plan.progress import Lane, RankProgress
 from testbed.plan.rankplan import RankPlan, RankPlanError, ReplayPart, StandbyPlan, load_plan
+from testbed.plan.records import call_record, compute_record, iteration_record
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
-from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.plan.verify import CallData
 
 POLL_S = 0.25
 CONTROL_POLL_S = 0.02
 WATCHDOG_S = 0.02
-CALL_RETRIES = 3
 #: The shim's heartbeat interval and its patience with a silent controller at time dilation 1
 #: (controller.shim's defaults), times the run's dilation.
 HEARTBEAT_INTERVAL_S = 0.5
@@ -114,20 +118,25 @@ class EpochInbox(Inbox):
 class Epoch:
     """One attempt at iterations ``start..`` under job ``job``: abortable as a whole.
 
+    ``progress`` (guarded by ``lock``) says which op each lane runs; a lane it parks sleeps on
+    its ``wake`` event until a lane that finished an op (or the start of an iteration) hands it
+    back; ``ended[it]`` is set when every op of iteration ``it`` is done.
     :meth:`abort` wakes every waiter at once (each event is set; waiters then see ``aborted``),
     shuts the epoch's sockets so that blocked sends and receives return, and cancels its shims.
     """
 
     def __init__(self, number: int, job: str, start: int, iterations: int, ops: list[PlanOp],
-                 inbox: EpochInbox) -> None:
+                 inbox: EpochInbox, barrier: PhaseBarrier | None = None) -> None:
         self.number = number
         self.job = job
         self.start = start
         self.aborted = threading.Event()
         self.inbox = inbox
-        self.done = {(it, op.index): threading.Event()
-                     for it in range(start, iterations) for op in ops}
-        self.go = {it: threading.Event() for it in range(start, iterations)}
+        self.progress = RankProgress(ops, iterations, start)
+        self.lock = threading.Lock()
+        self.wake = {lane.name: threading.Event() for lane in self.progress.lanes}
+        self.ended = {it: threading.Event() for it in range(start, iterations)}
+        self.barrier = barrier  # the artifact shim's phase barrier (on demand), under ``lock``
         self.seqs: dict[str, int] = {}  # next call number per group, shared by the lanes' shims
         self.failure: dict[str, Any] | None = None
         self._socks: set[socket.socket] = set()
@@ -162,7 +171,7 @@ class Epoch:
         if self.aborted.is_set():
             return
         self.aborted.set()
-        for ev in list(self.done.values()) + list(self.go.values()):
+        for ev in list(self.wake.values()) + list(self.ended.values()):
             ev.set()
         self.inbox.close()
         with self._lock:
@@ -224,7 +233,6 @@ class Replayer:
         self.replay = plan.replay
         self.rank = plan.rank
         self.ops = list(plan.replay.ops)
-        self.positions = lane_positions(self.ops)  # for predictions (rail-state)
         self.iterations = plan.replay.iterations
         self.peers = {r: str(a) for r, a in plan.peers.items()}
         self.port = plan.replay.port
@@ -268,24 +276,38 @@ class Replayer:
         if ep.aborted.is_set():
             raise Abort
 
-    def _lane(self, ep: Epoch, name: str, ops: list[PlanOp]) -> None:
+    def _lane(self, ep: Epoch, lane: Lane) -> None:
+        """Run the lane's ops as :class:`RankProgress` hands them out; sleep while it is
+        parked."""
+        name, progress, wake = lane.name, ep.progress, ep.wake[lane.name]
         shim: AnyShim | None = None
         current: tuple[int, PlanOp] | None = None
         try:
             if name != COMPUTE_LANE:
                 shim = self._shim(ep, name)
                 ep.add_shim(shim)
-            for it in range(ep.start, self.iterations):
-                self._wait(ep, ep.go[it])
-                for op in ops:
-                    current = (it, op)
-                    for d in op.deps:
-                        self._wait(ep, ep.done[(it, d)])
-                    if shim is None:
-                        self._compute(ep, it, op)
-                    else:
-                        self._call(ep, shim, it, op)
-                    ep.done[(it, op.index)].set()
+            while True:
+                with ep.lock:
+                    wake.clear()  # before it may be parked: a later hand-back sets it
+                    op = progress.next_op(lane)
+                    if op is None and progress.lane_finished(lane):
+                        return
+                if op is None:
+                    self._wait(ep, wake)
+                    continue
+                it = lane.it
+                current = (it, op)
+                if shim is None:
+                    self._compute(ep, it, op)
+                else:
+                    self._call(ep, shim, it, op)
+                with ep.lock:
+                    woken = progress.op_done(lane, op)
+                    ended = progress.iteration_done(it)
+                for other in woken or ():
+                    ep.wake[other.name].set()
+                if ended:
+                    ep.ended[it].set()
         except Abort:
             pass
         except BaseException as exc:  # record and stop the whole epoch
@@ -336,10 +358,23 @@ class Replayer:
         while (left := end - time.monotonic()) > 0:
             if ep.aborted.wait(min(left, POLL_S)):
                 raise Abort
-        self.emit(ev="compute", it=it, i=op.index, t_start=t0, t_end=time.time(),
+        self.emit(**compute_record(self.rank, it, op.index, t0, time.time()),
                   **self._epoch_fields(ep))
 
+    def _hold(self, ep: Epoch, barrier: PhaseBarrier, op: PlanOp, token: object) -> None:
+        """Start call ``op`` (``token``) only once the rank's phase barrier is open."""
+        with ep.lock:
+            opened = threading.Event()
+            held = barrier.hold(self.rank, (opened,))
+        if held:
+            self._wait(ep, opened)
+        with ep.lock:
+            barrier.started(self.rank, op.index, token)
+
     def _call(self, ep: Epoch, shim: AnyShim, it: int, op: PlanOp) -> None:
+        barrier, token = ep.barrier, object()  # the call, as the barrier knows it
+        if barrier is not None:
+            self._hold(ep, barrier, op, token)
         t_intent = time.time()
         data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
         moved = [0, 0]  # sent, received
@@ -352,11 +387,14 @@ class Replayer:
                     with shim.collective(seg.group, op.kind, op.size_bytes, op.axis,
                                          op.gated) as grant:
                         t_ack = time.time()
+                        if barrier is not None and first is None:
+                            with ep.lock:  # on demand, a phase's last call closes at its ack
+                                barrier.acked(self.rank, op.index, token)
                         self._steps(ep, it, op, range(seg.first, seg.first + seg.count), data,
                                     moved)
                     break
                 except IntentRejected as exc:  # refused before any byte of the segment moved
-                    if exc.code != "reconfig_failed" or retries >= CALL_RETRIES:
+                    if not may_retry(exc.code, retries):
                         raise
                     retries += 1  # the switch refused; the controller undid it: ask again
             first = first or (grant.seq, t_ack)
@@ -369,15 +407,18 @@ class Replayer:
         if data is not None:
             wrong = data.wrong_blocks()
             extra.update(verified=not wrong, wrong_blocks=wrong, owned_bytes=data.owned_bytes())
-        self.emit(ev="call", it=it, i=op.index, lane=op.lane, kind=op.kind, axis=op.axis,
-                  cid=op.collective_id, tag=op.tag, seq=first[0], reconfigured=reconfigured,
-                  t_intent=t_intent, t_ack=first[1], t_end=time.time(), sent=moved[0],
-                  received=moved[1], expected=op.expected_bytes, size_bytes=op.size_bytes,
-                  wire_bytes=op.wire_bytes, **extra, **self._epoch_fields(ep))
+        self.emit(**call_record(op, self.rank, it, first[0], reconfigured, t_intent, first[1],
+                                time.time(), moved[0], moved[1]),
+                  **extra, **self._epoch_fields(ep))
+        if barrier is not None:
+            with ep.lock:
+                opened = barrier.ended(self.rank, token)
+            for (held,) in opened:
+                held.set()
         if op.predict >= 0:  # call numbers restart with each epoch's job
-            seq, target_it = predicted_call(self.positions, op.index, op.predict, it - ep.start)
-            if target_it + ep.start < self.iterations:
-                target = self.ops[op.predict]
+            with ep.lock:
+                target, seq, in_run = ep.progress.predicted(op, it)
+            if in_run:
                 shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
 
     def _steps(self, ep: Epoch, it: int, op: PlanOp, steps: range, data: CallData | None,
@@ -536,9 +577,7 @@ class Replayer:
 
     def _run_epoch(self, ep: Epoch) -> str:
         """Run ``ep``: ``done``, ``aborted`` (the runner moved on) or ``failed``."""
-        lanes: dict[str, list[PlanOp]] = {}
-        for op in self.ops:
-            lanes.setdefault(op.lane, []).append(op)
+        lanes = [lane.name for lane in ep.progress.lanes]
         if ep.start == 0 and ep.number > 0:
             self.profile = CallProfile()  # the profiled iteration runs again
         artifact = self._artifact_rank(ep)
@@ -547,12 +586,12 @@ class Replayer:
         if self._gated(ep):
             self._pass_gate(ep, [name for name in lanes if name != COMPUTE_LANE])
         tcp_at_start = tcpstats.read()
-        threads = [threading.Thread(target=self._lane, args=(ep, name, ops), daemon=True,
-                                    name=f"lane-{name}") for name, ops in lanes.items()]
+        threads = [threading.Thread(target=self._lane, args=(ep, lane), daemon=True,
+                                    name=f"lane-{lane.name}") for lane in ep.progress.lanes]
         for t in threads:
             t.start()
         if ep.number == 0:
-            self.emit(ev="started", t=time.time(), lanes=list(lanes), tcp=tcp_at_start)
+            self.emit(ev="started", t=time.time(), lanes=lanes, tcp=tcp_at_start)
         else:
             self.emit(ev="resumed", t=time.time(), epoch=ep.number, it=ep.start,
                       host=self.failover.get("host") if self.failover else None,
@@ -563,11 +602,14 @@ class Replayer:
                 with self.profile.lock:
                     self.profile.mark_iteration()
                 t_start = time.time()
-                ep.go[it].set()
-                for op in self.ops:
-                    self._wait(ep, ep.done[(it, op.index)])
-                t_end = time.time()
-                self.emit(ev="iteration", it=it, t_start=t_start, t_end=t_end,
+                with ep.lock:
+                    going = ep.progress.start_iteration()
+                    if ep.progress.iteration_done(it):  # a plan without ops
+                        ep.ended[it].set()
+                for lane in going:
+                    ep.wake[lane.name].set()
+                self._wait(ep, ep.ended[it])
+                self.emit(**iteration_record(self.rank, it, t_start, time.time()),
                           tcp=tcpstats.read(), **self._epoch_fields(ep))
         except Abort:
             pass
@@ -596,7 +638,9 @@ class Replayer:
         while True:
             inbox = self._inbox(number)
             assert inbox is not None
-            ep = Epoch(number, job, start, self.iterations, self.ops, inbox)
+            barrier = (PhaseBarrier({self.rank: self.ops}) if self.replay.phase_barrier
+                       else None)
+            ep = Epoch(number, job, start, self.iterations, self.ops, inbox, barrier)
             self.current = ep
             if fo:  # a newer control may have come while we were getting here
                 with self._control_cv:
@@ -604,8 +648,9 @@ class Replayer:
                         ep.abort()
             outcome = self._run_epoch(ep)
             if outcome == "done":
+                held = {"barrier_holds": ep.barrier.holds} if ep.barrier is not None else {}
                 self.emit(ev="finished", t=time.time(),
-                          profile_mismatches=self.profile.mispredictions)
+                          profile_mismatches=self.profile.mispredictions, **held)
                 break
             if outcome == "failed" and not fo:
                 self.emit(ev="error", **(ep.failure or {}))

@@ -50,6 +50,7 @@ from controller.artifact_client import rank_comms
 from controller.drivers.faults import OcsFaults
 from controller.events import EventLog
 from controller.job import JobSpec, RankPorts
+from controller.railstate import RAIL_STATE
 from controller.service import ControllerClient
 from emulator import naming, runstate
 from emulator.netns import netns_path
@@ -170,6 +171,13 @@ class Supervisor:
                 "epoch": self.epoch, "start_it": 0, "job": self.job.job_id,
                 "after_epoch": self.epoch}
 
+    def _phase_barrier(self) -> bool:
+        """Whether the ranks run the artifact shim's phase barrier (rail-state, on demand: the
+        runner refuses it with provisioning)."""
+        cfg = self.cfg
+        return bool(cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
+                    and cfg.mode != "baseline")
+
     def _write_rank_plans(self) -> None:
         peers = {r: self.net.rank_address(r) for r in range(self.spec.num_ranks)}
         cfg = self.cfg
@@ -189,7 +197,7 @@ class Supervisor:
                     addr=self.net.rank_address(rank), port=REPLAYER_PORT,
                     iterations=cfg.total_iterations, ops=tuple(ops),
                     gate=self.gate.paths.to_json() if self.gate is not None else None,
-                    artifact=artifact))
+                    artifact=artifact, phase_barrier=self._phase_barrier()))
             self._rank_plan_path(rank).write_text(json.dumps(rank_plan.to_json()))
 
     def _start(self, host: int, plan_path: Path, log_name: str) -> None:

@@ -107,7 +107,8 @@ class Scheduling:
     rail_state_phase_barrier: bool = option(
         False, "Rail-state: no call of a rank starts before its previous phase's last call has "
         "ended (and with provisioning, before the next phase's predicted switch is done): the "
-        "artifact's shim's `topo_ready` (testbed.simulator.phasebarrier). Sim backend only.")
+        "artifact's shim's `topo_ready` (testbed.plan.phasebarrier). With provisioning, sim "
+        "backend only.")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class ReplayPart:
     """What a replayed rank runs: its ops for ``iterations`` iterations, listening on
     ``addr``:``port``; ``gate`` (the start gate's pipes, :class:`testbed.emulated.gate
     .GatePaths` in JSON form) and ``artifact`` (the artifact protocol's host, port, local rank
-    and comms) when the run has them."""
+    and comms) when the run has them; ``phase_barrier``: the rank runs the artifact shim's
+    phase barrier (:mod:`testbed.plan.phasebarrier`, on demand)."""
 
     addr: str
     port: int
@@ -56,6 +57,7 @@ class ReplayPart:
     ops: tuple[PlanOp, ...]
     gate: dict[str, str] | None = None
     artifact: dict[str, Any] | None = None
+    phase_barrier: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"addr": self.addr, "port": self.port,
@@ -65,6 +67,8 @@ class ReplayPart:
             out["gate"] = dict(self.gate)
         if self.artifact is not None:
             out["artifact"] = self.artifact
+        if self.phase_barrier:
+            out["phase_barrier"] = True
         return out
 
     @classmethod
@@ -72,7 +76,8 @@ class ReplayPart:
         return cls(str(d["addr"]), int(d["port"]), int(d["iterations"]),
                    tuple(PlanOp.from_json(o) for o in d["ops"]),
                    {str(k): str(v) for k, v in d["gate"].items()} if d.get("gate") else None,
-                   dict(d["artifact"]) if d.get("artifact") else None)
+                   dict(d["artifact"]) if d.get("artifact") else None,
+                   bool(d.get("phase_barrier", False)))
 
 
 @dataclass(frozen=True)

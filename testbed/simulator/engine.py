@@ -2,13 +2,13 @@
 
 The same schedule, the same plan (:mod:`testbed.plan.replay`) and the same Opus core run against the
 simulated OCS driver (:class:`~controller.drivers.sim.SimOcsDriver`) and the analytic network of
-:mod:`testbed.simulator.network`. Every rank executes its plan as the replayer
-(:mod:`testbed.emulated.replayer`) does: lanes, deps, iterations that start when the previous one
-is done, the shim's intent / ack / completion with a per-rank
-:class:`~controller.profile.CallProfile` shared by the lanes, steps whose receptions wait for the
-sender's transfer. Records and controller events come out in the emulated run's formats, with
-times in seconds of the virtual clock (starting at 0). The run's objects (ranks, lanes, calls,
-their connections and flows, ports) are in :mod:`testbed.simulator.state`.
+:mod:`testbed.simulator.network`. Every rank executes its plan by the rules the replayer
+(:mod:`testbed.emulated.replayer`) follows too, :mod:`testbed.plan.progress`: lanes, deps,
+iterations that start when the previous one is done, predictions; then the shim's intent / ack /
+completion with a per-rank :class:`~controller.profile.CallProfile` shared by the lanes, steps whose
+receptions wait for the sender's transfer. Records and controller events come out in the emulated
+run's formats, with times in seconds of the virtual clock (starting at 0). The run's objects (ranks,
+lanes, calls, their connections and flows, ports) are in :mod:`testbed.simulator.state`.
 
 Decisions go to :meth:`SimOcsDriver.begin`; their light comes back to the core as
 ``reconfig_done``. As in the controller service, decisions made while their rails switch wait
@@ -43,7 +43,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from controller.batching import Batch, RailBatcher
 from controller.clock import VirtualClock
@@ -60,13 +60,14 @@ from controller.railstate import (
     shadow_rails,
 )
 from testbed.experiment.config import RunSettings
+from testbed.plan.phasebarrier import PhaseBarrier
+from testbed.plan.progress import Lane
+from testbed.plan.records import call_record, compute_record, iteration_record
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
-from testbed.plan.requestpoints import lane_positions, predicted_call
 from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
 from testbed.simulator.network import NetworkModel
-from testbed.simulator.phasebarrier import PhaseBarrier
-from testbed.simulator.state import Call, Conn, Flow, Lane, Mirror, Port, RankState
+from testbed.simulator.state import Call, Conn, Flow, Mirror, Port, RankState
 
 Record = dict[str, Any]
 
@@ -120,7 +121,7 @@ class PlanSimulation:
         self._in_time: set[tuple[Call, str, int]] = set()
         self._late_complete: dict[tuple[Call, str, int], Intent | None] = {}
         self.core = OpusCore(self.driver.describe(), self.config)
-        # the artifact shim's topo_ready: :mod:`testbed.simulator.phasebarrier`
+        # the artifact shim's topo_ready: :mod:`testbed.plan.phasebarrier`
         self._barrier = (PhaseBarrier(programs, provisioning=self.config.provisioning)
                          if settings.rail_state_phase_barrier and self.rail_state else None)
         self.gpus = gpus_per_server
@@ -193,6 +194,10 @@ class PlanSimulation:
 
     def _emit(self, rank: int, **record: Any) -> None:
         record["rank"] = rank
+        self._record(record)
+
+    def _record(self, record: Record) -> None:
+        """Keep one rank record (a :mod:`testbed.plan.records` one, or another event)."""
         self.records.append(record)
 
     def run(self) -> tuple[list[Record], list[dict[str, Any]]]:
@@ -299,32 +304,17 @@ class PlanSimulation:
     # -------------------------------------------------------------------- ranks
 
     def _start_iteration(self, st: RankState) -> None:
-        st.started += 1
         st.profile.mark_iteration()
         st.t_start = self.now
-        lanes = st.lanes if st.started == st.first else st.wait_go
-        st.wait_go = []
-        for lane in lanes:
+        for lane in st.start_iteration():
             self._advance(lane)
 
     def _advance(self, lane: Lane) -> None:
-        """Start the lane's next op if it may run now; otherwise park it where it waits."""
-        st = lane.rank
-        if lane.pos == len(lane.ops):
-            lane.it += 1
-            lane.pos = 0
-            if lane.it >= self.iterations:
-                return
-        it = lane.it
-        if it > st.started:
-            st.wait_go.append(lane)
+        """Start the lane's next op if it may run now (:meth:`RankProgress.next_op` parks it
+        otherwise)."""
+        op = lane.rank.next_op(lane)
+        if op is None:
             return
-        op = lane.ops[lane.pos]
-        done = st.done[it]
-        for d in op.deps:
-            if not done[d]:
-                st.waiters.setdefault((it, d), []).append(lane)
-                return
         if op.lane == COMPUTE_LANE:
             self._at(self.now + op.duration_s, self._compute_end, lane, op, self.now)
         else:
@@ -333,16 +323,13 @@ class PlanSimulation:
     def _op_done(self, lane: Lane, op: PlanOp) -> None:
         st = lane.rank
         it = lane.it
-        st.done[it][op.index] = 1
-        st.left[it] -= 1
-        lane.pos += 1
-        waiting = st.waiters.pop((it, op.index), None)
+        waiting = st.op_done(lane, op)
         if waiting:
             for w in waiting:
                 self._advance(w)
         self._advance(lane)
         if not st.left[it]:
-            self._emit(st.rank, ev="iteration", it=it, t_start=st.t_start, t_end=self.now)
+            self._record(cast(Record, iteration_record(st.rank, it, st.t_start, self.now)))
             if it + 1 < self.iterations:
                 self._start_iteration(st)
             else:
@@ -351,8 +338,8 @@ class PlanSimulation:
                 self._finished += 1
 
     def _compute_end(self, lane: Lane, op: PlanOp, t_start: float) -> None:
-        self._emit(lane.rank.rank, ev="compute", it=lane.it, i=op.index, t_start=t_start,
-                   t_end=self.now)
+        self._record(cast(Record, compute_record(lane.rank.rank, lane.it, op.index, t_start,
+                                                 self.now)))
         self._op_done(lane, op)
 
     # -------------------------------------------------------------------- calls
@@ -705,14 +692,12 @@ class PlanSimulation:
     def _call_end(self, call: Call) -> None:
         st, op = call.rank, call.op
         del self._open[call]
-        extra = ({"segments": len(call.segments), "segment_wait_s": call.wait_s}
-                 if op.segments else {})
-        self._emit(st.rank, ev="call", it=call.it, i=op.index, lane=op.lane, kind=op.kind,
-                   axis=op.axis, cid=op.collective_id, tag=op.tag, seq=call.first_seq,
-                   reconfigured=call.reconfigured, t_intent=call.t_intent, t_ack=call.t_ack,
-                   t_end=self.now, sent=call.sent, received=call.received,
-                   expected=op.expected_bytes, size_bytes=op.size_bytes,
-                   wire_bytes=op.wire_bytes, **extra)
+        record = call_record(op, st.rank, call.it, call.first_seq, call.reconfigured,
+                             call.t_intent, call.t_ack, self.now, call.sent, call.received)
+        if op.segments:
+            record["segments"] = len(call.segments)
+            record["segment_wait_s"] = call.wait_s
+        self._record(cast(Record, record))
         self._op_done(call.lane, op)
         if self._barrier is not None:
             self._barrier_open(st.rank, call, self._barrier.ended)
@@ -728,11 +713,8 @@ class PlanSimulation:
     def _predict(self, st: RankState, op: PlanOp, call: Call) -> None:
         """The rank names the gated call its plan provisions after ``op`` (rail-state); with
         the phase barrier, a phase's last call opens it once that call is provisioned."""
-        if st.positions is None:
-            st.positions = lane_positions(st.ops)
-        seq, target_it = predicted_call(st.positions, op.index, op.predict, call.it)
-        target = st.ops[op.predict]
-        if target_it < self.iterations:
+        target, seq, in_run = st.predicted(op, call.it)
+        if in_run:
             self._absorb(self.core.predict(Intent(self.job.job_id, st.rank, target.lane, seq,
                                                   target.kind, target.size_bytes, target.axis),
                                            self.now))

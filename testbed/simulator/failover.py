@@ -40,14 +40,13 @@ from controller.core import Output
 from controller.drivers.faults import OcsFaults
 from controller.drivers.sim import SimOcsDriver
 from controller.job import JobSpec, RankPorts
+from controller.protocol import may_retry
 from testbed.experiment.config import ExperimentConfig
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.failover import Host, epoch_job_id, resume_iteration, take_over
 from testbed.plan.replay import PlanOp
-from testbed.simulator.engine import PlanSimulation, SimulationError
+from testbed.simulator.engine import PlanSimulation, Record, SimulationError
 from testbed.simulator.state import Call, RankState
-
-CALL_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -120,9 +119,9 @@ class FailoverSimulation(PlanSimulation):
 
     # ------------------------------------------------------------- plumbing
 
-    def _emit(self, rank: int, **record: Any) -> None:
+    def _record(self, record: Record) -> None:
         record["epoch"] = self.epoch
-        super()._emit(rank, **record)
+        super()._record(record)
 
     def _event(self, name: str, **fields: Any) -> None:
         self.events.append({"event": name, "t_s": self.now, **fields})
@@ -138,8 +137,7 @@ class FailoverSimulation(PlanSimulation):
         for rej in out.rejects:
             if self._stale(rej.ref):
                 continue
-            if (isinstance(rej.ref, Call) and rej.code == "reconfig_failed"
-                    and self._retries.get(rej.ref, 0) < CALL_RETRIES):
+            if isinstance(rej.ref, Call) and may_retry(rej.code, self._retries.get(rej.ref, 0)):
                 retry.append(rej.ref)
                 continue
             rejects.append(rej)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.profile import CallProfile
+from testbed.plan.progress import Lane, RankProgress
 from testbed.plan.replay import PlanOp
 
 
@@ -91,42 +92,19 @@ class Call:
         self.conns: dict[int, Conn] = {}
 
 
-class Lane:
-    __slots__ = ("it", "name", "ops", "pos", "rank")
+class RankState(RankProgress):
+    """A simulated rank: its progress through the plan (:mod:`testbed.plan.progress`), its
+    call profile and sequence numbers, and the arrivals its calls wait for."""
 
-    def __init__(self, rank: RankState, name: str, ops: list[PlanOp]) -> None:
-        self.rank = rank
-        self.name = name
-        self.ops = ops
-        self.pos = 0
-        self.it = 0
-
-
-class RankState:
-    __slots__ = ("by_tag", "done", "expect", "first", "inbox", "lanes", "lanes_by_name", "left",
-                 "mirror_box", "mirror_wait", "ops", "positions", "profile", "rank", "seq",
-                 "started", "t_start", "wait_go", "waiters")
+    __slots__ = ("by_tag", "expect", "inbox", "mirror_box", "mirror_wait", "profile", "rank",
+                 "seq", "t_start")
 
     def __init__(self, rank: int, ops: list[PlanOp], iterations: int, first: int = 0) -> None:
+        super().__init__(ops, iterations, first)
         self.rank = rank
-        self.ops = ops
-        self.positions: dict[int, tuple[int, int]] | None = None  # for predictions, lazily
         self.profile = CallProfile()
         self.seq: dict[str, int] = {}
-        by_lane: dict[str, list[PlanOp]] = {}
-        for op in ops:
-            by_lane.setdefault(op.lane, []).append(op)
-        self.lanes = [Lane(self, name, lops) for name, lops in by_lane.items()]
-        self.first = first  # the iteration it starts at (after a failover: where it resumes)
-        for lane in self.lanes:
-            lane.it = first
-        self.lanes_by_name = {ln.name: ln for ln in self.lanes}
         self.by_tag = {op.tag: op for op in ops if op.is_call}
-        self.done = [bytearray(len(ops)) for _ in range(iterations)]
-        self.left = [len(ops)] * iterations
-        self.waiters: dict[tuple[int, int], list[Lane]] = {}
-        self.wait_go: list[Lane] = []
-        self.started = first - 1
         self.t_start = 0.0
         # (it, cid, sender, step): arrivals nobody waits for yet, and calls waiting
         self.inbox: dict[tuple[int, str, int, int], tuple[int, float]] = {}

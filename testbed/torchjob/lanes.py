@@ -9,12 +9,12 @@ addresses, closed before the call completes), and the completion. Lanes of one r
 call profile and the per-group call numbers, as NCCL communicators share a GPU. The loopback
 reference run uses :class:`NullShim` (acks at once), so both runs execute the same code.
 
-Records go to one JSON-lines file, in the replayer's format so that the runner's progress and
-:mod:`testbed.metrics` read them unchanged: ``call`` (written once the script waited for the
-call, or at the end for calls it never waited for), ``iteration`` (at each optimizer step),
-``error`` and ``finished``. A call record carries, besides the replayer's fields, the torch
-fields ``op`` (the ProcessGroup method), ``members`` (global ranks of the torch group, in group
-order), ``peer`` (send/recv), ``dtype``, ``torch_group``, ``scale_up`` (inside one server: no
+Records go to one JSON-lines file, in the replayer's format (:mod:`testbed.plan.records`) so that
+the runner's progress and :mod:`testbed.metrics` read them unchanged: ``call`` (written once the
+script waited for the call, or at the end for calls it never waited for), ``iteration`` (at each
+optimizer step), ``error`` and ``finished``. A call record carries, besides the replayer's fields,
+the torch fields ``op`` (the ProcessGroup method), ``members`` (global ranks of the torch group, in
+group order), ``peer`` (send/recv), ``dtype``, ``torch_group``, ``scale_up`` (inside one server: no
 Opus), ``t_issue`` and ``t_wait_start`` / ``t_wait_end`` (None if the script never waited).
 """
 
@@ -40,6 +40,7 @@ from testbed.emulated.transport import (
     Outgoing,
     TransportError,
 )
+from testbed.plan.records import TorchCallRecord, iteration_record, torch_call_record
 
 
 class ShimLike(Protocol):
@@ -105,15 +106,11 @@ class Call:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.emitted = False
-        self.record: dict[str, Any] = {
-            "ev": "call", "rank": rank, "it": it, "i": index, "lane": spec.lane,
-            "kind": spec.kind, "axis": spec.axis, "cid": "", "tag": "", "seq": -1,
-            "reconfigured": False, "t_intent": None, "t_ack": None, "t_end": None, "sent": 0,
-            "received": 0, "expected": spec.expected, "size_bytes": spec.size_bytes,
-            "wire_bytes": spec.wire_bytes, "op": spec.op, "members": list(spec.members),
-            "peer": spec.peer, "dtype": spec.dtype, "torch_group": spec.torch_group,
-            "scale_up": spec.scale_up, "t_issue": time.time(), "t_wait_start": None,
-            "t_wait_end": None}
+        self.record: TorchCallRecord = torch_call_record(
+            rank, it, index, spec.lane, spec.kind, spec.axis, expected=spec.expected,
+            size_bytes=spec.size_bytes, wire_bytes=spec.wire_bytes, op=spec.op,
+            members=list(spec.members), peer=spec.peer, dtype=spec.dtype,
+            torch_group=spec.torch_group, scale_up=spec.scale_up, t_issue=time.time())
 
 
 Body = Callable[["CallContext"], None]
@@ -217,14 +214,14 @@ class Runtime:
     def waited(self, call: Call, t_start: float, t_end: float) -> None:
         """The script waited for ``call`` from ``t_start`` to ``t_end`` (the first wait counts)."""
         if call.record["t_wait_start"] is None:
-            call.record.update(t_wait_start=t_start, t_wait_end=t_end)
+            call.record.update({"t_wait_start": t_start, "t_wait_end": t_end})
         if call.done.is_set():
             self._emit_call(call)
 
     def end_iteration(self) -> None:
         """The script's optimizer stepped: an iteration ends and the next one starts."""
         t = time.time()
-        self.emit(ev="iteration", it=self.iteration, t_start=self.t_iteration_start, t_end=t)
+        self.emit(**iteration_record(self.rank, self.iteration, self.t_iteration_start, t))
         self.iteration += 1
         self.t_iteration_start = t
         with self.profile.lock:
@@ -280,8 +277,9 @@ class Runtime:
         rec, spec = call.record, call.spec
         rec["t_intent"] = time.time()
         with shim.collective(spec.lane, spec.kind, spec.size_bytes, spec.axis) as grant:
-            rec.update(t_ack=time.time(), seq=grant.seq, reconfigured=grant.reconfigured,
-                       cid=f"{spec.lane}:{grant.seq}", tag=f"{spec.lane}.c{grant.seq}")
+            rec.update({"t_ack": time.time(), "seq": grant.seq,
+                        "reconfigured": grant.reconfigured, "cid": f"{spec.lane}:{grant.seq}",
+                        "tag": f"{spec.lane}.c{grant.seq}"})
             ctx = CallContext(self, call, rec["cid"])
             try:
                 body(ctx)

@@ -16,6 +16,7 @@ from testbed.emulated.runner import run_emulated
 from testbed.errors import RankFailed
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
+from testbed.plan.phasebarrier import phase_end_calls
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
 FidelityGate = Callable[..., None]
@@ -130,3 +131,35 @@ def test_start_gate_holds_every_rank_until_all_loaded(tmp_path: Path, no_leftove
     assert summary["start_gate"]["ranks_started_early"] == []
     assert summary["all_iterations_completed"]
     fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
+
+
+def test_phase_barrier_on_demand_end_to_end(tmp_path: Path, no_leftovers: list[str]) -> None:
+    """Rail-state on demand with the artifact shim's phase barrier, on the emulator: the run
+    completes with every byte, and no call of a rank starts while a phase's last call holds
+    its barrier (from that call's ack to its end; :mod:`testbed.plan.phasebarrier`). Every
+    rank ran with the barrier (its ``finished`` record counts the starts it held: in this job,
+    none need be, as the sim's holds here last no time; tests/testbed/test_replayer_progress.py
+    shows a hold)."""
+    cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state",
+                                        switching_delay=50.0, rail_state_phase_barrier=True)
+    prep = prepare(cfg)
+    out = tmp_path / "barrier"
+    summary = run_emulated(prep, out, say=lambda _m: None)
+    no_leftovers.append(_prefix(out))
+    assert summary["all_iterations_completed"], summary
+    assert summary["calls"] == summary["calls_delivered"] > 0
+    assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
+    closers = 0
+    for rank, ops in prep.plan.programs.items():
+        ends = phase_end_calls(ops)
+        records = [json.loads(line) for line in (out / "ranks" / f"rank{rank}.jsonl").open()]
+        assert [r["barrier_holds"] >= 0 for r in records if r["ev"] == "finished"] == [True]
+        calls = [c for c in records if c["ev"] == "call"]
+        for c in calls:
+            if c["i"] not in ends:
+                continue
+            closers += 1
+            inside = [o["tag"] for o in calls if o is not c
+                      and c["t_ack"] + 0.001 < o["t_intent"] < c["t_end"] - 0.001]
+            assert not inside, (rank, c["tag"], inside)
+    assert closers > 0

@@ -15,6 +15,7 @@ from testbed.experiment.backends import (
     EMU,
     FEATURES,
     PARALLEL_POINTS,
+    PHASE_BARRIER_PROVISIONING,
     RAIL_STATE_ACK_TIMEOUT,
     RAIL_STATE_PHASE_BARRIER,
     RIVAL_PLANE,
@@ -54,7 +55,8 @@ def test_the_entries() -> None:
     (TORCH, ARTIFACT_PROTOCOL, False),
     (EMU, TORCH_SCRIPT, True), (SIM, TORCH_SCRIPT, False),
     (EMU, RAIL_STATE_ACK_TIMEOUT, False), (SIM, RAIL_STATE_ACK_TIMEOUT, True),
-    (EMU, RAIL_STATE_PHASE_BARRIER, False), (SIM, RAIL_STATE_PHASE_BARRIER, True),
+    (EMU, RAIL_STATE_PHASE_BARRIER, True), (SIM, RAIL_STATE_PHASE_BARRIER, True),
+    (EMU, PHASE_BARRIER_PROVISIONING, False), (SIM, PHASE_BARRIER_PROVISIONING, True),
     (EMU, TIME_DILATION, True), (TORCH, TIME_DILATION, False),
     (EMU, PARALLEL_POINTS, False), (SIM, PARALLEL_POINTS, True),
     (EMU, RIVAL_PLANE, False), (SIM, RIVAL_PLANE, True), (TORCH, RIVAL_PLANE, False),
@@ -75,10 +77,10 @@ def test_an_unknown_backend_lists_the_known_ones() -> None:
 
 
 def test_a_refusal_names_the_file_and_the_reason() -> None:
-    with pytest.raises(RunRefused, match=r"^exp\.yaml: ocs\.rail_state_phase_barrier is "
-                       "modelled on the sim backend only; use --backend sim"):
-        SPECS[EMU].require(RAIL_STATE_PHASE_BARRIER, "exp.yaml")
-    SPECS[SIM].require(RAIL_STATE_PHASE_BARRIER, "exp.yaml")  # supported: nothing happens
+    with pytest.raises(RunRefused, match=r"^exp\.yaml: ocs\.rail_state_phase_barrier with "
+                       "provisioning is modelled on the sim backend only"):
+        SPECS[EMU].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")
+    SPECS[SIM].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")  # supported: nothing happens
 
 
 def test_resolve_refuses_what_the_file_asks_for_and_the_backend_cannot_run() -> None:

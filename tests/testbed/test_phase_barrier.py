@@ -6,7 +6,7 @@ from pathlib import Path
 
 from testbed.experiment.config import load_experiment, parse_experiment
 from testbed.experiment.prepare import prepare
-from testbed.simulator.phasebarrier import phase_end_calls
+from testbed.plan.phasebarrier import phase_end_calls
 from testbed.simulator.run import build_simulation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,8 +9,8 @@ from typing import Any
 
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
+from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.replay import PlanOp
-from testbed.simulator.phasebarrier import PhaseBarrier
 from testbed.simulator.run import build_simulation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -19,12 +19,13 @@ def _epoch() -> Epoch:
 
 def test_an_abort_wakes_every_waiter_and_shuts_the_sockets() -> None:
     ep = _epoch()
-    assert sorted(ep.go) == [2, 3] and (3, 1) in ep.done and (1, 1) not in ep.done
+    assert sorted(ep.ended) == [2, 3] and sorted(ep.wake) == ["compute", "g"]
+    assert ep.progress.first == 2
     outcomes: list[str] = []
 
     def wait_done() -> None:
         try:
-            Replayer._wait(ep, ep.done[(2, 1)])
+            Replayer._wait(ep, ep.wake["g"])
             outcomes.append("done")
         except Abort:
             outcomes.append("abort")

@@ -1,4 +1,4 @@
-"""The artifact shim's phase barrier (``ocs.rail_state_phase_barrier``, sim backend).
+"""The artifact shim's phase barrier (``ocs.rail_state_phase_barrier``).
 
 In the public Opus artifact's shim (``src/opus-shim/src/opus.cpp`` and ``include/opus.hpp`` at
 ``53f8d51``, read, no code taken) every collective of a rank, whatever its communicator and
@@ -21,7 +21,8 @@ whose helper already ran go on. How it differs by mode:
   (an FSDP backward all-gather on autograd's thread too) can start, before the previous phase's
   last call has ended *and* the next phase's switch is done.
 
-Here (pure bookkeeping; :class:`~testbed.simulator.engine.PlanSimulation` drives it): the phases
+Here (pure bookkeeping, driven by :class:`~testbed.simulator.engine.PlanSimulation` and, on
+demand, by the emulated replayer, :mod:`testbed.emulated.replayer`): the phases
 are those of :mod:`testbed.plan.requestpoints` (the rank's main-thread calls, the pipeline's
 against the others); a phase's last call *closes* the rank's barrier (on demand: once it is
 acknowledged, at once if it does not ask; with provisioning: when it starts) and *opens* it (on
