@@ -46,6 +46,9 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     # and the wire then sees the dark period that much short ("The dark edge" in
     # docs/wire.md): a few switches, against 29 of 41 for an app that lights early
     assert wire["early"] <= max(3, wire["switches"] // 10), wire
+    # the frames once seen at a non-peer were a misread capture clock (docs/wire.md): every
+    # frame crosses a circuit while it is lit
+    assert wire["non_peer_frames"] == 0, wire
     assert wire["app_minus_wire_ms"]["shorter_than_wire"] == 0, wire
     assert wire["kernel_drops"] == 0 and not wire["problems"], wire
     assert not [r for r in _wire_reasons(summary) if "shorter dark periods" in r], summary
