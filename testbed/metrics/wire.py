@@ -495,7 +495,9 @@ class Agreement:
 
 def agreement(wire: WireCheck, ocs_events: Iterable[Record]) -> Agreement:
     """Match each measured wire switch to the app's ``light`` record of the same rail whose
-    dark period contains the wire's estimated start (nearest ``t_dark_s``), and compare."""
+    ``t_dark_s`` is nearest the wire's estimated start, and compare. The estimate is a
+    bracket's midpoint, so it can precede the app's stamp by up to half a probe interval or
+    more: the latest record before it would then be the rail's previous switch."""
     lights: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for e in ocs_events:
         if e.get("event") == "light":
@@ -508,9 +510,11 @@ def agreement(wire: WireCheck, ocs_events: Iterable[Record]) -> Agreement:
             continue
         cands = lights.get(w.rail, [])
         k = bisect.bisect_right(cands, (w.t_dark_s, float("inf")))
-        if not k:
+        near = cands[max(0, k - 1):k + 1]
+        if not near:
             continue
-        t_dark, t_light = cands[k - 1]
+        t_dark_s = w.t_dark_s
+        t_dark, t_light = min(near, key=lambda c: abs(c[0] - t_dark_s))
         app_s = t_light - t_dark
         wire_s = (w.t_light_s or 0.0) - w.t_dark_s
         diffs.append(1e3 * (app_s - wire_s))

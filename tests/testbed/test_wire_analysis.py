@@ -145,6 +145,20 @@ def test_agreement_flags_an_app_record_outside_the_wires_bounds() -> None:
     assert agreement(check, too_short).shorter and agreement(check, too_short).timing_fault()
 
 
+def test_agreement_takes_the_app_record_nearest_the_wires_estimate_even_after_it() -> None:
+    # probes every 2 ms: the last old frame at 9 ms, the first drop at 11 ms, so the wire's
+    # estimated start (10 ms) precedes the app's stamp (10.15 ms, before the real 10.2 ms)
+    crossings, dropped, _ = forwarding(_capture(10 * MS, step_s=2 * MS))
+    check = WireCheck(ExpectedDelay(10.0), tuple(wire_switches(crossings, dropped, [SWITCH])))
+    (w,) = check.switches
+    assert w.t_dark_s is not None and w.t_dark_s < 10.15 * MS
+    previous = {"event": "light", "rail": RAIL, "t_dark_s": -90 * MS, "t_light_s": -79.7 * MS}
+    too_short = {"event": "light", "rail": RAIL, "t_dark_s": 10.15 * MS,
+                 "t_light_s": 15.15 * MS}
+    # matched to the rail's previous switch, the short record would pass unseen
+    assert agreement(check, [previous, too_short]).shorter
+
+
 def test_commanded_switches_pair_starts_with_ends() -> None:
     events = [{"event": "reconfig_start", "t_s": 1.0, "decision": 7, "rail": 0,
                "add": [[1, 3]], "remove": [[1, 2]]},
