@@ -301,13 +301,14 @@ class OcsFabric:
             t_dark = self.clock()
             purged: bool | None = None  # over os-ken's connection: always, with the barrier
             # in flight (see the module docstring)
+            edges: dict[str, float] = {}  # when the removal was confirmed and purged
             if channel is None:
                 pending = self._run(datapath, job.operations, t_dark)
                 self._flusher(rail).flush()
                 self._confirm(datapath, pending)
             else:
                 purged = self._switch_on_channel(rail, channel, datapath, job.operations, t_dark,
-                                                 touched)
+                                                 touched, edges)
             t_light = self.clock()
         finally:
             with self._lock:
@@ -316,7 +317,7 @@ class OcsFabric:
         if self.lie:  # the record claims the configured delay, whatever the wire saw
             t_light = t_dark + delay_ms / 1e3
         self._log({"event": "dark", "rail": rail, "ports": sorted(touched), "t_s": t_dark,
-                   "delay_ms": delay_ms})
+                   "delay_ms": delay_ms, **edges})
         result = ApplyResult(rail, reconf.add, reconf.remove, job.t_request_s, t_dark, t_light)
         self._log({"event": "light", **result.to_json(),
                    **({} if purged is None else {"purged": purged})})
@@ -344,8 +345,11 @@ class OcsFabric:
 
     def _switch_on_channel(self, rail: int, channel: OpenFlowChannel, datapath: Any,
                            operations: Sequence[Operation], t_dark_s: float,
-                           touched: frozenset[int]) -> bool:
+                           touched: frozenset[int], edges: dict[str, float]) -> bool:
         """Break-before-make over the rail's own channel; True if the light needed a purge.
+        ``edges`` gets when the removal's barrier reply came (``t_applied_s``) and when the
+        purge after it ended (``t_purged_s``): the datapath is dark for certain from then
+        (``docs/wire.md``, "The dark edge").
 
         During the delay: the removals and the dark barrier, the touched ports' packet counters,
         then a datapath purge, so no cached flow of the old circuits (or drop) is left. At the
@@ -365,7 +369,9 @@ class OcsFabric:
             before = [self._xid() for _ in ports]
             channel.send(dark.data + _counters_request(before, ports))
             counters = channel.wait([*dark.xids, *before], BARRIER_TIMEOUT_S)
+            edges["t_applied_s"] = self.clock()
             self._flusher(rail).flush()
+            edges["t_purged_s"] = self.clock()
             after = [self._xid() for _ in ports]
             light = self._batch(datapath, operations[wait + 1:])
             request = _counters_request(after, ports) + light.data

@@ -41,9 +41,16 @@ if TYPE_CHECKING:
 #: Bytes of each frame kept: Ethernet (14) + IPv4 (20) + TCP (20, + options) heads, and the
 #: probe frames' stream and sequence numbers (14 + 20). Enough to tell frames apart.
 SNAP_BYTES = 64
-#: Default interval of the probe streams that keep idle ports observed (ms): the wire's dark
-#: periods are known to within about this much (:mod:`testbed.metrics.wire`).
+#: Default (and shortest) interval of the probe streams that keep idle ports observed (ms of
+#: wall time): the wire's dark periods are known to within about this much
+#: (:mod:`testbed.metrics.wire`).
 PROBE_INTERVAL_MS = 0.5
+#: The longest probe interval (ms), and the share of the shortest switching delay the interval
+#: may reach (:func:`probe_interval_ms`): every probe frame costs the userspace switch a
+#: forwarding and each capture a copy, so a 100 ms delay, which needs no 0.5 ms resolution,
+#: probes every 2 ms (docs/wire.md, "Cost, and what on by default needs").
+PROBE_INTERVAL_MAX_MS = 2.0
+PROBE_SHARE_OF_DELAY = 0.02
 #: The probe frames' stream id (the rank's own number is not needed: the source address says it).
 PROBE_STREAM = 37
 #: Per-capture kernel buffer (KiB): a 100 ms burst at 1 Gbit/s of 64-byte heads fits easily.
@@ -96,6 +103,14 @@ def _host_mac(num_ranks: int, host: int, port_index: int) -> str:
     if host < num_ranks:
         return naming.rail_mac(host, port_index)
     return naming.spare_rail_mac(host - num_ranks, port_index)
+
+
+def probe_interval_ms(shortest_delay_ms: float) -> float:
+    """The probe interval for a run whose shortest switching delay (wall time) is
+    ``shortest_delay_ms``: :data:`PROBE_SHARE_OF_DELAY` of it, within
+    [:data:`PROBE_INTERVAL_MS`, :data:`PROBE_INTERVAL_MAX_MS`]."""
+    return min(PROBE_INTERVAL_MAX_MS, max(PROBE_INTERVAL_MS,
+                                          PROBE_SHARE_OF_DELAY * shortest_delay_ms))
 
 
 _STATS_RE = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")

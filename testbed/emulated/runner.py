@@ -392,14 +392,16 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
                         spec: RailSpec, out: Path, say: Say) -> WireCapture | None:
     """Start the capture of every OCS port (:mod:`emulator.wirecap`) when the run has one; it
     stops, and writes its files, when ``stack`` unwinds."""
-    from emulator.wirecap import wire_capture
+    from emulator.wirecap import probe_interval_ms, wire_capture
 
     skip = wire_skip_reason(cfg, spec)
     if skip is not None:
         if getattr(cfg, "wire_check", False) and cfg.mode != "baseline":
             say(f"  wire check: off ({skip})")
         return None
-    capture = stack.enter_context(wire_capture(net, out / "wire"))
+    shortest_ms = min(spec.delay_ms(r) for r in range(spec.num_rails))  # wall time
+    capture = stack.enter_context(wire_capture(net, out / "wire",
+                                               probe_interval_ms=probe_interval_ms(shortest_ms)))
     say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "
         f"{capture.probe_interval_ms:g} ms from every rank port")
     return capture

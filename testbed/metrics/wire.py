@@ -162,20 +162,23 @@ def read_frames(capture_dir: Path, ports: Sequence[PortMap]) -> list[Frame]:
         if not path.exists() or path.stat().st_size <= 24:
             continue
         with RawPcapReader(str(path)) as reader:
+            nano = bool(getattr(reader, "nano", False))
             for data, meta in reader:
-                t_s = _stamp(meta)
+                t_s = _stamp(meta, nano)
                 frames.append(Frame(t_s, pm.rail, pm.port, data[6:12] == pm.mac, bytes(data)))
     frames.sort(key=lambda f: f.t_s)
     return frames
 
 
-def _stamp(meta: Any) -> float:
-    """A pcap record's time (s), whatever the file's resolution."""
-    if hasattr(meta, "tshigh"):  # pcapng
+def _stamp(meta: Any, nano: bool) -> float:
+    """A pcap record's time (s). A classic pcap file says its resolution once, in its header's
+    magic number (``nano``: nanoseconds); the record's fraction field alone cannot tell, since
+    a nanosecond fraction below 10^6 (a frame in the first millisecond of a second) looks like
+    microseconds. Guessing from the value once put those frames up to a second late: the
+    "frames at a non-peer" of ``docs/wire.md``."""
+    if hasattr(meta, "tshigh"):  # pcapng: each block gives its interface's resolution
         return float(((meta.tshigh << 32) | meta.tslow) / meta.tsresol)
-    usec = float(meta.usec)
-    resolution = 1e9 if usec >= 1e6 or getattr(meta, "nanosecond", False) else 1e6
-    return float(meta.sec) + usec / resolution
+    return float(meta.sec) + float(meta.usec) / (1e9 if nano else 1e6)
 
 
 def forwarding(frames: Iterable[Frame]) -> tuple[list[Crossing], list[Frame], int]:
@@ -406,10 +409,10 @@ class WireCheck:
                 f"{scaled}"]
 
     def timing_faults(self) -> list[str]:
-        """Frames at a non-peer: the run's fault on a quiet machine. Every one seen so far
-        crossed a switch that had held it for 15-30 ms (a switch reading its ports late under
-        a load of 25 or more on two cores), so a busy machine shares the blame, as for an
-        overrun (:func:`testbed.metrics.fidelity.overrun_reason`)."""
+        """Frames at a non-peer: the run's fault on a quiet machine; a busy one shares the
+        blame, as for an overrun (:func:`testbed.metrics.fidelity.overrun_reason`): a switch
+        that reads its ports late forwards a frame long after its entry. (Every one seen
+        before 2026-12-07 was a misread capture time, :func:`_stamp`, not a crossing.)"""
         if not self.non_peer:
             return []
         x = self.non_peer[0]
@@ -492,7 +495,9 @@ class Agreement:
 
 def agreement(wire: WireCheck, ocs_events: Iterable[Record]) -> Agreement:
     """Match each measured wire switch to the app's ``light`` record of the same rail whose
-    dark period contains the wire's estimated start (nearest ``t_dark_s``), and compare."""
+    ``t_dark_s`` is nearest the wire's estimated start, and compare. The estimate is a
+    bracket's midpoint, so it can precede the app's stamp by up to half a probe interval or
+    more: the latest record before it would then be the rail's previous switch."""
     lights: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for e in ocs_events:
         if e.get("event") == "light":
@@ -505,9 +510,11 @@ def agreement(wire: WireCheck, ocs_events: Iterable[Record]) -> Agreement:
             continue
         cands = lights.get(w.rail, [])
         k = bisect.bisect_right(cands, (w.t_dark_s, float("inf")))
-        if not k:
+        near = cands[max(0, k - 1):k + 1]
+        if not near:
             continue
-        t_dark, t_light = cands[k - 1]
+        t_dark_s = w.t_dark_s
+        t_dark, t_light = min(near, key=lambda c: abs(c[0] - t_dark_s))
         app_s = t_light - t_dark
         wire_s = (w.t_light_s or 0.0) - w.t_dark_s
         diffs.append(1e3 * (app_s - wire_s))

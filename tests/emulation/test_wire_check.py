@@ -41,10 +41,14 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     assert list((tmp_path / "honest" / "wire").glob("*.pcap"))
     assert wire["switches"] == summary["reconfigurations"]
     assert wire["measured"] >= wire["switches"] // 2, wire
-    # an honest app lights no switch early, but a frame crossing a removed circuit late (the
-    # open finding in docs/wire.md) can pass for the old circuit's last frame: 0-3 of ~35
-    # switches on a quiet machine, against 29 of 41 for an app that lights early
+    # an honest app times the delay from sending the removal; vswitchd applies it within a
+    # millisecond on a quiet machine (0 early), but a busy one can apply it milliseconds late
+    # and the wire then sees the dark period that much short ("The dark edge" in
+    # docs/wire.md): a few switches, against 29 of 41 for an app that lights early
     assert wire["early"] <= max(3, wire["switches"] // 10), wire
+    # the frames once seen at a non-peer were a misread capture clock (docs/wire.md): every
+    # frame crosses a circuit while it is lit
+    assert wire["non_peer_frames"] == 0, wire
     assert wire["app_minus_wire_ms"]["shorter_than_wire"] == 0, wire
     assert wire["kernel_drops"] == 0 and not wire["problems"], wire
     assert not [r for r in _wire_reasons(summary) if "shorter dark periods" in r], summary
@@ -59,7 +63,7 @@ def test_a_lying_app_is_caught_by_the_wire_alone(tmp_path: Path, no_leftovers: l
     with_wire = _run(tmp_path, f"{lie}-wire", wire=True, no_leftovers=no_leftovers)
     assert with_wire["fidelity"] == "degraded"
     assert any(caught_by in r for r in _wire_reasons(with_wire)), with_wire["fidelity_reasons"]
-    if lie == "early":  # certain whatever the load, and far beyond an honest run's strays
+    if lie == "early":  # certain whatever the load, and far beyond an honest busy run's
         assert with_wire["fidelity_blame"] == "run"
         assert with_wire["wire"]["early"] >= with_wire["wire"]["switches"] // 2
     # the app's own record passes: without the wire nothing names the lie

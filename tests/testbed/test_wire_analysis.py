@@ -4,18 +4,24 @@ and the app's agreement, each from the capture alone."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from testbed.metrics.darktime import ExpectedDelay
 from testbed.metrics.wire import (
     Commanded,
     Frame,
+    PortMap,
     WireCheck,
     agreement,
     commanded_switches,
     forwarding,
     lost_frames,
     non_peer,
+    read_frames,
     wire_switches,
 )
 
@@ -139,6 +145,20 @@ def test_agreement_flags_an_app_record_outside_the_wires_bounds() -> None:
     assert agreement(check, too_short).shorter and agreement(check, too_short).timing_fault()
 
 
+def test_agreement_takes_the_app_record_nearest_the_wires_estimate_even_after_it() -> None:
+    # probes every 2 ms: the last old frame at 9 ms, the first drop at 11 ms, so the wire's
+    # estimated start (10 ms) precedes the app's stamp (10.15 ms, before the real 10.2 ms)
+    crossings, dropped, _ = forwarding(_capture(10 * MS, step_s=2 * MS))
+    check = WireCheck(ExpectedDelay(10.0), tuple(wire_switches(crossings, dropped, [SWITCH])))
+    (w,) = check.switches
+    assert w.t_dark_s is not None and w.t_dark_s < 10.15 * MS
+    previous = {"event": "light", "rail": RAIL, "t_dark_s": -90 * MS, "t_light_s": -79.7 * MS}
+    too_short = {"event": "light", "rail": RAIL, "t_dark_s": 10.15 * MS,
+                 "t_light_s": 15.15 * MS}
+    # matched to the rail's previous switch, the short record would pass unseen
+    assert agreement(check, [previous, too_short]).shorter
+
+
 def test_commanded_switches_pair_starts_with_ends() -> None:
     events = [{"event": "reconfig_start", "t_s": 1.0, "decision": 7, "rail": 0,
                "add": [[1, 3]], "remove": [[1, 2]]},
@@ -157,3 +177,32 @@ def test_non_peer_frames_are_a_timing_fault_with_the_switchs_hold() -> None:
     (text,) = check.timing_faults()
     assert "port 1 -> 4" in text and "held 20.0 ms" in text
     assert not check.run_faults()
+
+
+PCAP_MAGIC = {1e9: 0xA1B23C4D, 1e6: 0xA1B2C3D4}  # nanosecond and microsecond files
+
+
+def _write_pcap(path: Path, resolution: float, records: list[tuple[int, int, bytes]]) -> None:
+    """A classic pcap file of Ethernet frames: (seconds, fraction in ``resolution``, data)."""
+    out = struct.pack("<IHHiIII", PCAP_MAGIC[resolution], 2, 4, 0, 0, 64, 1)
+    for sec, frac, data in records:
+        out += struct.pack("<IIII", sec, frac, len(data), len(data)) + data
+    path.write_bytes(out)
+
+
+@pytest.mark.parametrize("resolution", [1e9, 1e6])
+def test_capture_times_follow_the_files_resolution_in_the_first_millisecond_too(
+        tmp_path: Path, resolution: float) -> None:
+    # a nanosecond fraction below 10^6 (the first millisecond of a second) once read as
+    # microseconds, a frame up to a second late: the "frames at a non-peer" of docs/wire.md
+    mac = bytes([2, 15, 0, 1, 0, 1])
+    head = b"\xff" * 6 + mac + b"\x88\xb5"
+    sec = 1_796_666_059
+    early, later = (290_000, 5_000_000) if resolution == 1e9 else (290, 5_000)
+    _write_pcap(tmp_path / "p1.pcap", resolution, [(sec, early, head + b"\x01" * 46),
+                                                   (sec, later, head + b"\x02" * 46)])
+    frames = read_frames(tmp_path, [PortMap(RAIL, 1, "p1", mac)])
+    assert [f.head[14] for f in frames] == [1, 2]
+    assert frames[0].t_s == pytest.approx(sec + 0.29 * MS, abs=1e-7)
+    assert frames[1].t_s == pytest.approx(sec + 5 * MS, abs=1e-7)
+    assert all(f.entered for f in frames)
