@@ -27,8 +27,8 @@ or, to replay a captured or imported schedule instead of generating one::
 
 (the file's cluster must be the experiment's). A model mapping takes the fields of
 :class:`workloads.models.ModelSpec`; with ``base: NAME`` it overrides a preset. The YAML node
-tree is composed (not just loaded) so that each value keeps its ``line:column`` for error
-messages.
+tree is composed (not just loaded, :mod:`workloads.yamldoc`) so that each value keeps its
+``line:column`` for error messages.
 """
 
 from __future__ import annotations

@@ -29,10 +29,11 @@ record says whether every block the rank owns ended right (``verified``).
 A call (segment) the controller refuses because its switch failed (``reconfig_failed``) is asked for
 again, up to :data:`controller.protocol.CALL_RETRIES` times per call. Which op a lane runs next
 (dependencies, iteration boundaries) and which call a rank predicts are the rules of
-:mod:`testbed.plan.progress`, which the simulator follows too. Records go to the ``out`` file as
-JSON lines: ``call``, ``compute`` and ``iteration`` (:mod:`testbed.plan.records`), ``error`` and
-``finished``, and ``gate`` when the plan has one (``run.start_gate``: every lane's shim greets the
-controller, then the rank waits for every rank at :mod:`testbed.emulated.gate` before its first op);
+:mod:`testbed.plan.progress`, which the simulator follows too. Records go to the ``records``
+file as JSON lines: ``call``, ``compute`` and ``iteration`` (:mod:`testbed.plan.records`),
+``error`` and ``finished``, and ``gate`` when the plan has one (``run.start_gate``: every lane's
+shim greets the controller, then the rank waits for every rank at :mod:`testbed.emulated.gate`
+before its first op);
 on any failure the process records the rank, iteration and op and exits with status 1.
 
 **Failover** (``failover`` in the plan: the run has spares or restarts ranks). The iterations run

@@ -9,7 +9,7 @@ Started by the supervisor inside the first rank's Mininet host::
 :mod:`testbed.emulated.replayer` runs it in a process of its own (its lanes as threads), on a
 thread that first enters its own host's network namespace (:mod:`emulator.netns`), so
 its listener, its connections to peers and its shims' connections to Opus are all opened there,
-and it writes its own records to its own ``out`` file. Each rank says on standard error (the
+and it writes its own records to its own ``records`` file. Each rank says on standard error (the
 server's log) which namespace its thread is in.
 
 The ranks share one interpreter and its GIL: their compute phases are timed waits and their

@@ -28,12 +28,14 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       port: 1234                # on the run's frontend address
     sim:
       costs: fabric             # fabric | emulator: the sim backend's cost model
+    controller:
+      plane: opus               # opus | static | rotor: rival control planes (sim backend)
 
-Every run option (``mode``, ``ocs``, ``network``, ``run``, ``artifact_protocol``, ``sim``) is
-declared once in :mod:`testbed.experiment.sections` (type, default, unit, meaning; the
-reference page ``docs/config-reference.md`` is generated from it) and parsed and checked by
-:mod:`testbed.experiment.schema`; :class:`RunSettings` is their settings object, and holds the
-rules between options:
+Every run option (``mode``, ``ocs``, ``network``, ``run``, ``artifact_protocol``, ``sim``,
+``controller``) is declared once in :mod:`testbed.experiment.sections` (type, default, unit,
+meaning; the reference page ``docs/config-reference.md`` is generated from it) and parsed and
+checked by :mod:`testbed.experiment.schema`; :class:`RunSettings` is their settings object, and
+holds the rules between options:
 Rail-state refuses ``degree-aware`` (a port assignment policy), interleaved pipelines, and a
 driver other than ``emulated``; ``phase`` request points need rail-state.
 Spares, fault injection and failover (``cluster.spares_per_server``, ``cluster.spare_servers``,

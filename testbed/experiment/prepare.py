@@ -79,7 +79,7 @@ def prepare(cfg: ExperimentConfig, *, check_capacity: bool = True,
     (:mod:`testbed.experiment.dilation`), which the capacity check takes into account.
     ``schedule`` replaces the experiment's (benchmarks of one collective:
     :mod:`workloads.micro`; never calibrated); ``verify`` plans carry real data (tests).
-    ``costs`` is the cost model the plan is for (:data:`~testbed.experiment.config.SIM_COSTS`):
+    ``costs`` is the cost model the plan is for (:data:`~testbed.experiment.sections.SIM_COSTS`):
     ``emulator`` plans at the emulator's link with bytes scaled by link / rail rate (what an
     emulated run replays), ``fabric`` at the modelled ``rail_gbps`` with the real bytes (a
     simulation of the datacenter; :func:`testbed.simulator.run.prepare_sim`).
