@@ -22,16 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller.stats import percentile
 from testbed.metrics import wire as W
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _pct(values: list[float], q: float) -> float:
-    data = sorted(values)
-    return data[round(q * (len(data) - 1))]
 
 
 def edges(run: Path) -> None:
@@ -67,8 +63,8 @@ def edges(run: Path) -> None:
              "the removal's barrier reply", "the purge's end")
     for i, name in enumerate(names):
         v = [r[i] for r in rows]
-        print(f"  {name:34s} p50 {_pct(v, .5):+7.2f} p90 {_pct(v, .9):+7.2f} "
-              f"p99 {_pct(v, .99):+7.2f} max {max(v):+7.2f}")
+        print(f"  {name:34s} p50 {percentile(v, 50):+7.2f} p90 {percentile(v, 90):+7.2f} "
+              f"p99 {percentile(v, 99):+7.2f} max {max(v):+7.2f}")
     print(f"old frames after the barrier reply: {sum(r[0] > r[2] for r in rows)}, "
           f"after the purge's end: {sum(r[0] > r[3] for r in rows)}")
 
