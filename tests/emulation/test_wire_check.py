@@ -45,13 +45,19 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     # millisecond on a quiet machine (0 early), but a busy one can apply it milliseconds late
     # and the wire then sees the dark period that much short ("The dark edge" in
     # docs/wire.md): a few switches, against 29 of 41 for an app that lights early
-    assert wire["early"] <= max(3, wire["switches"] // 10), wire
+    few = max(3, wire["switches"] // 10)
+    assert wire["early"] <= few, wire
     # the frames once seen at a non-peer were a misread capture clock (docs/wire.md): every
     # frame crosses a circuit while it is lit
     assert wire["non_peer_frames"] == 0, wire
-    assert wire["app_minus_wire_ms"]["shorter_than_wire"] == 0, wire
+    # the same busy switch applies an addition late too, and the wire's dark period is then
+    # longer than the app's record (CI beside two busy loops: 1 of 37 switches, 30 ms): a
+    # few, against every switch (24 of 24) for an app that records a wrong delay
+    shorter = wire["app_minus_wire_ms"]["shorter_than_wire"]
+    assert shorter <= few, wire
+    if shorter == 0:
+        assert not [r for r in _wire_reasons(summary) if "shorter dark periods" in r], summary
     assert wire["kernel_drops"] == 0 and not wire["problems"], wire
-    assert not [r for r in _wire_reasons(summary) if "shorter dark periods" in r], summary
 
 
 @pytest.mark.parametrize("lie, caught_by", [("early", "light early"),
