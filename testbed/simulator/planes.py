@@ -127,19 +127,19 @@ class PlaneSimulation(PlanSimulation):
         self._adj = adjacency(config)
         self._config_id = config_id
 
-    def _egress(self, server: int, sw: Switch) -> Port:
+    def _port(self, ports: dict[tuple[int, int], Port], server: int, sw: Switch) -> Port:
+        """``server``'s port on switch ``sw`` (rail, port index) in ``ports``, made on first use."""
         key = (server * self.gpus + sw[0], sw[1])
-        p = self.egress.get(key)
+        p = ports.get(key)
         if p is None:
-            p = self.egress[key] = Port()
+            p = ports[key] = Port()
         return p
 
+    def _egress(self, server: int, sw: Switch) -> Port:
+        return self._port(self.egress, server, sw)
+
     def _ingress(self, server: int, sw: Switch) -> Port:
-        key = (server * self.gpus + sw[0], sw[1])
-        p = self.ingress.get(key)
-        if p is None:
-            p = self.ingress[key] = Port()
-        return p
+        return self._port(self.ingress, server, sw)
 
     def _load(self, sw: Switch, u: int, v: int) -> int:
         return max(len(self._egress(u, sw).flows), len(self._ingress(v, sw).flows))
