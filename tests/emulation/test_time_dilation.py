@@ -14,15 +14,15 @@ order alone (the simulator with the emulator's costs divided by 1000 gives tiny.
 that no factor removes. Rail-state's decisions follow the phases, and its figures are one
 value per factor there.
 
-Where the verdict blames the machine (a saturated or stolen CPU) for any of the four runs, the
-timing figures are not compared (the test reports an expected failure with the reason): a
-saturated CPU stretches every wall-clock cost beyond what the per-call bound measured. What
-holds under any load (the reconfigurations, the dark period's scaling, the per-call bound's
-fall) is asserted always.
+Under any load it asserts the reconfigurations, the dark period's scaling, the per-call bound's
+fall, and that the dilated run's model-time iteration is not longer than the undilated one's
+beyond the tolerance (costs fixed on the wall shrink in model time). The two-sided comparison
+(and the overhead's) is asserted where the verdict blamed the machine for none of the four
+runs: a saturated CPU stretches every wall-clock cost beyond what the per-call bound measured.
 
 A retransmission timeout or SYN retransmission in a measured iteration stalls a transfer for
 a wall time no factor scales (Linux's 200 ms and 1 s); the verdict names it (``tcp_timers``),
-and a pair with such a run is not compared on time: the test asserts that the verdict saw it.
+and the test asserts that it did; such a run's pair is not compared on time.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from testbed.emulated.runner import run_emulated
 from testbed.experiment.config import load_experiment
@@ -99,22 +97,26 @@ def test_model_time_figures_do_not_depend_on_the_factor(
     # model-time figure can differ by the larger of their bounds, plus the tolerance
     for s in (base1, run1, base2, run2):
         assert "tcp_timers" in s and s["tcp_timers"]["ranks"] == 4
-    stalled = [s["mode"] for s in (base1, run1, base2, run2) if _stalled(s)]
-    if stalled:  # a wall-clock stall no factor scales: named by the verdict (asserted above)
-        pytest.xfail(f"TCP's wall-clock timers fired in {stalled}: the verdict named them; "
-                     "the model-time figures of such a pair are not compared")
-    busy = [s["mode"] + f" at k = {s['time_dilation']:g}" for s in (base1, run1, base2, run2)
-            if any(c["blame"] == "machine" for c in s.get("fidelity_causes") or ())]
-    if busy:  # a saturated CPU stretches every wall-clock cost, which no factor undoes
-        pytest.xfail(f"the verdict blamed the machine for {busy}: the model-time figures of "
-                     "a saturated machine are not compared")
+    stalled = {s["mode"] for s in (base1, run1, base2, run2) if _stalled(s)}
+    busy = any(c["blame"] == "machine" for s in (base1, run1, base2, run2)
+               for c in s.get("fidelity_causes") or ())
     for one, two in ((base1, base2), (run1, run2)):
+        if one["mode"] in stalled:  # a wall-clock stall no factor scales: the verdict named it
+            continue
+        # under any load: costs fixed on the wall shrink in model time with k, so the dilated
+        # run's model-time iteration is never longer beyond the tolerance (a mis-dilated time,
+        # e.g. compute stretched twice, fails here)
+        assert two["iteration_time_s"] <= (1 + ITERATION_PCT / 100) * one["iteration_time_s"], (
+            one["mode"], one["iteration_time_s"], two["iteration_time_s"])
+        if busy:  # a saturated CPU stretches the k = 1 run's costs beyond its measured bound
+            continue
         gap_s = abs(one["iteration_time_s"] - two["iteration_time_s"])
         allowed_s = (ITERATION_PCT / 100 * two["iteration_time_s"]
                      + max(_explained(one), _explained(two)))
         assert gap_s <= allowed_s, (one["mode"], one["iteration_time_s"],
                                     two["iteration_time_s"], allowed_s)
-    explained_pts = 100 * (max(_explained(run1), _explained(run2))
-                           + max(_explained(base1), _explained(base2))) / base2[
-        "iteration_time_s"]
-    assert abs(run1["overhead_pct"] - run2["overhead_pct"]) <= OVERHEAD_PTS + explained_pts
+    if not busy and not stalled:
+        explained_pts = 100 * (max(_explained(run1), _explained(run2))
+                               + max(_explained(base1), _explained(base2))) / base2[
+            "iteration_time_s"]
+        assert abs(run1["overhead_pct"] - run2["overhead_pct"]) <= OVERHEAD_PTS + explained_pts
