@@ -48,7 +48,7 @@ PROBE_INTERVAL_MS = 0.5
 #: The longest probe interval (ms), and the share of the shortest switching delay the interval
 #: may reach (:func:`probe_interval_ms`): every probe frame costs the userspace switch a
 #: forwarding and each capture a copy, so a 100 ms delay, which needs no 0.5 ms resolution,
-#: probes every 2 ms (docs/wire.md, "Cost, and what on by default needs").
+#: probes every 2 ms (docs/wire.md, "Cost").
 PROBE_INTERVAL_MAX_MS = 2.0
 PROBE_SHARE_OF_DELAY = 0.02
 #: The probe frames' stream id (the rank's own number is not needed: the source address says it).
