@@ -44,7 +44,6 @@ from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_
 from testbed.experiment.backends import (
     EMU,
     PHASE_BARRIER_PROVISIONING,
-    RAIL_STATE_ACK_TIMEOUT,
     backend_spec,
 )
 from testbed.experiment.config import RunSettings
@@ -171,8 +170,6 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
     emu = backend_spec(EMU)
-    if rail_state and cfg.rail_state_ack_timeout_s is not None and cfg.mode != "baseline":
-        emu.require(RAIL_STATE_ACK_TIMEOUT, cfg.source)
     if rail_state and cfg.rail_state_phase_barrier and cfg.mode == "provisioning":
         emu.require(PHASE_BARRIER_PROVISIONING, cfg.source)
     k = prep.time_dilation
