@@ -322,13 +322,19 @@ class ArtifactShim:
                               timed_out=not answered)
 
     def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
-                axis: str = "") -> None:
+                axis: str = "", wait: bool = False) -> None:
         """Ask for a later call now (the artifact's provisioning request); a call its lane has
         already reached asks (or asked) for itself. (A request the controller refuses gets no
         answer, and ``CONFIG_ACK`` s are matched to requests in order, so none is sent in
-        vain.)"""
-        if seq >= self.owner.seqs.get(group, 0):
-            self.owner.ask(group, seq, early=True)
+        vain.) With ``wait``, return once that request is answered (the artifact's
+        ``topoprovision`` blocks so), at once for a call already answered."""
+        if seq < self.owner.seqs.get(group, 0) and not wait:
+            return
+        ticket = self.owner.ask(group, seq, early=True)
+        if wait and ticket is not None:
+            plan = self.owner.comms[group]
+            self.owner.connection().wait_ack(plan.comm, ticket, self.owner.ack_timeout_s,
+                                             self.owner.cancelled)
 
     def retarget(self, job_id: str, seqs: dict[str, int] | None = None) -> None:
         raise ShimError("the artifact's protocol has no failover: a job cannot be retargeted")

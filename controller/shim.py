@@ -240,14 +240,22 @@ class Shim:
         self._cancelled.set()
 
     def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
-                axis: str = "") -> None:
+                axis: str = "", wait: bool = False) -> None:
         """Name call ``seq`` of ``group`` before it starts (fire-and-forget): with provisioning
-        the controller counts it as this rank's ask, so the switch can start early."""
+        the controller counts it as this rank's ask, so the switch can start early. With
+        ``wait``, return only once the controller answers that the call may run without
+        waiting for its switch (the artifact's blocking provisioning request, which the phase
+        barrier waits for)."""
         if self._closed.is_set():
             return
+        msg = {"type": "predict", "group": group, "seq": seq, "kind": kind,
+               "size_bytes": size_bytes, "axis": axis}
+        if wait:
+            self._request({**msg, "answer": True}, self.ack_timeout_s,
+                          f"the answer to the prediction of group {group!r} call {seq}")
+            return
         self._socket()  # a shim whose calls never asked greets the controller first
-        self._post({"type": "predict", "group": group, "seq": seq, "kind": kind,
-                    "size_bytes": size_bytes, "axis": axis})
+        self._post(msg)
 
     def close(self) -> None:
         """Say goodbye (the controller forgets this session) and release the sockets; first

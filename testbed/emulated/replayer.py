@@ -459,14 +459,25 @@ class Replayer:
                   **extra, **self._epoch_fields(ep))
         if barrier is not None:
             with ep.lock:
-                opened = barrier.ended(self.rank, token)
+                opened = list(barrier.ended(self.rank, token))
             for (held,) in opened:
                 held.set()
         if op.predict >= 0:  # call numbers restart with each epoch's job
             with ep.lock:
                 target, seq, in_run = ep.progress.predicted(op, it)
+                # with provisioning, a phase's last call opens the barrier only once its
+                # prediction is answered (the artifact's blocking topoprovision)
+                answer = barrier is not None and barrier.provisioning and barrier.closed_by(
+                    self.rank, token)
             if in_run:
-                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis,
+                             wait=answer)
+            if answer:
+                assert barrier is not None
+                with ep.lock:
+                    opened = list(barrier.answered(self.rank, token))
+                for (held,) in opened:
+                    held.set()
 
     def _steps(self, ep: Epoch, it: int, op: PlanOp, steps: range, data: CallData | None,
                moved: list[int]) -> None:
@@ -685,8 +696,9 @@ class Replayer:
         while True:
             inbox = self._inbox(number)
             assert inbox is not None
-            barrier = (PhaseBarrier({self.rank: self.ops}) if self.replay.phase_barrier
-                       else None)
+            barrier = (PhaseBarrier({self.rank: self.ops},
+                                    provisioning=self.replay.phase_barrier_provisioning)
+                       if self.replay.phase_barrier else None)
             ep = Epoch(number, job, start, self.iterations, self.ops, inbox, barrier)
             self.current = ep
             if fo:  # a newer control may have come while we were getting here

@@ -172,8 +172,8 @@ class Supervisor:
                 "after_epoch": self.epoch}
 
     def _phase_barrier(self) -> bool:
-        """Whether the ranks run the artifact shim's phase barrier (rail-state, on demand: the
-        runner refuses it with provisioning)."""
+        """Whether the ranks run the artifact shim's phase barrier (rail-state; with
+        provisioning it waits for the answers to the ranks' predictions too)."""
         cfg = self.cfg
         return bool(cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
                     and cfg.mode != "baseline")
@@ -205,6 +205,8 @@ class Supervisor:
                     iterations=cfg.total_iterations, ops=tuple(ops),
                     gate=self.gate.paths.to_json() if self.gate is not None else None,
                     artifact=artifact, phase_barrier=self._phase_barrier(),
+                    phase_barrier_provisioning=self._phase_barrier()
+                    and self.cfg.mode == "provisioning",
                     rail_state_ack_timeout_s=self._rail_state_ack_timeout_s()))
             self._rank_plan_path(rank).write_text(json.dumps(rank_plan.to_json()))
 

@@ -49,7 +49,9 @@ class ReplayPart:
     ``addr``:``port``; ``gate`` (the start gate's pipes, :class:`testbed.emulated.gate
     .GatePaths` in JSON form) and ``artifact`` (the artifact protocol's host, port, local rank
     and comms) when the run has them; ``phase_barrier``: the rank runs the artifact shim's
-    phase barrier (:mod:`testbed.plan.phasebarrier`, on demand); ``rail_state_ack_timeout_s``:
+    phase barrier (:mod:`testbed.plan.phasebarrier`), with ``phase_barrier_provisioning`` in
+    the provisioning order (it also waits for the answer to the rank's prediction);
+    ``rail_state_ack_timeout_s``:
     a call goes on without its ack after this long (wall seconds: the run's
     ``ocs.rail_state_ack_timeout_s`` times its dilation; None: it waits for the light)."""
 
@@ -61,6 +63,7 @@ class ReplayPart:
     artifact: dict[str, Any] | None = None
     phase_barrier: bool = False
     rail_state_ack_timeout_s: float | None = None
+    phase_barrier_provisioning: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"addr": self.addr, "port": self.port,
@@ -74,6 +77,8 @@ class ReplayPart:
             out["phase_barrier"] = True
         if self.rail_state_ack_timeout_s is not None:
             out["rail_state_ack_timeout_s"] = self.rail_state_ack_timeout_s
+        if self.phase_barrier_provisioning:
+            out["phase_barrier_provisioning"] = True
         return out
 
     @classmethod
@@ -84,7 +89,8 @@ class ReplayPart:
                    dict(d["artifact"]) if d.get("artifact") else None,
                    bool(d.get("phase_barrier", False)),
                    None if d.get("rail_state_ack_timeout_s") is None
-                   else float(d["rail_state_ack_timeout_s"]))
+                   else float(d["rail_state_ack_timeout_s"]),
+                   bool(d.get("phase_barrier_provisioning", False)))
 
 
 @dataclass(frozen=True)

@@ -211,9 +211,9 @@ def test_close_waits_for_a_late_ack_still_to_come(ctl: StandInController, shim: 
 def test_without_go_on_a_missing_ack_fails_as_before(ctl: StandInController) -> None:
     from controller.shim import ControllerUnavailable
 
-    with Shim(ctl.endpoint, "j", 0, ack_timeout_s=0.3) as s:
-        with pytest.raises(ControllerUnavailable, match="no answer"), s.collective("dp0"):
-            pass
+    with (Shim(ctl.endpoint, "j", 0, ack_timeout_s=0.3) as s,
+          pytest.raises(ControllerUnavailable, match="no answer"), s.collective("dp0")):
+        pass
     with pytest.raises(ValueError, match="go_on_after_s must be a positive"):
         Shim(ctl.endpoint, "j", 0, go_on_after_s=0)
 

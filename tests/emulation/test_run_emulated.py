@@ -200,3 +200,4 @@ def test_rail_state_ack_timeout_end_to_end(tmp_path: Path, no_leftovers: list[st
             if e["event"] == "complete"}
     for key in went_on:
         assert done[key] >= acked[key]
+

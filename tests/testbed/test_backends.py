@@ -79,10 +79,9 @@ def test_an_unknown_backend_lists_the_known_ones() -> None:
 
 
 def test_a_refusal_names_the_file_and_the_reason() -> None:
-    with pytest.raises(RunRefused, match=r"^exp\.yaml: ocs\.rail_state_phase_barrier with "
-                       "provisioning is modelled on the sim backend only"):
-        SPECS[EMU].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")
-    SPECS[SIM].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")  # supported: nothing happens
+    with pytest.raises(RunRefused, match=r"^exp\.yaml: emulated points run one at a time"):
+        SPECS[EMU].require(PARALLEL_POINTS, "exp.yaml")
+    SPECS[SIM].require(PARALLEL_POINTS, "exp.yaml")  # supported: nothing happens
 
 
 def test_resolve_refuses_what_the_file_asks_for_and_the_backend_cannot_run() -> None:
