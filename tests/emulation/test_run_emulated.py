@@ -165,16 +165,20 @@ def test_phase_barrier_on_demand_end_to_end(tmp_path: Path, no_leftovers: list[s
     assert closers > 0
 
 
-def test_rail_state_ack_timeout_end_to_end(tmp_path: Path, no_leftovers: list[str]) -> None:
-    """Rail-state on demand with ``ocs.rail_state_ack_timeout_s`` on the emulator: at 2 s per
-    switch and a 0.4 s timeout (model time) switching calls go on without their light, each
-    recorded as ``ack_timeout`` then ``late_ack`` and counted in its call record, the late
-    ack later than the rank went on; the controller completes each such call only after its
-    ack, refuses no completion, and the run ends with every byte."""
+@pytest.mark.parametrize("artifact_port", [None, 0], ids=["opus", "artifact-protocol"])
+def test_rail_state_ack_timeout_end_to_end(tmp_path: Path, no_leftovers: list[str],
+                                           artifact_port: int | None) -> None:
+    """Rail-state on demand with ``ocs.rail_state_ack_timeout_s`` on the emulator, over the
+    project's protocol and the artifact's: at 2 s per switch and a 0.4 s timeout (model time)
+    switching calls go on without their light, each recorded as ``ack_timeout`` then
+    ``late_ack`` and counted in its call record, the late ack later than the rank went on; the
+    controller completes each such call only after its ack, refuses no completion, and the
+    run ends with every byte."""
     timeout_s = 0.4
     cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state",
                                         switching_delay=2000.0, iterations=1, warmup=1,
-                                        rail_state_ack_timeout_s=timeout_s)
+                                        rail_state_ack_timeout_s=timeout_s,
+                                        artifact_port=artifact_port)
     out = tmp_path / "ack-timeout"
     summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
     no_leftovers.append(_prefix(out))
