@@ -1,7 +1,7 @@
 """Watch every place an emulated run can lose a frame, from outside the run (issue 35).
 
-    python scripts/drop_watch.py OUT.jsonl [PERIOD_S]     # until interrupted (SIGINT/SIGTERM)
-    python scripts/drop_watch.py summary OUT.jsonl        # what grew while the run was up
+    python scripts/drop_watch.py OUT.jsonl [PERIOD_S [PID]]   # until SIGINT/SIGTERM
+    python scripts/drop_watch.py summary OUT.jsonl [NAME...]  # what grew while the run was up
 
 Each ``PERIOD_S`` (default 0.5) it appends one JSON line with, where it can read them:
 
@@ -10,15 +10,23 @@ Each ``PERIOD_S`` (default 0.5) it appends one JSON line with, where it can read
 * ``tc``: per interface of the root namespace (the bridges' ports), the qdisc's ``dropped`` and
   ``overlimits`` (HTB, :mod:`emulator.shaping`);
 * ``ranks``: per Mininet host (``mininet:NAME`` shells), its namespace's ``TcpExt``/``Tcp``
-  counters that name a drop (``ListenOverflows``, ``ListenDrops``, ``TCPReqQFullDrop``,
-  ``TCPBacklogDrop``, ``TCPTimeouts``, ``TCPSynRetrans``, ...) and each interface's rx/tx drops
-  (``/proc/PID/net/...``: no process is entered);
+  counters that name a drop, a timer or a reordering (``ListenOverflows``, ``ListenDrops``,
+  ``TCPReqQFullDrop``, ``TCPBacklogDrop``, ``TCPTimeouts``, ``TCPSynRetrans``,
+  ``TCPDSACKRecv``, ...) and each interface's rx/tx drops (``/proc/PID/net/...``: no process
+  is entered);
 * ``ovs``: per private ``ovs-vswitchd`` (its ``--unixctl`` socket), the coverage counters that
-  name a drop or an upcall (``coverage/read-counter``) and ``dpctl/show``'s ``lost``.
+  name a drop or an upcall (``coverage/show``) and ``dpctl/show``'s hits, misses and ``lost``;
+* ``links``: the root namespace's interface names by ifindex (a ``tcpdump -i any`` capture
+  names ports by ifindex only).
 
-It only reads: nothing of the run is changed or stopped. ``summary`` prints, per source, the
-counters that grew between the first and the last line that saw it, with the time of the
-growth (to set against a stalled call's acknowledgement).
+It sees every run on the machine (names carry each run's prefix) and changes none, except
+that with ``PID`` (the ``opus-testbed`` process of the run under study) the vswitchds that
+process started log every datapath flow they install, change or delete (``dpif`` and
+``dpif_netdev`` at debug level) into that run's ``emulator/ovs-<bridge>.log``.
+
+``summary`` prints the counters that grew between the first and the last line that saw them,
+with the time of each growth (to set against a stalled call's acknowledgement); the busiest
+ones (forwarding, upcalls, ``TCPFastRetrans``, ...) only when a ``NAME`` given matches them.
 """
 
 from __future__ import annotations
@@ -37,7 +45,10 @@ RANK_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop", "TCPReqQFu
                  "TCPBacklogDrop", "TCPTimeouts", "TCPSynRetrans", "TCPFastRetrans",
                  "TCPLossProbes", "TCPAbortOnTimeout", "TCPMinTTLDrop", "PAWSEstabRejected",
                  "TCPTimeWaitOverflow", "OutRsts", "InErrs", "AttemptFails", "EstabResets",
-                 "TCPAbortOnData", "TCPAbortOnClose", "TCPSpuriousRTOs")
+                 "TCPAbortOnData", "TCPAbortOnClose", "TCPSpuriousRTOs",
+                 # a fast retransmission of a segment that was not lost (reordering)
+                 "TCPDSACKRecv", "TCPDSACKUndo", "TCPSACKReorder", "TCPTSReorder",
+                 "TCPRenoReorder", "TCPLostRetransmit", "RetransSegs")
 OVS_COUNTERS = ("datapath_drop_upcall_error", "datapath_drop_lock_error",
                 "datapath_drop_userspace_action_error", "datapath_drop_invalid_port",
                 "datapath_drop_invalid_bond", "datapath_drop_invalid_tnl_port",
