@@ -12,8 +12,9 @@ Each ``PERIOD_S`` (default 0.5) it appends one JSON line with, where it can read
 * ``ranks``: per Mininet host (``mininet:NAME`` shells), its namespace's ``TcpExt``/``Tcp``
   counters that name a drop, a timer or a reordering (``ListenOverflows``, ``ListenDrops``,
   ``TCPReqQFullDrop``, ``TCPBacklogDrop``, ``TCPTimeouts``, ``TCPSynRetrans``,
-  ``TCPDSACKRecv``, ...) and each interface's rx/tx drops (``/proc/PID/net/...``: no process
-  is entered);
+  ``TCPDSACKRecv``, ...) and each interface's rx/tx drops (``/proc/PID/net/...``), and its
+  qdiscs' drops (``tc`` run in its network namespace through ``nsenter``);
+* ``dev``: the root namespace's interface drops (``/proc/net/dev``: the bridges' ports);
 * ``ovs``: per private ``ovs-vswitchd`` (its ``--unixctl`` socket), the coverage counters that
   name a drop or an upcall (``coverage/show``) and ``dpctl/show``'s hits, misses and ``lost``;
 * ``links``: the root namespace's interface names by ifindex (a ``tcpdump -i any`` capture
@@ -97,11 +98,14 @@ def softnet() -> int:
                if line.strip())
 
 
-def tc_root() -> dict[str, list[int]]:
-    """Root qdisc of each root-namespace interface: [sent packets, dropped, overlimits]."""
+def tc_root(pid: int | None = None) -> dict[str, list[int]]:
+    """Root qdisc of each interface of the root namespace (or of ``pid``'s, read by ``tc`` run
+    in it through ``nsenter``): [sent packets, dropped, overlimits]."""
+    cmd = ["tc", "-s", "qdisc", "show"]
+    if pid is not None:
+        cmd = ["nsenter", f"--net=/proc/{pid}/ns/net", *cmd]
     try:
-        text = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True,
-                              timeout=5).stdout
+        text = subprocess.run(cmd, capture_output=True, text=True, timeout=5).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     out: dict[str, list[int]] = {}
@@ -192,8 +196,10 @@ def snapshot() -> dict[str, Any]:
         counters = (_pairs(_read(f"/proc/{pid}/net/snmp"))
                     | _pairs(_read(f"/proc/{pid}/net/netstat")))
         devs = {d: v for d, v in _dev_drops(_read(f"/proc/{pid}/net/dev")).items() if d != "lo"}
-        ranks[name] = {"tcp": counters, "dev": devs}
-    return {"t": time.time(), "softnet": softnet(), "tc": tc_root(), "ranks": ranks,
+        ranks[name] = {"tcp": counters, "dev": devs, "tc": tc_root(pid)}
+    root_devs = {d: v for d, v in _dev_drops(_read("/proc/net/dev")).items() if d != "lo"}
+    return {"t": time.time(), "softnet": softnet(), "tc": tc_root(), "dev": root_devs,
+            "ranks": ranks,
             "ovs": {ctl: ovs(ctl) for ctl in vswitchd_sockets()}, "links": links()}
 
 
@@ -229,7 +235,12 @@ def _flatten(snap: dict[str, Any]) -> dict[str, int]:
     for dev, (_sent, dropped, over) in snap["tc"].items():
         flat[f"tc.{dev}.dropped"] = dropped
         flat[f"tc.{dev}.overlimits"] = over
+    for dev, (_rx, rxd, _tx, txd) in snap.get("dev", {}).items():
+        flat[f"dev.{dev}.rx_drop"] = rxd
+        flat[f"dev.{dev}.tx_drop"] = txd
     for host, rec in snap["ranks"].items():
+        for dev, (_sent, dropped, _over) in rec.get("tc", {}).items():
+            flat[f"{host}.tc.{dev}.dropped"] = dropped
         for name, v in rec["tcp"].items():
             flat[f"{host}.{name}"] = v
         for dev, (_rx, rxd, _tx, txd) in rec["dev"].items():
