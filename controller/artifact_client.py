@@ -14,7 +14,10 @@ every process group at start), encodes each gated call as the artifact's shim do
 data-parallel call as counter ``stage * 1e6 + n``) and waits for its ``CONFIG_ACK``. A
 prediction (rail-state provisioning) sends the predicted call's request early, as the artifact's
 provisioning does; the call itself then only waits for its answer. The protocol has no
-completion message and no error reply: a refused request times out.
+completion message and no error reply: a refused request times out. With ``go_on_after_s`` (the
+rail-state ``ocs.rail_state_ack_timeout_s``) a call goes on without an answer that has not come
+that long after it began waiting, as the artifact's shim does after 10 s; the reader thread
+counts the late ``CONFIG_ACK`` against its own request (never a later one's) and reports it.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controller.artifact import DP_BACKEND, comm_id, encode_request
 from controller.job import JobSpec
-from controller.shim import CollectiveGrant, ControllerUnavailable, ShimError
+from controller.shim import CollectiveGrant, ControllerUnavailable, LateAckHook, ShimError
 
 
 class ArtifactConnection:
@@ -49,6 +52,8 @@ class ArtifactConnection:
         self.acked: dict[str, int] = {}  # comm -> CONFIG_ACKs received
         self.ack_times: dict[str, list[float]] = {}  # comm -> time.time() of each CONFIG_ACK
         self.other: list[str] = []  # lines that are neither
+        # (comm, ticket) -> called with the time its CONFIG_ACK came (a request gone on without)
+        self._watch: dict[tuple[str, int], Callable[[float], None]] = {}
         self.closed = False
         self._reader = threading.Thread(target=self._read, daemon=True, name="artifact-reader")
         self._reader.start()
@@ -81,23 +86,39 @@ class ArtifactConnection:
             return self.domains[comm]
 
     def wait_ack(self, comm: str, ticket: int, timeout_s: float,
-                 cancelled: threading.Event | None = None) -> float:
+                 cancelled: threading.Event | None = None,
+                 go_on_after_s: float | None = None) -> float | None:
         """Wait for the ``CONFIG_ACK`` that answers request ``ticket`` of ``comm``; returns
-        when it came (``time.time()``)."""
-        deadline = time.monotonic() + timeout_s
+        when it came (``time.time()``), or None once ``go_on_after_s`` passed without it."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        go_on = t0 + go_on_after_s if go_on_after_s is not None else float("inf")
         with self._lock:
             while self.acked.get(comm, 0) <= ticket:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = min(deadline, go_on) - now
                 if self.closed:
                     raise ControllerUnavailable("the controller closed the connection")
                 if cancelled is not None and cancelled.is_set():
                     raise ShimError(f"cancelled while waiting for CONFIG_ACK of {comm[:16]}")
+                if now >= go_on:
+                    return None
                 if left <= 0:
                     raise ControllerUnavailable(
                         f"no CONFIG_ACK for comm {comm[:16]} request {ticket} within "
                         f"{timeout_s} s")
                 self._lock.wait(min(left, 0.25))
             return self.ack_times[comm][ticket]
+
+    def watch(self, comm: str, ticket: int, hook: Callable[[float], None]) -> None:
+        """Call ``hook`` with the time the ``CONFIG_ACK`` of request ``ticket`` of ``comm``
+        comes (at once if it came already): a request the rank went on without."""
+        with self._lock:
+            if self.acked.get(comm, 0) <= ticket:
+                self._watch[(comm, ticket)] = hook
+                return
+            t = self.ack_times[comm][ticket]
+        hook(t)
 
     def _read(self) -> None:
         buf = b""
@@ -119,16 +140,21 @@ class ArtifactConnection:
 
     def _on_line(self, line: str, t: float) -> None:
         header, _, body = line.partition(";")
+        hook: Callable[[float], None] | None = None
         with self._lock:
             if header == "CHECKIN_ACK":
                 comm, _, domain = body.partition(",")
                 self.domains[comm] = int(domain)
             elif header == "CONFIG_ACK":
-                self.acked[body] = self.acked.get(body, 0) + 1
+                ticket = self.acked.get(body, 0)
+                self.acked[body] = ticket + 1
                 self.ack_times.setdefault(body, []).append(t)
+                hook = self._watch.pop((body, ticket), None)
             else:
                 self.other.append(line)
             self._lock.notify_all()
+        if header == "CONFIG_ACK" and hook is not None:
+            hook(t)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -180,12 +206,16 @@ class ArtifactRank:
 
     def __init__(self, host: str, port: int, local_rank: int, comms: Mapping[str, CommPlan],
                  *, ack_timeout_s: float = 60.0, job_id: str = "",
-                 seqs: dict[str, int] | None = None, source_ip: str | None = None) -> None:
+                 seqs: dict[str, int] | None = None, source_ip: str | None = None,
+                 go_on_after_s: float | None = None,
+                 on_late_ack: LateAckHook | None = None) -> None:
         self.host, self.port = host, port
         self.source_ip = source_ip
         self.local_rank = local_rank
         self.comms = dict(comms)
         self.ack_timeout_s = ack_timeout_s
+        self.go_on_after_s = go_on_after_s  # a call goes on without its answer after this
+        self.on_late_ack = on_late_ack
         self.job_id = job_id
         self.seqs: dict[str, int] = seqs if seqs is not None else {}
         self._conn: ArtifactConnection | None = None
@@ -227,13 +257,21 @@ class ArtifactRank:
                 ticket = self._tickets[(group, seq)] = conn.request(plan.comm, backend, counter)
             return ticket
 
-    def wait(self, group: str, seq: int, ticket: int) -> float:
+    def wait(self, group: str, seq: int, ticket: int) -> bool:
+        """Wait for call ``seq`` of ``group``'s answer: True when it came, False when the call
+        goes on without it (``go_on_after_s``; its late answer is reported to
+        ``on_late_ack``)."""
         plan = self.comms[group]
-        t = self.connection().wait_ack(plan.comm, ticket, self.ack_timeout_s, self.cancelled)
+        conn = self.connection()
+        t = conn.wait_ack(plan.comm, ticket, self.ack_timeout_s, self.cancelled,
+                          self.go_on_after_s)
         with self._lock:
             self._tickets.pop((group, seq), None)
             self._done[group] = max(self._done.get(group, -1), seq)
-        return t
+        if t is None and self.on_late_ack is not None:
+            hook = self.on_late_ack
+            conn.watch(plan.comm, ticket, lambda t_late: hook(group, seq, False, t_late))
+        return t is not None
 
     def shim(self) -> ArtifactShim:
         return ArtifactShim(self)
@@ -272,7 +310,7 @@ class ArtifactShim:
         try:
             ticket = self.owner.ask(group, seq)
             assert ticket is not None
-            self.owner.wait(group, seq, ticket)
+            answered = self.owner.wait(group, seq, ticket)
         except ShimError:
             seqs[group] = seq
             raise
@@ -280,16 +318,23 @@ class ArtifactShim:
             seqs[group] = seq
             raise ControllerUnavailable(f"artifact protocol connection failed: {exc}") from exc
         # the protocol does not say whether the circuits had to switch
-        yield CollectiveGrant(group, seq, False, time.monotonic() - t0)
+        yield CollectiveGrant(group, seq, False, time.monotonic() - t0,
+                              timed_out=not answered)
 
     def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
-                axis: str = "") -> None:
+                axis: str = "", wait: bool = False) -> None:
         """Ask for a later call now (the artifact's provisioning request); a call its lane has
         already reached asks (or asked) for itself. (A request the controller refuses gets no
         answer, and ``CONFIG_ACK`` s are matched to requests in order, so none is sent in
-        vain.)"""
-        if seq >= self.owner.seqs.get(group, 0):
-            self.owner.ask(group, seq, early=True)
+        vain.) With ``wait``, return once that request is answered (the artifact's
+        ``topoprovision`` blocks so), at once for a call already answered."""
+        if seq < self.owner.seqs.get(group, 0) and not wait:
+            return
+        ticket = self.owner.ask(group, seq, early=True)
+        if wait and ticket is not None:
+            plan = self.owner.comms[group]
+            self.owner.connection().wait_ack(plan.comm, ticket, self.owner.ack_timeout_s,
+                                             self.owner.cancelled)
 
     def retarget(self, job_id: str, seqs: dict[str, int] | None = None) -> None:
         raise ShimError("the artifact's protocol has no failover: a job cannot be retargeted")

@@ -13,8 +13,10 @@ hello          job, rank, shim, req                                        welco
 intent         job, rank, shim, req, group, seq, kind, size_bytes, axis    ack / error
 complete       job, rank, shim, group, seq, next (null or {group, seq,     none (error if bad)
                kind, size_bytes, axis}: the predicted next call)
-predict        job, rank, shim, group, seq, kind, size_bytes, axis: a      none (error if bad)
-               call named ahead of time (rail-state provisioning)
+predict        job, rank, shim, group, seq, kind, size_bytes, axis: a      none (error if bad);
+               call named ahead of time (rail-state provisioning);         with answer: ready
+               with ``answer: true`` and ``req``, answered once the        once the call may
+               call may run without waiting for its switch                 run, or error
 heartbeat      job, rank, shim                                             heartbeat_ok
 bye            shim                                                        none
 register       req, job (see :meth:`controller.job.JobSpec.to_json`)       registered / error
@@ -24,7 +26,7 @@ ping / stats   req                                                         pong 
 
 Replies: ``welcome {req, controller, rail, ports}``, ``ack {req, group, seq, reconfigured, t_s}``,
 ``error {req, code, message}``, ``heartbeat_ok {controller}``, ``registered {req, job}``,
-``stats {req, counters}``.
+``stats {req, counters}``, ``ready {req, group, seq}``.
 """
 
 from __future__ import annotations

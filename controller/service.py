@@ -126,6 +126,9 @@ class ControllerService:
         self._started = threading.Event()
         self._sessions: dict[str, _Session] = {}
         self._inflight = 0
+        # predictions whose answer a shim waits for (the phase barrier under provisioning):
+        # (identity, req, job, group, seq, rank), answered once core.call_ready holds
+        self._ready_waits: list[tuple[bytes, object, str, str, int, int]] = []
         self._batcher = RailBatcher()  # decisions waiting for their rails, and in flight
         self.endpoint = ""
         #: the same socket in-process, for the artifact gateway (:mod:`controller.artifact_gateway`)
@@ -267,6 +270,20 @@ class ControllerService:
             self.events.write(out.events)
         for dec in out.decisions:
             self._start(self._batcher.submit(dec))
+        if self._ready_waits:
+            self._answer_ready()
+
+    def _answer_ready(self) -> None:
+        """Answer the waited predictions whose call may now run without waiting for its
+        switch (``OpusCore.call_ready``, the simulator's test too)."""
+        still = []
+        for wait in self._ready_waits:
+            identity, req, job_id, group, seq, rank = wait
+            if self.core.call_ready(job_id, group, seq, rank):
+                self._send(identity, {"type": "ready", "req": req, "group": group, "seq": seq})
+            else:
+                still.append(wait)
+        self._ready_waits = still
 
     def _start(self, batches: list[Batch]) -> None:
         for batch in batches:
@@ -356,7 +373,12 @@ class ControllerService:
         elif kind == "predict":
             intent = parse_intent(msg)
             self._touch(msg)
+            if msg.get("answer"):  # the shim waits until the predicted call may run
+                self._ready_waits.append((identity, req, intent.job_id, intent.group_id,
+                                          intent.seq, intent.rank))
             self._emit(self.core.predict(intent, now))
+            if self._ready_waits:
+                self._answer_ready()
         elif kind == "heartbeat":
             self._touch(msg)
             self._send(identity, {"type": "heartbeat_ok", "controller": self.controller_id})

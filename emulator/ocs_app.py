@@ -87,6 +87,7 @@ from controller.ocs import (
     RailDescription,
     Reconfiguration,
 )
+from emulator.dpflows import flows_entering
 from emulator.ocs_core import (
     CIRCUIT_PRIORITY,
     Barrier,
@@ -376,7 +377,9 @@ class OcsFabric:
             channel.send(dark.data + _counters_request(before, ports))
             counters = channel.wait([*dark.xids, *before], BARRIER_TIMEOUT_S)
             edges["t_applied_s"] = self.clock()
-            self._flusher(rail).flush()
+            # until no flow of a touched port is left (issue 35: emulator.dpflows)
+            edges["dark_purges"] = self._flusher(rail).flush_ports(self._port_names(rail,
+                                                                                    ports))
             edges["t_purged_s"] = self.clock()
             after = [self._xid() for _ in ports]
             light = self._batch(datapath, operations[wait + 1:])
@@ -392,6 +395,12 @@ class OcsFabric:
         if received:
             self._flusher(rail).flush()
         return bool(received)
+
+    def _port_names(self, rail: int, ports: Sequence[int]) -> list[str]:
+        """The datapath's names of ``rail``'s OpenFlow ``ports`` (``<bridge>-eth<port>``,
+        :mod:`emulator.naming`); none when the app knows no bridge name for the rail."""
+        bridge = self._bridges.get(rail)
+        return [f"{bridge}-eth{p}" for p in ports] if bridge else []
 
     def _light_at_s(self, delay: WaitDelay, t_applied_s: float) -> float:
         """When the additions may go out: the switching delay after the removal was confirmed
@@ -547,6 +556,10 @@ def _counters_request(xids: Sequence[int], ports: Sequence[int]) -> bytes:
     return b"".join(port_stats_request(xid, port) for xid, port in zip(xids, ports, strict=True))
 
 
+#: Purges a switch's dark period makes at most while a flow of a touched port survives them.
+MAX_DARK_PURGES = 5
+
+
 class _DatapathFlusher:
     """Purges OVS's datapath flow cache, so changed OpenFlow rules take effect at once.
 
@@ -563,6 +576,8 @@ class _DatapathFlusher:
         self._running = False
         self._waiting = 0  # callers waiting while another's purge runs
         self._client: Unixctl | None = None
+        self._dump_client: Unixctl | None = None  # flush_ports' dumps, under _dump_lock
+        self._dump_lock = threading.Lock()
         self.failures = 0
 
     @property
@@ -592,6 +607,30 @@ class _DatapathFlusher:
                     self._running = False
                     self._done = number
                     self._cond.notify_all()
+
+    def flush_ports(self, ports: Sequence[str]) -> int:
+        """Purge until a dump of the datapath shows no flow entering ``ports`` (names), at most
+        :data:`MAX_DARK_PURGES` times; the number of purges made. A purge skips a flow whose
+        revalidation is running, which then writes the dark table's ``drop`` into it
+        (:mod:`emulator.dpflows`); a dump that fails ends the loop (only timing suffers)."""
+        purges = 0
+        while True:
+            self.flush()
+            purges += 1
+            if purges >= MAX_DARK_PURGES or not ports:
+                return purges
+            with self._dump_lock:
+                try:
+                    if self._dump_client is None:
+                        self._dump_client = Unixctl(self._path)
+                    dump = self._dump_client.call("dpctl/dump-flows", "--names")
+                except (UnixctlError, OSError):
+                    if self._dump_client is not None:
+                        self._dump_client.close()
+                        self._dump_client = None
+                    return purges
+            if not flows_entering(dump, ports):
+                return purges
 
     def _purge(self) -> None:
         try:

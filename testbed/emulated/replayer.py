@@ -14,9 +14,12 @@ Lanes run as threads (see :mod:`testbed.plan.replay`); each comm-group lane wrap
 own :class:`~controller.shim.Shim`, all sharing one call profile so provisioning predicts across
 the rank's groups. Under rail-state semantics a call the plan does not gate runs without asking,
 and after a call with ``predict`` the rank names that call to the controller
-(:mod:`testbed.plan.requestpoints`). With ``artifact`` in the plan (``artifact_protocol``) the
-shims speak the public Opus artifact's line protocol over one TCP connection instead
-(:mod:`controller.artifact_client`). Inside a call, the steps travel over
+(:mod:`testbed.plan.requestpoints`); with ``rail_state_ack_timeout_s`` a call goes on without
+an ack that has not come that long after its intent (:class:`~controller.shim.Shim`'s
+``go_on_after_s``), recorded as ``ack_timeout`` and, as the ack comes, ``late_ack``
+(:func:`testbed.plan.records.ack_event_record`). With ``artifact`` in the plan
+(``artifact_protocol``) the shims speak the public Opus artifact's line protocol over one TCP
+connection instead (:mod:`controller.artifact_client`). Inside a call, the steps travel over
 :mod:`testbed.emulated.transport`: one fresh TCP connection per peer to the peer's rail address
 (only there: the circuits are lit), introduced with the iteration, collective id, sender and
 epoch, filler bytes counted by the receiving rank's listener per (iteration, collective, sender,
@@ -82,7 +85,12 @@ from testbed.metrics import tcpstats
 from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane, RankProgress
 from testbed.plan.rankplan import RankPlan, RankPlanError, ReplayPart, StandbyPlan, load_plan
-from testbed.plan.records import call_record, compute_record, iteration_record
+from testbed.plan.records import (
+    ack_event_record,
+    call_record,
+    compute_record,
+    iteration_record,
+)
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.plan.verify import CallData
 
@@ -222,6 +230,11 @@ class Replayer:
         self._control: dict[str, Any] = {}
         self._control_cv = threading.Condition()
         self.profile = CallProfile()
+        # calls that went on without their ack: (group, seq) -> (it, i) until the late ack
+        # comes; a late ack that beats its call's entry waits in _early (t, refused)
+        self._went_on: dict[tuple[str, int], tuple[int, int]] = {}
+        self._early: dict[tuple[str, int], tuple[float, bool]] = {}
+        self._late_lock = threading.Lock()
         if isinstance(plan, RankPlan):
             self._adopt(plan)
 
@@ -325,7 +338,8 @@ class Replayer:
             self._artifact = ArtifactRank(
                 str(art["host"]), int(art["port"]), int(art["local_rank"]),
                 {g: CommPlan.from_json(c) for g, c in art["comms"].items()},
-                ack_timeout_s=self.ack_timeout_s, job_id=ep.job, seqs=ep.seqs)
+                ack_timeout_s=self.ack_timeout_s, job_id=ep.job, seqs=ep.seqs,
+                go_on_after_s=self.replay.rail_state_ack_timeout_s, on_late_ack=self._late_ack)
         return self._artifact
 
     def _shim(self, ep: Epoch, lane: str) -> AnyShim:
@@ -340,10 +354,37 @@ class Replayer:
                 self.endpoint, ep.job, self.rank, ack_timeout_s=self.ack_timeout_s,
                 heartbeat_interval_s=HEARTBEAT_INTERVAL_S * self.time_dilation,
                 controller_silence_s=CONTROLLER_SILENCE_S * self.time_dilation,
-                profile=self.profile, seqs=ep.seqs)
+                profile=self.profile, seqs=ep.seqs,
+                go_on_after_s=self.replay.rail_state_ack_timeout_s, on_late_ack=self._late_ack)
         elif shim.job_id != ep.job:
             shim.retarget(ep.job, ep.seqs)
         return shim
+
+    def _went_on_without_ack(self, it: int, op: PlanOp, group: str, seq: int,
+                             t: float) -> None:
+        """Call ``seq`` of ``group`` went on without its ack at ``t`` (its late ack may
+        have come already)."""
+        self.emit(**ack_event_record("ack_timeout", self.rank, it, op.index, group, seq, t))
+        with self._late_lock:
+            early = self._early.pop((group, seq), None)
+            if early is None:
+                self._went_on[(group, seq)] = (it, op.index)
+        if early is not None:
+            self._emit_late(it, op.index, group, seq, *early)
+
+    def _late_ack(self, group: str, seq: int, refused: bool, t: float) -> None:
+        """A shim's drain read the late ack of a call that went on (a drain thread)."""
+        with self._late_lock:
+            where = self._went_on.pop((group, seq), None)
+            if where is None:
+                self._early[(group, seq)] = (t, refused)
+        if where is not None:
+            self._emit_late(*where, group, seq, t, refused)
+
+    def _emit_late(self, it: int, i: int, group: str, seq: int, t: float,
+                   refused: bool) -> None:
+        self.emit(**ack_event_record("late_ack", self.rank, it, i, group, seq, t),
+                  **({"refused": True} if refused else {}))
 
     def _close_shims(self) -> None:
         for shim in self._shims.values():
@@ -380,7 +421,7 @@ class Replayer:
         data = CallData(op.blocks, op.collective_id, it, self.rank) if op.blocks else None
         moved = [0, 0]  # sent, received
         first: tuple[int, float] | None = None  # the first segment's seq and ack
-        wait_s, reconfigured, retries = 0.0, False, 0
+        wait_s, reconfigured, retries, timeouts = 0.0, False, 0, 0
         for seg in op.call_segments:
             t_ask = time.time()
             while True:
@@ -388,6 +429,9 @@ class Replayer:
                     with shim.collective(seg.group, op.kind, op.size_bytes, op.axis,
                                          op.gated) as grant:
                         t_ack = time.time()
+                        if grant.timed_out:  # it goes on without the light
+                            timeouts += 1
+                            self._went_on_without_ack(it, op, grant.group_id, grant.seq, t_ack)
                         if barrier is not None and first is None:
                             with ep.lock:  # on demand, a phase's last call closes at its ack
                                 barrier.acked(self.rank, op.index, token)
@@ -403,6 +447,8 @@ class Replayer:
             reconfigured = reconfigured or grant.reconfigured
         assert first is not None
         extra: dict[str, Any] = {"retries": retries} if retries else {}
+        if timeouts:
+            extra["ack_timeouts"] = timeouts
         if op.segments:
             extra.update(segments=len(op.segments), segment_wait_s=wait_s)
         if data is not None:
@@ -413,14 +459,25 @@ class Replayer:
                   **extra, **self._epoch_fields(ep))
         if barrier is not None:
             with ep.lock:
-                opened = barrier.ended(self.rank, token)
+                opened = list(barrier.ended(self.rank, token))
             for (held,) in opened:
                 held.set()
         if op.predict >= 0:  # call numbers restart with each epoch's job
             with ep.lock:
                 target, seq, in_run = ep.progress.predicted(op, it)
+                # with provisioning, a phase's last call opens the barrier only once its
+                # prediction is answered (the artifact's blocking topoprovision)
+                answer = barrier is not None and barrier.provisioning and barrier.closed_by(
+                    self.rank, token)
             if in_run:
-                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis)
+                shim.predict(target.lane, seq, target.kind, target.size_bytes, target.axis,
+                             wait=answer)
+            if answer:
+                assert barrier is not None
+                with ep.lock:
+                    opened = list(barrier.answered(self.rank, token))
+                for (held,) in opened:
+                    held.set()
 
     def _steps(self, ep: Epoch, it: int, op: PlanOp, steps: range, data: CallData | None,
                moved: list[int]) -> None:
@@ -639,8 +696,9 @@ class Replayer:
         while True:
             inbox = self._inbox(number)
             assert inbox is not None
-            barrier = (PhaseBarrier({self.rank: self.ops}) if self.replay.phase_barrier
-                       else None)
+            barrier = (PhaseBarrier({self.rank: self.ops},
+                                    provisioning=self.replay.phase_barrier_provisioning)
+                       if self.replay.phase_barrier else None)
             ep = Epoch(number, job, start, self.iterations, self.ops, inbox, barrier)
             self.current = ep
             if fo:  # a newer control may have come while we were getting here

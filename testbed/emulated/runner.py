@@ -42,12 +42,7 @@ from emulator import naming
 from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
-from testbed.experiment.backends import (
-    EMU,
-    PHASE_BARRIER_PROVISIONING,
-    RAIL_STATE_ACK_TIMEOUT,
-    backend_spec,
-)
+from testbed.experiment.backends import EMU, PHASE_BARRIER_PROVISIONING, backend_spec
 from testbed.experiment.config import RunSettings
 from testbed.experiment.dilation import (
     DilationError,
@@ -171,11 +166,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     cluster = cfg.workload.cluster
     spares = not cfg.no_spares
     rail_state = cfg.effective_semantics == RAIL_STATE
-    emu = backend_spec(EMU)
-    if rail_state and cfg.rail_state_ack_timeout_s is not None and cfg.mode != "baseline":
-        emu.require(RAIL_STATE_ACK_TIMEOUT, cfg.source)
     if rail_state and cfg.rail_state_phase_barrier and cfg.mode == "provisioning":
-        emu.require(PHASE_BARRIER_PROVISIONING, cfg.source)
+        backend_spec(EMU).require(PHASE_BARRIER_PROVISIONING, cfg.source)
     k = prep.time_dilation
     try:
         wall_mbps = wall_link_mbps(prep.link_mbps, k)

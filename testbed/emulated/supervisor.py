@@ -172,11 +172,18 @@ class Supervisor:
                 "after_epoch": self.epoch}
 
     def _phase_barrier(self) -> bool:
-        """Whether the ranks run the artifact shim's phase barrier (rail-state, on demand: the
-        runner refuses it with provisioning)."""
+        """Whether the ranks run the artifact shim's phase barrier (rail-state; with
+        provisioning it waits for the answers to the ranks' predictions too)."""
         cfg = self.cfg
         return bool(cfg.rail_state_phase_barrier and cfg.effective_semantics == RAIL_STATE
                     and cfg.mode != "baseline")
+
+    def _rail_state_ack_timeout_s(self) -> float | None:
+        """How long a rank's call waits for its ack before it goes on (wall seconds: the
+        settings are the dilated ones); None: it waits for the light."""
+        cfg = self.cfg
+        on = cfg.effective_semantics == RAIL_STATE and cfg.mode != "baseline"
+        return cfg.rail_state_ack_timeout_s if on else None
 
     def _write_rank_plans(self) -> None:
         peers = {r: self.net.rank_address(r) for r in range(self.spec.num_ranks)}
@@ -197,7 +204,10 @@ class Supervisor:
                     addr=self.net.rank_address(rank), port=REPLAYER_PORT,
                     iterations=cfg.total_iterations, ops=tuple(ops),
                     gate=self.gate.paths.to_json() if self.gate is not None else None,
-                    artifact=artifact, phase_barrier=self._phase_barrier()))
+                    artifact=artifact, phase_barrier=self._phase_barrier(),
+                    phase_barrier_provisioning=self._phase_barrier()
+                    and self.cfg.mode == "provisioning",
+                    rail_state_ack_timeout_s=self._rail_state_ack_timeout_s()))
             self._rank_plan_path(rank).write_text(json.dumps(rank_plan.to_json()))
 
     def _start(self, host: int, plan_path: Path, log_name: str) -> None:

@@ -22,14 +22,12 @@ EMU, SIM, TORCH = "emu", "sim", "torch"
 ARTIFACT_PROTOCOL = "artifact_protocol"  # ranks that speak the artifact's protocol
 TORCH_SCRIPT = "torch_script"  # a PyTorch script's workload
 TIME_DILATION = "time_dilation"  # a set dilation factor other than 1
-RAIL_STATE_ACK_TIMEOUT = "rail_state_ack_timeout_s"  # ocs.rail_state_ack_timeout_s
-RAIL_STATE_PHASE_BARRIER = "rail_state_phase_barrier"  # ocs.rail_state_phase_barrier
-#: the phase barrier under provisioning: it waits for the answer to the rank's prediction
+#: the phase barrier under provisioning (ocs.rail_state_phase_barrier with mode provisioning)
 PHASE_BARRIER_PROVISIONING = "rail_state_phase_barrier_provisioning"
 PARALLEL_POINTS = "parallel_points"  # sweep points run side by side (sweep --engine ray/dask)
 RIVAL_PLANE = "rival_plane"  # controller.plane static or rotor (issue 40)
-FEATURES = (ARTIFACT_PROTOCOL, TORCH_SCRIPT, TIME_DILATION, RAIL_STATE_ACK_TIMEOUT,
-            RAIL_STATE_PHASE_BARRIER, PHASE_BARRIER_PROVISIONING, PARALLEL_POINTS, RIVAL_PLANE)
+FEATURES = (ARTIFACT_PROTOCOL, TORCH_SCRIPT, TIME_DILATION, PHASE_BARRIER_PROVISIONING,
+            PARALLEL_POINTS, RIVAL_PLANE)
 _RIVAL_SIM_ONLY = ("controller.plane static and rotor run on the sim backend only (issue 40: "
                    "their relays through GPUs are not built on the {what}); use --backend sim")
 
@@ -82,12 +80,11 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
         EMU, "the emulator: Mininet hosts replay the ranks over TCP through Open vSwitch "
         "rails, on the wall clock", selectable=True, clock="wall", needs_root=True,
         dilates=True, judged=True, refuses={
-            RAIL_STATE_ACK_TIMEOUT: "ocs.rail_state_ack_timeout_s is modelled on the sim "
-            "backend only (the emulated shim waits for its ack); use --backend sim or set it "
-            "to null",
             PHASE_BARRIER_PROVISIONING: "ocs.rail_state_phase_barrier with provisioning is "
-            "modelled on the sim backend only (the barrier waits for the answer to the rank's "
-            "prediction, which the emulated shim does not get; on demand it runs on both); use "
+            "modelled on the sim backend only: the emulated ranks' lanes issue calls that "
+            "become ready together in no set order, so a phase's last call may start before an "
+            "earlier call of the plan, hold it at the barrier, and wait for the answer to a "
+            "prediction that needs it (a deadlock the simulator's ordered start avoids); use "
             "--backend sim, mode on-demand, or set it to false",
             PARALLEL_POINTS: "emulated points run one at a time on this machine; --engine is "
             "for the sim backend",

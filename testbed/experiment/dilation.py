@@ -293,14 +293,16 @@ def wall_link_mbps(link_mbps: float, k: float) -> float:
 
 def wall_settings(cfg: Any, k: float) -> Any:
     """``cfg`` (a RunSettings) as the emulator runs it at ``k``: the switching delay, the
-    acknowledgement timeout, the failover timings and the injected faults' times ``k`` times
-    longer. The link rate and the compute are dilated where they are applied (the network's
-    spec, the replayer)."""
+    acknowledgement timeouts (the shim's patience and the rail-state one), the failover
+    timings and the injected faults' times ``k`` times longer. The link rate and the compute
+    are dilated where they are applied (the network's spec, the replayer)."""
     if k == 1:
         return cfg
     from controller.ocs import resolve_switching_delay_ms
 
     changes: dict[str, Any] = {"ack_timeout_s": cfg.ack_timeout_s * k}
+    if getattr(cfg, "rail_state_ack_timeout_s", None) is not None:
+        changes["rail_state_ack_timeout_s"] = cfg.rail_state_ack_timeout_s * k
     if cfg.mode != "baseline":
         changes["switching_delay"] = resolve_switching_delay_ms(cfg.switching_delay) * k
     failover = getattr(cfg, "failover", None)

@@ -97,7 +97,9 @@ class Scheduling:
                                       choices=INFLIGHT)
     rail_state_ack_timeout_s: float | None = option(
         None, "Rail-state: how long a rank waits for its ack before it goes on without it (the "
-        "artifact's shim: 10); null: it waits for the light. Sim backend only.", unit="s",
+        "artifact's shim: 10; model time, dilated with every other timeout); the late ack is "
+        "dropped and the call's completion waits for it. null: it waits for the light.",
+        unit="s",
         check=lambda v: None if v > 0 else (
             f"must be a positive number of seconds or null (wait for the light), got {v!r}"),
         default_text="null (wait for the light)")

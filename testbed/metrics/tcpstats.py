@@ -24,6 +24,8 @@ COUNTERS: tuple[str, ...] = (
     "TCPFastRetrans",   # retransmissions on duplicate ACKs (no timer)
     "DelayedACKs",      # ACKs sent by the delayed-ACK timer (>= 40 ms on the wall)
     "ActiveOpens",      # connections this namespace opened
+    "ListenOverflows",  # SYNs or handshakes' ACKs a listener dropped: its accept queue was full
+    "ListenDrops",      # SYNs a listener dropped for any reason (overflows included)
 )
 #: The counters that are wall-clock timers (their firing costs a fixed wall time).
 TIMER_COUNTERS: tuple[str, ...] = ("TCPTimeouts", "TCPSynRetrans", "TCPLossProbes",
@@ -110,8 +112,12 @@ def stall_fault(counts: Mapping[str, Any] | None, time_dilation: float = 1.0) ->
     if not any(fired.values()):
         return None
     wall_s = sum(n * STALL_MIN_WALL_S[name] for name, n in fired.items())
+    listener = int(total.get("ListenDrops", 0))
+    where = (f"{listener} SYNs were dropped by a rank's full listen queue" if listener else
+             "a frame was lost outside a switch (docs/performance.md, \"Lost SYNs\", names "
+             "the causes found)")
     return (f"TCP's own timers fired in the measured iterations ({fired['TCPTimeouts']} "
             f"retransmission timeouts, {fired['TCPSynRetrans']} SYN retransmissions): each "
             f"stalled a transfer for a wall time no model has (>= {wall_s:.1f} s in all, "
-            f">= {wall_s / time_dilation:.2f} s of model time at k = {time_dilation:g}); a "
-            "frame was lost outside a switch")
+            f">= {wall_s / time_dilation:.2f} s of model time at k = {time_dilation:g}); "
+            + where)

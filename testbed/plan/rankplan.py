@@ -49,7 +49,11 @@ class ReplayPart:
     ``addr``:``port``; ``gate`` (the start gate's pipes, :class:`testbed.emulated.gate
     .GatePaths` in JSON form) and ``artifact`` (the artifact protocol's host, port, local rank
     and comms) when the run has them; ``phase_barrier``: the rank runs the artifact shim's
-    phase barrier (:mod:`testbed.plan.phasebarrier`, on demand)."""
+    phase barrier (:mod:`testbed.plan.phasebarrier`), with ``phase_barrier_provisioning`` in
+    the provisioning order (it also waits for the answer to the rank's prediction);
+    ``rail_state_ack_timeout_s``:
+    a call goes on without its ack after this long (wall seconds: the run's
+    ``ocs.rail_state_ack_timeout_s`` times its dilation; None: it waits for the light)."""
 
     addr: str
     port: int
@@ -58,6 +62,8 @@ class ReplayPart:
     gate: dict[str, str] | None = None
     artifact: dict[str, Any] | None = None
     phase_barrier: bool = False
+    rail_state_ack_timeout_s: float | None = None
+    phase_barrier_provisioning: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"addr": self.addr, "port": self.port,
@@ -69,6 +75,10 @@ class ReplayPart:
             out["artifact"] = self.artifact
         if self.phase_barrier:
             out["phase_barrier"] = True
+        if self.rail_state_ack_timeout_s is not None:
+            out["rail_state_ack_timeout_s"] = self.rail_state_ack_timeout_s
+        if self.phase_barrier_provisioning:
+            out["phase_barrier_provisioning"] = True
         return out
 
     @classmethod
@@ -77,7 +87,10 @@ class ReplayPart:
                    tuple(PlanOp.from_json(o) for o in d["ops"]),
                    {str(k): str(v) for k, v in d["gate"].items()} if d.get("gate") else None,
                    dict(d["artifact"]) if d.get("artifact") else None,
-                   bool(d.get("phase_barrier", False)))
+                   bool(d.get("phase_barrier", False)),
+                   None if d.get("rail_state_ack_timeout_s") is None
+                   else float(d["rail_state_ack_timeout_s"]),
+                   bool(d.get("phase_barrier_provisioning", False)))
 
 
 @dataclass(frozen=True)

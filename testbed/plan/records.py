@@ -1,4 +1,5 @@
-"""The rank records every backend writes: a call, a compute block, an iteration (typed).
+"""The rank records every backend writes: a call, a compute block, an iteration, and a call
+that went on without its ack (typed).
 
 One definition of their fields, used by the three writers: the emulated replayer
 (:mod:`testbed.emulated.replayer`, JSON lines), the simulator (:mod:`testbed.simulator.engine`,
@@ -8,6 +9,13 @@ the fields of a real ``torch.distributed`` call). A record *is* its JSON form: a
 convert) while mypy checks every field name and type at each writer and reader. Times are
 seconds: wall-clock (``time.time()``) in the emulator, the virtual clock's in the simulator.
 ``rank`` comes last in the JSON form, as the records were written before this module.
+
+Under ``ocs.rail_state_ack_timeout_s`` a call whose ack came too late went on without it: both
+backends then write an ``ack_timeout`` record when it went on and a ``late_ack`` record when the
+ack came (:func:`ack_event_record`), and the call's record counts its segments that went on
+(``ack_timeouts``, absent when none did). The rule itself (go on that long after the intent, drop
+the late ack, complete the controller's call once both the call ended and the ack came) is
+written in :mod:`controller.shim` (the emulator) and :mod:`testbed.simulator.engine`.
 
 The builders take the plan op (:class:`~testbed.plan.replay.PlanOp`) for the fields a call's
 plan fixes (lane, kind, axis, collective id, tag, byte counts), so no writer spells them.
@@ -19,8 +27,9 @@ from typing import Literal, NotRequired, TypedDict
 
 from testbed.plan.replay import PlanOp
 
-__all__ = ["CallRecord", "ComputeRecord", "IterationRecord", "TorchCallRecord", "call_record",
-           "compute_record", "iteration_record", "torch_call_record"]
+__all__ = ["AckEventRecord", "CallRecord", "ComputeRecord", "IterationRecord", "TorchCallRecord",
+           "ack_event_record", "call_record", "compute_record", "iteration_record",
+           "torch_call_record"]
 
 
 class _CallFields(TypedDict):
@@ -51,6 +60,7 @@ class CallRecord(_CallFields):
     t_ack: float
     t_end: float
     retries: NotRequired[int]  # asked again after a failed switch (protocol.may_retry)
+    ack_timeouts: NotRequired[int]  # segments that went on without their ack (rail-state)
     segments: NotRequired[int]  # a call with segments: how many, and their waits summed
     segment_wait_s: NotRequired[float]
     verified: NotRequired[bool]  # verify plans: every block the rank owns ended right
@@ -94,6 +104,24 @@ class IterationRecord(TypedDict):
     t_start: float
     t_end: float
     epoch: NotRequired[int]
+
+
+class AckEventRecord(TypedDict):
+    """Call ``seq`` of ``group`` (op ``i`` of iteration ``it``) went on without its ack at
+    ``t`` (``ack_timeout``), or its ack came late at ``t`` (``late_ack``)."""
+
+    ev: Literal["ack_timeout", "late_ack"]
+    it: int
+    i: int
+    group: str
+    seq: int
+    t: float
+    rank: int
+
+
+def ack_event_record(ev: Literal["ack_timeout", "late_ack"], rank: int, it: int, i: int,
+                     group: str, seq: int, t: float) -> AckEventRecord:
+    return {"ev": ev, "it": it, "i": i, "group": group, "seq": seq, "t": t, "rank": rank}
 
 
 def call_record(op: PlanOp, rank: int, it: int, seq: int, reconfigured: bool, t_intent: float,

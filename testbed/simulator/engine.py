@@ -62,7 +62,12 @@ from controller.railstate import (
 from testbed.experiment.config import RunSettings
 from testbed.plan.phasebarrier import PhaseBarrier
 from testbed.plan.progress import Lane
-from testbed.plan.records import call_record, compute_record, iteration_record
+from testbed.plan.records import (
+    ack_event_record,
+    call_record,
+    compute_record,
+    iteration_record,
+)
 from testbed.plan.replay import COMPUTE_LANE, PlanOp
 from testbed.simulator.gcpause import collector_paused
 from testbed.simulator.invariants import CircuitInvariants, InvariantViolation
@@ -394,8 +399,8 @@ class PlanSimulation:
         if key in self._timed_out:  # late: the shim no longer waits for it
             self._timed_out.discard(key)
             self.counters["late_acks"] += 1
-            self._emit(call.rank.rank, ev="late_ack", it=call.it, i=call.op.index, group=group,
-                       seq=seq, t=self.now)
+            self._record(cast(Record, ack_event_record("late_ack", call.rank.rank, call.it,
+                                                       call.op.index, group, seq, self.now)))
             if key in self._late_complete:
                 nxt = self._late_complete.pop(key)
                 self._at(self.now + self._control_s(), self._complete, call, group, seq, nxt)
@@ -411,8 +416,9 @@ class PlanSimulation:
             return
         self._timed_out.add(key)
         self.counters["ack_timeouts"] += 1
-        self._emit(call.rank.rank, ev="ack_timeout", it=call.it, i=call.op.index, group=group,
-                   seq=seq, t=self.now)
+        call.ack_timeouts += 1
+        self._record(cast(Record, ack_event_record("ack_timeout", call.rank.rank, call.it,
+                                                   call.op.index, group, seq, self.now)))
         self._acked(call, False)
 
     def _acked(self, call: Call, reconfigured: bool) -> None:
@@ -697,6 +703,8 @@ class PlanSimulation:
         if op.segments:
             record["segments"] = len(call.segments)
             record["segment_wait_s"] = call.wait_s
+        if call.ack_timeouts:
+            record["ack_timeouts"] = call.ack_timeouts
         self._record(cast(Record, record))
         self._op_done(call.lane, op)
         if self._barrier is not None:

@@ -63,10 +63,10 @@ class Flow:
 
 
 class Call:
-    __slots__ = ("conns", "end_k", "finishing", "first_seq", "group", "it", "k", "lane", "last",
-                 "op", "rank", "received", "reconfigured", "seg", "seg_intent", "segments",
-                 "sent", "seq", "sync_open", "t_ack", "t_intent", "undelivered", "wait_s",
-                 "waiting")
+    __slots__ = ("ack_timeouts", "conns", "end_k", "finishing", "first_seq", "group", "it", "k",
+                 "lane", "last", "op", "rank", "received", "reconfigured", "seg", "seg_intent",
+                 "segments", "sent", "seq", "sync_open", "t_ack", "t_intent", "undelivered",
+                 "wait_s", "waiting")
 
     def __init__(self, rank: RankState, lane: Lane, op: PlanOp, it: int, t_intent: float) -> None:
         self.rank = rank
@@ -85,6 +85,7 @@ class Call:
         self.sent = 0
         self.received = 0
         self.reconfigured = False
+        self.ack_timeouts = 0  # segments that went on without their ack (rail-state timeout)
         self.undelivered = 0
         self.waiting = 0
         self.sync_open = 0  # sends of the current (sync) step not yet arrived

@@ -402,3 +402,37 @@ def test_rail_state_ungated_calls_stay_silent_and_predictions_provision(
     intents = [e for e in svc.events.records if e["event"] == "intent"]
     assert sorted((e["rank"], e["group"]) for e in intents) == [(0, "X"), (2, "X")]
     assert svc.core.counters["bit_flips"] == 2  # bits 0 and 1 set, once
+
+
+def test_a_waited_prediction_is_answered_once_its_call_may_run(tmp_path: Path) -> None:
+    """``predict`` with ``answer`` (the phase barrier under provisioning, as the artifact's
+    blocking provisioning request): the first member's wait is not answered while the call
+    still needs the other member's ask and a 0.3 s switch; both are answered once the switch is
+    done (``OpusCore.call_ready``, the simulator's test), and a prediction of a call already
+    lit is answered at once."""
+    groups = [CommGroup("A", "fsdp", (0, 1)), CommGroup("B", "fsdp", (2, 3)),
+              CommGroup("X", "pp", (0, 2), "pairs"), CommGroup("Y", "pp", (1, 3), "pairs")]
+    job = JobSpec.rail_optimized("j", 4, 1, 1, groups, stages={0: 0, 1: 0, 2: 1, 3: 1})
+    driver = SimOcsDriver({**job.ports_by_rail, 1: (1, 2, 3), 2: (1, 2, 3)}, 300.0,
+                          mode_by_rail={0: "electrical"})
+    svc = ControllerService(driver, event_log=EventLog(tmp_path / "events.jsonl", keep=True),
+                            config=CoreConfig(provisioning=True, semantics="rail-state"))
+    with svc, Shim(svc.endpoint, "j", 0, ack_timeout_s=10) as s0, \
+            Shim(svc.endpoint, "j", 2, ack_timeout_s=10) as s2:
+        svc.register_job(job)
+        answered: list[float] = []
+        t = threading.Thread(target=lambda: (s0.predict("X", 0, "send", 1024, "pp", wait=True),
+                                             answered.append(time.monotonic())), daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        wait_for(lambda: any(e["event"] == "speculative_intent" and e["rank"] == 0
+                             for e in svc.events.records), what="rank 0's prediction")
+        assert t.is_alive()  # the call still needs rank 2
+        s2.predict("X", 0, "recv", 1024, "pp", wait=True)
+        t.join(5)
+        assert answered and answered[0] - t0 >= 0.29  # after the switch
+        provisioned = [e for e in svc.events.records if e["event"] == "provisioned"]
+        assert [e["group"] for e in provisioned] == ["X"]
+        t1 = time.monotonic()
+        s0.predict("X", 0, "send", 1024, "pp", wait=True)  # lit now
+        assert time.monotonic() - t1 < 0.25

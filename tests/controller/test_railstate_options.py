@@ -114,6 +114,9 @@ def test_ack_timeout_lets_a_rank_go_on_without_the_light() -> None:
     assert sim.counters["late_acks"] == len(late) == len(timeouts)
     for r in timeouts:  # the rank went on before the light reached it
         assert late[(r["rank"], r["group"], r["seq"])] > r["t"]
+    went_on = {(r["rank"], r["it"], r["i"]) for r in timeouts}
+    assert went_on == {(r["rank"], r["it"], r["i"]) for r in calls if r.get("ack_timeouts")}
+    assert sum(r.get("ack_timeouts", 0) for r in calls) == len(timeouts)
     assert max(r["t_ack"] - r["t_intent"] for r in calls) <= 0.5 + 1e-9
     assert sum(1 for r in records if r["ev"] == "finished") == len(sim.ranks)
     _sim, waited = _tiny_rail_state(None)

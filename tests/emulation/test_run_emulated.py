@@ -171,3 +171,45 @@ def test_phase_barrier_on_demand_end_to_end(tmp_path: Path, no_leftovers: list[s
                       and c["t_ack"] + 0.001 < o["t_intent"] < c["t_end"] - 0.001]
             assert not inside, (rank, c["tag"], inside)
     assert closers > 0
+
+
+@pytest.mark.parametrize("artifact_port", [None, 0], ids=["opus", "artifact-protocol"])
+def test_rail_state_ack_timeout_end_to_end(tmp_path: Path, no_leftovers: list[str],
+                                           artifact_port: int | None) -> None:
+    """Rail-state on demand with ``ocs.rail_state_ack_timeout_s`` on the emulator, over the
+    project's protocol and the artifact's: at 2 s per switch and a 0.4 s timeout (model time)
+    switching calls go on without their light, each recorded as ``ack_timeout`` then
+    ``late_ack`` and counted in its call record, the late ack later than the rank went on; the
+    controller completes each such call only after its ack, refuses no completion, and the
+    run ends with every byte."""
+    timeout_s = 0.4
+    cfg = load_experiment(TINY).replace(mode="on-demand", semantics="rail-state",
+                                        switching_delay=2000.0, iterations=1, warmup=1,
+                                        rail_state_ack_timeout_s=timeout_s,
+                                        artifact_port=artifact_port)
+    out = tmp_path / "ack-timeout"
+    summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
+    no_leftovers.append(_prefix(out))
+    assert summary["all_iterations_completed"], summary
+    assert summary["calls"] == summary["calls_delivered"] > 0
+    assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
+    k = float(json.loads((out / "manifest.json").read_text()).get("time_dilation") or 1.0)
+    records = [json.loads(line) for path in sorted((out / "ranks").glob("rank*.jsonl"))
+               for line in path.open()]
+    went_on = {(r["rank"], r["group"], r["seq"]): r for r in records if r["ev"] == "ack_timeout"}
+    late = {(r["rank"], r["group"], r["seq"]): r for r in records if r["ev"] == "late_ack"}
+    assert went_on and set(late) == set(went_on)
+    assert all(late[key]["t"] > r["t"] for key, r in went_on.items())
+    calls = [r for r in records if r["ev"] == "call"]
+    assert sum(c.get("ack_timeouts", 0) for c in calls) == len(went_on)
+    for c in calls:
+        if c.get("ack_timeouts"):  # it waited the timeout (wall: k times it), not the light
+            assert timeout_s * k - 0.05 <= c["t_ack"] - c["t_intent"] < 2.0 * k
+    events = [json.loads(line) for line in (out / "controller-events.jsonl").open()]
+    assert not [e for e in events if e["event"] == "error"], events
+    acked = {(e["rank"], e["group"], e["seq"]): e["t_s"] for e in events if e["event"] == "ack"}
+    done = {(e["rank"], e["group"], e["seq"]): e["t_s"] for e in events
+            if e["event"] == "complete"}
+    for key in went_on:
+        assert done[key] >= acked[key]
+

@@ -92,6 +92,9 @@ class NoFlush:
     def flush(self) -> None:
         pass
 
+    def flush_ports(self, ports: list[str]) -> int:
+        return 1
+
 
 @pytest.fixture
 def fabric(monkeypatch: pytest.MonkeyPatch) -> tuple[OcsFabric, FakeClock]:

@@ -16,8 +16,6 @@ from testbed.experiment.backends import (
     FEATURES,
     PARALLEL_POINTS,
     PHASE_BARRIER_PROVISIONING,
-    RAIL_STATE_ACK_TIMEOUT,
-    RAIL_STATE_PHASE_BARRIER,
     RIVAL_PLANE,
     SELECTABLE,
     SIM,
@@ -54,8 +52,6 @@ def test_the_entries() -> None:
     (EMU, ARTIFACT_PROTOCOL, True), (SIM, ARTIFACT_PROTOCOL, False),
     (TORCH, ARTIFACT_PROTOCOL, False),
     (EMU, TORCH_SCRIPT, True), (SIM, TORCH_SCRIPT, False),
-    (EMU, RAIL_STATE_ACK_TIMEOUT, False), (SIM, RAIL_STATE_ACK_TIMEOUT, True),
-    (EMU, RAIL_STATE_PHASE_BARRIER, True), (SIM, RAIL_STATE_PHASE_BARRIER, True),
     (EMU, PHASE_BARRIER_PROVISIONING, False), (SIM, PHASE_BARRIER_PROVISIONING, True),
     (EMU, TIME_DILATION, True), (TORCH, TIME_DILATION, False),
     (EMU, PARALLEL_POINTS, False), (SIM, PARALLEL_POINTS, True),
@@ -65,6 +61,12 @@ def test_what_each_backend_supports(name: str, feature: str, supported: bool) ->
     spec = backend_spec(name)
     assert spec.supports(feature) is supported
     assert (spec.refusal(feature) is None) is supported
+
+
+def test_every_feature_is_refused_by_some_backend() -> None:
+    """A feature every backend runs is no feature of the registry (its constant is dead)."""
+    refused = {f for spec in SPECS.values() for f in spec.refuses}
+    assert refused == set(FEATURES)
 
 
 def test_an_unknown_backend_lists_the_known_ones() -> None:
@@ -77,10 +79,9 @@ def test_an_unknown_backend_lists_the_known_ones() -> None:
 
 
 def test_a_refusal_names_the_file_and_the_reason() -> None:
-    with pytest.raises(RunRefused, match=r"^exp\.yaml: ocs\.rail_state_phase_barrier with "
-                       "provisioning is modelled on the sim backend only"):
-        SPECS[EMU].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")
-    SPECS[SIM].require(PHASE_BARRIER_PROVISIONING, "exp.yaml")  # supported: nothing happens
+    with pytest.raises(RunRefused, match=r"^exp\.yaml: emulated points run one at a time"):
+        SPECS[EMU].require(PARALLEL_POINTS, "exp.yaml")
+    SPECS[SIM].require(PARALLEL_POINTS, "exp.yaml")  # supported: nothing happens
 
 
 def test_resolve_refuses_what_the_file_asks_for_and_the_backend_cannot_run() -> None:

@@ -55,12 +55,14 @@ def test_the_experiment_file_takes_run_time_dilation_with_its_position() -> None
 
 
 def test_wall_settings_stretch_every_modelled_time_but_nothing_else() -> None:
-    cfg = load_experiment(EXAMPLES / "tiny.yaml").replace(ack_timeout_s=60.0)
+    cfg = load_experiment(EXAMPLES / "tiny.yaml").replace(ack_timeout_s=60.0,
+                                                          rail_state_ack_timeout_s=10.0)
     cfg = dataclasses.replace(cfg, faults=(Fault("jitter", jitter_ms=2.0),
                                            Fault("kill", 1, rank=1, at_s=3.0)))
     wall = wall_settings(cfg, 4.0)
     assert wall.switching_delay_ms == 4 * cfg.switching_delay_ms
     assert wall.ack_timeout_s == 240.0
+    assert wall.rail_state_ack_timeout_s == 40.0  # the rank goes on after 10 model seconds
     assert wall.failover.heartbeat_timeout_s == 4 * cfg.failover.heartbeat_timeout_s
     assert [f.jitter_ms for f in wall.faults] == [8.0, 0.0]
     assert [f.at_s for f in wall.faults] == [None, 12.0]
@@ -69,6 +71,8 @@ def test_wall_settings_stretch_every_modelled_time_but_nothing_else() -> None:
     assert wall_settings(cfg, 1.0) is cfg
     baseline = dataclasses.replace(cfg, mode="baseline")
     assert wall_settings(baseline, 4.0).switching_delay_ms == 0.0
+    waits = dataclasses.replace(cfg, rail_state_ack_timeout_s=None)
+    assert wall_settings(waits, 4.0).rail_state_ack_timeout_s is None
 
 
 def test_links_run_at_rate_over_k_and_refuse_below_the_floor() -> None:

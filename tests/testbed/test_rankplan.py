@@ -36,7 +36,7 @@ def replay_plan() -> RankPlan:
                     replay=ReplayPart("198.19.0.1", 7000, 5, ops,
                                       gate={"loaded": "/g/loaded", "go": "/g/go"},
                                       artifact={"host": "h", "port": 1, "local_rank": 0,
-                                                "comms": {}}))
+                                                "comms": {}}, rail_state_ack_timeout_s=20.0))
 
 
 def torch_plan() -> RankPlan:
@@ -70,9 +70,11 @@ def test_both_writers_name_the_records_file_alike() -> None:
 def test_the_defaults_are_the_records_own() -> None:
     d = replay_plan().to_json()
     del d["time_dilation"], d["failover"], d["gate"], d["artifact"]
+    del d["rail_state_ack_timeout_s"]
     plan = RankPlan.from_json(d)
     assert plan.time_dilation == 1.0 and plan.failover is None
     assert plan.replay is not None and plan.replay.gate is None and plan.replay.artifact is None
+    assert plan.replay.rail_state_ack_timeout_s is None  # the call waits for the light
 
 
 @pytest.mark.parametrize("key", ["io_timeout_s", "ack_timeout_s", "records", "ops", "rank"])

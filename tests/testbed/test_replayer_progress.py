@@ -88,3 +88,39 @@ def test_the_phase_barrier_holds_the_next_phase_until_the_last_call_ends(
     calls = {r["tag"]: r for r in records if r["ev"] == "call"}
     held = calls["ag"]["t_intent"] >= calls["send"]["t_end"]
     assert held is barrier
+
+
+class _ProvisioningShim(_SlowShim):
+    """:class:`_SlowShim` whose waited predictions are answered 0.2 s later (a switch)."""
+
+    def __init__(self) -> None:
+        self.answered: list[float] = []
+
+    def predict(self, group: str, seq: int, kind: str = "", size_bytes: int = 0,
+                axis: str = "", wait: bool = False) -> None:
+        if wait:
+            time.sleep(0.2)
+            self.answered.append(time.time())
+
+
+def test_with_provisioning_the_barrier_also_waits_for_the_predictions_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With provisioning (the artifact's MODE=provision): the pipeline call closes the barrier
+    as it starts, and after its end the rank waits for the answer to its prediction of the
+    next phase's first call (the data-parallel call) before that call may start."""
+    ops = [PlanOp(0, COMPUTE_LANE, (), duration_s=0.03),
+           PlanOp(1, "pp", (), kind="send", axis="pp", gated=False, tag="send", predict=2),
+           PlanOp(2, "dp", (0,), kind="all_gather", axis="fsdp", gated=True, tag="ag")]
+    plan = {**_plan(tmp_path, 2), "ops": [op.to_json() for op in ops], "phase_barrier": True,
+            "phase_barrier_provisioning": True}
+    shim = _ProvisioningShim()
+    monkeypatch.setattr(Replayer, "_shim", lambda self, ep, lane: shim)
+    replayer = Replayer(RankPlan.from_json(plan))
+    assert replayer.run() == 0
+    replayer.out.close()
+    records = [json.loads(line) for line in Path(str(plan["records"])).read_text().splitlines()]
+    calls = {(r["it"], r["tag"]): r for r in records if r["ev"] == "call"}
+    assert len(shim.answered) == 2  # one per iteration
+    for it in range(2):
+        assert calls[(it, "ag")]["t_intent"] >= shim.answered[it] >= calls[(it, "send")]["t_end"]
+    assert [r["barrier_holds"] for r in records if r["ev"] == "finished"] == [2]

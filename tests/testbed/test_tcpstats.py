@@ -64,3 +64,18 @@ def test_a_restarted_rank_counts_from_its_new_start() -> None:
                _rec(0, "resumed", None, TCPTimeouts=0),  # a fresh namespace after failover
                _rec(0, "iteration", 2, TCPTimeouts=2)]
     assert tcpstats.iteration_counts(records, warmup=1)["total"]["TCPTimeouts"] == 3
+
+
+def test_parse_keeps_the_listener_drop_counters() -> None:
+    text = ("TcpExt: ListenOverflows ListenDrops TCPTimeouts\n"
+            "TcpExt: 2 3 0\n")
+    assert tcpstats.parse(text) == {"ListenOverflows": 2, "ListenDrops": 3, "TCPTimeouts": 0}
+
+
+def test_stall_fault_names_a_full_listen_queue_when_the_kernel_counted_one() -> None:
+    assert tcpstats.stall_fault({"total": {"TCPTimeouts": 0, "TCPSynRetrans": 0}}) is None
+    lost = tcpstats.stall_fault({"total": {"TCPTimeouts": 1, "TCPSynRetrans": 1}}, 4.0)
+    assert lost is not None and "lost outside a switch" in lost and "0.30 s of model" in lost
+    full = tcpstats.stall_fault({"total": {"TCPTimeouts": 1, "TCPSynRetrans": 1,
+                                           "ListenDrops": 2}})
+    assert full is not None and "2 SYNs were dropped by a rank's full listen queue" in full
