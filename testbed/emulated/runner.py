@@ -409,8 +409,9 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
             say(f"  wire check: none ({skip})")
         return None
     shortest_ms = min(spec.delay_ms(r) for r in range(spec.num_rails))  # wall time
-    capture = stack.enter_context(wire_capture(net, out / "wire",
-                                               probe_interval_ms=probe_interval_ms(shortest_ms)))
+    probe_ports = sum(len(spec.host_ports(h)) for h in range(spec.num_ranks))
+    capture = stack.enter_context(wire_capture(
+        net, out / "wire", probe_interval_ms=probe_interval_ms(shortest_ms, probe_ports)))
     say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "
         f"{capture.probe_interval_ms:g} ms from every rank port")
     return capture
