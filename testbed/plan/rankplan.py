@@ -49,7 +49,12 @@ class ReplayPart:
     ``addr``:``port``; ``gate`` (the start gate's pipes, :class:`testbed.emulated.gate
     .GatePaths` in JSON form) and ``artifact`` (the artifact protocol's host, port, local rank
     and comms) when the run has them; ``phase_barrier``: the rank runs the artifact shim's
-    phase barrier (:mod:`testbed.plan.phasebarrier`, on demand)."""
+    phase barrier (:mod:`testbed.plan.phasebarrier`, on demand). Under the static plane
+    (issue 40): ``routes`` maps a collective id and a peer rank to the stations a transfer
+    crosses after this rank (each station's address, the peer's last; peers not named are
+    reached directly; :mod:`testbed.emulated.relay`), and
+    ``scale_up`` is the Unix socket this rank listens on for its server's other GPUs (empty:
+    none)."""
 
     addr: str
     port: int
@@ -58,6 +63,8 @@ class ReplayPart:
     gate: dict[str, str] | None = None
     artifact: dict[str, Any] | None = None
     phase_barrier: bool = False
+    routes: dict[str, dict[int, tuple[Peer, ...]]] | None = None
+    scale_up: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"addr": self.addr, "port": self.port,
@@ -69,6 +76,12 @@ class ReplayPart:
             out["artifact"] = self.artifact
         if self.phase_barrier:
             out["phase_barrier"] = True
+        if self.routes is not None:
+            out["routes"] = {cid: {str(r): [_peer_json(a) for a in via]
+                                   for r, via in per.items()}
+                             for cid, per in self.routes.items()}
+        if self.scale_up:
+            out["scale_up"] = self.scale_up
         return out
 
     @classmethod
@@ -77,7 +90,12 @@ class ReplayPart:
                    tuple(PlanOp.from_json(o) for o in d["ops"]),
                    {str(k): str(v) for k, v in d["gate"].items()} if d.get("gate") else None,
                    dict(d["artifact"]) if d.get("artifact") else None,
-                   bool(d.get("phase_barrier", False)))
+                   bool(d.get("phase_barrier", False)),
+                   {str(cid): {int(r): tuple(_peer(a) for a in via)
+                               for r, via in per.items()}
+                    for cid, per in d["routes"].items()}
+                   if d.get("routes") is not None else None,
+                   str(d.get("scale_up") or ""))
 
 
 @dataclass(frozen=True)
