@@ -105,25 +105,32 @@ def rotor_route(adj: Adjacency, s: int, t: int, load: Callable[[Switch, int, int
 
 
 Pair = tuple[int, int]  # (sending rank, receiving rank)
+#: a transfer's key in a path table: its rank pair, or (group, sending rank, receiving rank)
+TransferKey = tuple[int, int] | tuple[str, int, int]
 
 
-def path_table(config: Mapping[Switch, Matching], demand: Mapping[Pair, float],
-               gpus_per_server: int) -> dict[Pair, list[Hop]]:
-    """One fixed path per ordered rank pair ``(a, b)`` in different servers, for a plane whose
-    circuits never change (the static one), computed once from the topology: the same on the
-    sim and on the emulator, whose rank processes forward along it.
+def path_table(config: Mapping[Switch, Matching], demand: Mapping[TransferKey, float],
+               gpus_per_server: int) -> dict[TransferKey, list[Hop]]:
+    """One fixed path per transfer key (a rank pair ``(a, b)``, or a comm group's pair
+    ``(group, a, b)``) between different servers, for a plane whose circuits never change (the
+    static one), computed once from the topology: the same on the sim and on the emulator,
+    whose rank processes forward along it.
 
-    The pairs are placed heaviest first (``demand``: bytes from ``a`` to ``b`` per iteration;
-    then by rank), each on a shortest path of circuits (:func:`route`) whose hops are chosen by
-    the bytes already placed on each directed hop, least first; a tie goes to the switch of
-    ``a``'s own rail (so that a rail's traffic stays on its rail when nothing is gained by
-    leaving it), then to the first in switch order. ValueError names a pair without a path."""
+    The keys are placed heaviest first (``demand``: bytes per iteration; then by key), each on
+    a shortest path of circuits (:func:`route`) whose hops are chosen by the bytes already
+    placed on each directed hop, least first; a tie goes to the switch of ``a``'s own rail (so
+    that a rail's traffic stays on its rail when nothing is gained by leaving it), then to the
+    first in switch order. Keyed by group, two groups of one rank pair (a pipeline's sends
+    beside an FSDP ring's, say) take different circuits where the pair has several, as they
+    may run at once. ValueError names a pair without a path."""
     g = gpus_per_server
     adj = adjacency(config)
     placed: dict[Hop, float] = {}
     dists: dict[int, dict[int, int]] = {}
-    out: dict[Pair, list[Hop]] = {}
-    for (a, b), _n in sorted(demand.items(), key=lambda kv: (-kv[1], kv[0])):
+    out: dict[TransferKey, list[Hop]] = {}
+    for key, n in sorted(demand.items(), key=lambda kv: (-kv[1], kv[0])):
+        a, b = key[-2], key[-1]
+        assert isinstance(a, int) and isinstance(b, int)
         s, t = a // g, b // g
         if s == t:
             continue
@@ -140,8 +147,8 @@ def path_table(config: Mapping[Switch, Matching], demand: Mapping[Pair, float],
             raise ValueError(f"no path of circuits from rank {a} (server {s}) to rank {b} "
                              f"(server {t})")
         for hop in path:
-            placed[hop] = placed.get(hop, 0.0) + _n
-        out[(a, b)] = path
+            placed[hop] = placed.get(hop, 0.0) + n
+        out[key] = path
     return out
 
 
