@@ -204,7 +204,7 @@ def test_the_emulated_static_plane_refuses_two_ports_per_rank() -> None:
 
     cfg = RunSettings(mode="on-demand", control_plane="static", ports_per_rank=2)
     spec = RailSpec(servers=4, gpus_per_server=1, ports_per_rank=2, link_mbps=None)
-    with pytest.raises(RunRefused, match="one port per rank .* got 2"):
+    with pytest.raises(RunRefused, match=r"one port per rank .* got 2"):
         static_emulated(cfg, None, spec)  # type: ignore[arg-type]
     with pytest.raises(RunRefused, match="the emulated rotor is not built"):
         static_emulated(dataclasses.replace(cfg, control_plane="rotor"), None,

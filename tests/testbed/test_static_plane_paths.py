@@ -10,7 +10,7 @@ import pytest
 from sim_programs import Programs
 
 from controller.job import CommGroup
-from controller.ocs import Reconfiguration, RailDescription
+from controller.ocs import RailDescription, Reconfiguration
 from controller.planes.relay import path_table, stations
 from testbed.emulated.planes import (
     HeldRailsDriver,
@@ -111,7 +111,7 @@ FLOWS = ["priority=0 actions=drop",
 
 def test_circuit_problems_name_what_breaks_one_to_one() -> None:
     assert circuit_problems({0: FLOWS}) == []
-    bad = FLOWS + ["priority=100,in_port=3 actions=output:2"]
+    bad = [*FLOWS, "priority=100,in_port=3 actions=output:2"]
     problems = circuit_problems({0: bad})
     assert any("ports 1 and 3 both send to 2" in p for p in problems), problems
     assert any("circuit 3->2 has no way back" in p for p in problems), problems
