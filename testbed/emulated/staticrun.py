@@ -53,7 +53,8 @@ class StaticRun:
         routed = sum(len(p) for r in relays.values() for p in r.routes.values())
         say(f"  plane static: {self.circuits} circuits on {len(self.static.topology)} switches "
             f"installed in {time.monotonic() - t0:.2f} s before the ranks start; "
-            f"{routed} (collective, peer) transfers relayed through other ranks")
+            f"{routed} (collective, peer) transfers cross other ranks (a relay server, or "
+            "another GPU of their server)")
         return relays
 
     def follower(self, inner: Any, net: Any) -> StaticFollower:

@@ -11,8 +11,8 @@ goes. It overrides only how a flow is placed on ports, rated and finished:
   **both** links: its rate is the payload rate over the flow count of its busiest port, and each
   hop adds the per-hop latency;
 * **static** (:mod:`controller.planes.static`): the topology is installed before the job and
-  never changes (no dark time); every transfer takes its rank pair's fixed path
-  (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
+  never changes (no dark time); every transfer takes the fixed path of its comm group and rank
+  pair (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
   emulator's rank processes forward along;
 * **rotor** (:mod:`controller.planes.rotor`): at every slot start all circuits go dark for the
   switching delay: every transfer in progress pauses (its bits so far are kept) and resumes when
