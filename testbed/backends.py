@@ -27,6 +27,7 @@ from testbed.experiment.backends import (
     BACKEND_NAMES,
     EMU,
     RIVAL_PLANE,
+    ROTOR_PLANE,
     SELECTABLE,
     SIM,
     SPECS,
@@ -144,4 +145,6 @@ def resolve(cfg: Experiment, name: str) -> Backend:
         asked.spec.require(TORCH_SCRIPT, cfg.source)
     if getattr(cfg, "rival_plane", False):  # controller.plane static or rotor (issue 40)
         backend.spec.require(RIVAL_PLANE, cfg.source)
+        if cfg.control_plane == "rotor":
+            backend.spec.require(ROTOR_PLANE, cfg.source)
     return backend

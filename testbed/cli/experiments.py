@@ -57,10 +57,11 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                        help="override ocs.semantics: port-exact (one-to-one circuits, the "
                        "default) or rail-state (the public Opus artifact's bitmask model)")
         p.add_argument("--plane", choices=("opus", "static", "rotor"),
-                       help="override controller.plane (--backend sim): opus (reconfigures "
+                       help="override controller.plane: opus (reconfigures "
                        "per collective phase, the default), static (a TopoOpt-style topology "
                        "set once from the job's traffic) or rotor (a RotorNet-style cycle of "
-                       "matchings); the rivals relay through GPUs (docs/validation.md)")
+                       "matchings, --backend sim only); the rivals relay through GPUs, on the "
+                       "emulator static with one port per rank (docs/validation.md)")
     p.add_argument("--iterations", type=int, help="measured iterations (after the warm-up)")
     p.add_argument("--warmup", type=int, help="warm-up iterations (the first one is profiled)")
     p.add_argument("--link-mbps", type=float,

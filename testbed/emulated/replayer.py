@@ -79,6 +79,7 @@ from controller.profile import CallProfile
 from controller.protocol import may_retry
 from controller.shim import IntentRejected, Shim
 from testbed.emulated.gate import GatePaths, RankGate
+from testbed.emulated.relay import Relay
 from testbed.emulated.transport import READY_FLAG, SYNC_FLAG, Abort, Inbox, Listener, Outgoing
 from testbed.emulated.transport import TransportError as ReplayError
 from testbed.metrics import tcpstats
@@ -250,6 +251,9 @@ class Replayer:
         self.iterations = plan.replay.iterations
         self.peers = {r: str(a) for r, a in plan.peers.items()}
         self.port = plan.replay.port
+        # the static plane's paths (issue 40): stations after this rank, per collective, peer
+        self.routes = plan.replay.routes or {}
+        self.relay = Relay(plan.io_timeout_s)
         self.endpoint = str(plan.endpoint)
         self.io_timeout_s = plan.io_timeout_s
         self.ack_timeout_s = plan.ack_timeout_s
@@ -492,8 +496,7 @@ class Replayer:
                 step = op.steps[k]
                 for peer, _n in step.sends:
                     if peer not in conns:
-                        conns[peer] = Outgoing((self.peers[peer], self.port), hello,
-                                               self.io_timeout_s, ep.aborted)
+                        conns[peer] = self._connect(op.collective_id, peer, hello, ep)
                         ep.track(conns[peer].sock)
                 if step.sync:  # rendezvous: post this rank's receptions, then wait for theirs
                     for peer, _n in step.recvs:
@@ -524,6 +527,33 @@ class Replayer:
             for conn in conns.values():
                 ep.untrack(conn.sock)
                 conn.sock.close()
+
+    def _relay_until_all_done(self) -> dict[str, Any]:
+        """Under the static plane a rank forwards others' transfers after its own work: it
+        marks itself done beside its scale-up socket and keeps listening until every rank has
+        (at most its socket timeout); returns its relay's counters then."""
+        folder = Path(self.replay.scale_up).parent
+        (folder / f"done.r{self.rank}").touch()
+        deadline = time.monotonic() + self.io_timeout_s
+        ranks = len(self.peers)
+        while time.monotonic() < deadline:
+            if sum(1 for _ in folder.glob("done.r*")) >= ranks:
+                break
+            time.sleep(POLL_S / 5)
+        return dict(self.relay.counters(),
+                    all_done=sum(1 for _ in folder.glob("done.r*")) >= ranks)
+
+    def _connect(self, cid: str, peer: int, hello: dict[str, Any], ep: Epoch) -> Outgoing:
+        """A connection to ``peer`` for collective ``cid``: to its rail address, or under the
+        static plane to the first station of the path, the others named in the hello."""
+        via = self.routes.get(cid, {}).get(peer)
+        if not via:
+            return Outgoing((self.peers[peer], self.port), hello, self.io_timeout_s,
+                            ep.aborted)
+        first = via[0] if isinstance(via[0], str) else (via[0][0], int(via[0][1]))
+        rest = [a if isinstance(a, str) else [a[0], a[1]] for a in via[1:]]
+        return Outgoing(first, {**hello, "via": rest} if rest else hello, self.io_timeout_s,
+                        ep.aborted)
 
     # -------------------------------------------------------------- listener
 
@@ -688,7 +718,10 @@ class Replayer:
             if fo.get("watch_intfs"):
                 threading.Thread(target=self._watchdog, args=(list(fo["watch_intfs"]),),
                                  daemon=True).start()
-        listener = Listener((self.replay.addr, self.port), self._route, self.io_timeout_s)
+        listener = Listener((self.replay.addr, self.port), self._route, self.io_timeout_s,
+                            self.relay)
+        scale_up = (Listener(self.replay.scale_up, self._route, self.io_timeout_s, self.relay)
+                    if self.replay.scale_up else None)
         number = int(fo.get("epoch", 0)) if fo else 0
         start = int(fo.get("start_it", 0)) if fo else 0
         job = str(fo.get("job", self.job)) if fo else self.job
@@ -708,8 +741,12 @@ class Replayer:
             outcome = self._run_epoch(ep)
             if outcome == "done":
                 held = {"barrier_holds": ep.barrier.holds} if ep.barrier is not None else {}
+                relayed: dict[str, Any] = {}
+                if self.replay.scale_up:  # a relay for the others until they are all done
+                    relayed["relay"] = dict(self._relay_until_all_done(),
+                                            done_t=time.time())
                 self.emit(ev="finished", t=time.time(),
-                          profile_mismatches=self.profile.mispredictions, **held)
+                          profile_mismatches=self.profile.mispredictions, **held, **relayed)
                 break
             if outcome == "failed" and not fo:
                 self.emit(ev="error", **(ep.failure or {}))
@@ -724,6 +761,8 @@ class Replayer:
         self._close_shims()
         self._stop.set()
         listener.close()
+        if scale_up is not None:
+            scale_up.close()
         return status
 
 

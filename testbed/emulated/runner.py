@@ -40,6 +40,8 @@ from controller.ocs import OcsDriver
 from controller.railstate import RAIL_STATE
 from emulator import naming
 from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
+from testbed.emulated.planes import HeldRailsDriver
+from testbed.emulated.staticrun import static_emulated
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.backends import EMU, PHASE_BARRIER_PROVISIONING, backend_spec
@@ -110,7 +112,7 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
     """The OCS driver Opus uses, and the fronts if any: the emulated driver, or a lab driver
     (Polatis NETCONF or TL1, CALIENT TL1) talking to a front of that protocol on each emulated
     rail (the lab driver, against real OVS circuits)."""
-    if cfg.driver == "emulated" or cfg.mode == "baseline":
+    if cfg.driver == "emulated" or cfg.mode == "baseline" or cfg.rival_plane:
         yield emulated, None
         return
     if cfg.driver not in HARDWARE_DRIVERS:
@@ -208,16 +210,27 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
             + (f": the links run at {wall_mbps:.4g} Mbit/s and every modelled time x {k:g} "
                "on the wall; figures in model time" if k != 1 else ""))
 
-    def supervise(run: RailsRun) -> Supervisor:
+    static = static_emulated(cfg, plan, spec) if cfg.rival_plane else None
+    followers: list[Any] = []
+
+    def supervise(run: RailsRun) -> RankFollower:
+        relays = static.start(run.net, plane_dirs, say) if static is not None else None
         sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
                          prep=wall_prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
-                         say=say, fronts=run.fronts, artifact=run.artifact)
+                         say=say, fronts=run.fronts, artifact=run.artifact, relays=relays)
         run.service.on_rank_lost = sup.on_rank_lost
-        return sup
+        if static is None:
+            return sup
+        followers.append(static.follower(sup, run.net))
+        return followers[-1]
 
-    return run_on_rails(prep, spec, job, out, manifest, supervise, say,
-                        heartbeat_timeout_s=wall_prep.config.failover.heartbeat_timeout_s,
-                        time_dilation=k)
+    with contextlib.ExitStack() as plane_dirs:  # the static plane's Unix sockets
+        summary = run_on_rails(prep, spec, job, out, manifest, supervise, say,
+                               heartbeat_timeout_s=wall_prep.config.failover.heartbeat_timeout_s,
+                               time_dilation=k)
+    if static is not None and followers:
+        summary = static.finish(out, summary, followers[-1], cfg.total_iterations, say)
+    return summary
 
 
 def run_components(follower: RankFollower | None, net: EmulatedRails | None,
@@ -293,6 +306,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
             ocs_faults = OcsFaults(seed=cfg.seed)
             driver, fronts = stack.enter_context(_controller_driver(
                 cfg, FaultInjectingDriver(net.driver, ocs_faults)))
+            if cfg.rival_plane:  # the plane's circuits (testbed.emulated.staticrun)
+                driver = HeldRailsDriver(driver)
             events = EventLog(out / "controller-events.jsonl")
             # the service binds the root end of the run's own frontend network: the run's
             # hosts are its only other members, so no CURVE keys (controller.curve)
@@ -373,6 +388,9 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
         return "run.wire_check is off"
     if cfg.mode == "baseline":
         return "no OCS rail to observe (electrical rails)"
+    if cfg.rival_plane:
+        return ("the static plane's circuits are set once before the ranks start (its checks: "
+                "plane_stats)")
     if getattr(cfg, "faults", ()) or spec.spares:
         return ("a failover run: a spare that takes over a rank takes its addresses, and "
                 "injected faults take ports down, which the capture does not follow yet")
@@ -502,7 +520,7 @@ def _dark_check(out: Path, cfg: RunSettings, controller_events: list[dict[str, A
     compared only when the controller drives the OCS app directly (a Polatis front may split or
     merge the requests it passes on); through a front, a controller that switched while the
     app's log is missing or empty is still a fault."""
-    if cfg.mode == "baseline":
+    if cfg.mode == "baseline" or cfg.rival_plane:  # a rival plane: Opus switches nothing
         return None
     log = out / "emulator" / "ocs-events.jsonl"
     return check_dark_periods(to_model_time(store.read_jsonl(log), time_dilation),

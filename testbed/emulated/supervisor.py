@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -55,6 +56,7 @@ from controller.service import ControllerClient
 from emulator import naming, runstate
 from emulator.netns import netns_path
 from testbed.emulated.gate import RunnerGate
+from testbed.emulated.planes import RankRelays
 from testbed.errors import RankFailed, RunError, RunRefused, Say
 from testbed.experiment.faults import RANK_FAULTS, Fault
 from testbed.experiment.prepare import Prepared
@@ -101,8 +103,10 @@ class Supervisor:
 
     def __init__(self, *, net: Any, endpoint: str, plan: ReplayPlan, job: JobSpec, prep: Prepared,
                  out: Path, events: EventLog, ocs_faults: OcsFaults, say: Say,
-                 fronts: Any = None, artifact: Any = None) -> None:
+                 fronts: Any = None, artifact: Any = None,
+                 relays: Mapping[int, RankRelays] | None = None) -> None:
         self.net = net
+        self.relays = relays or {}  # the static plane's paths per rank (issue 40)
         self.spec = net.spec
         self.endpoint = endpoint
         self.plan = plan
@@ -207,7 +211,8 @@ class Supervisor:
                     artifact=artifact, phase_barrier=self._phase_barrier(),
                     phase_barrier_provisioning=self._phase_barrier()
                     and self.cfg.mode == "provisioning",
-                    rail_state_ack_timeout_s=self._rail_state_ack_timeout_s()))
+                    rail_state_ack_timeout_s=self._rail_state_ack_timeout_s(),
+                    **(self.relays[rank].replay_fields() if rank in self.relays else {})))
             self._rank_plan_path(rank).write_text(json.dumps(rank_plan.to_json()))
 
     def _start(self, host: int, plan_path: Path, log_name: str) -> None:

@@ -201,11 +201,14 @@ class _WakeThreshold:
 
 #: an incoming connection's hello -> the inbox its bytes go to (None: drop the connection)
 Route = Callable[[dict[str, Any]], Inbox | None]
+#: forwards a connection whose hello names further stations (``via``; testbed.emulated.relay)
+Forward = Callable[[socket.socket, dict[str, Any]], None]
 
 
-def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: float) -> None:
+def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: float,
+                     forward: Forward | None = None) -> None:
     """Drain one incoming connection into ``inbox`` (or the one its hello is routed to); close
-    it at the sender's EOF."""
+    it at the sender's EOF. A hello with ``via`` goes to ``forward`` instead (a relay)."""
     sink: Inbox | None = inbox if isinstance(inbox, Inbox) else None
     wake = _WakeThreshold(conn)
     with conn:
@@ -222,6 +225,9 @@ def serve_connection(conn: socket.socket, inbox: Inbox | Route, io_timeout_s: fl
                     return
                 line += ch
             hello = json.loads(line)
+            if hello.get("via") and forward is not None:
+                forward(conn, hello)
+                return
             origin = (int(hello["it"]), str(hello["cid"]), int(hello["src"]))
             if sink is None:
                 assert not isinstance(inbox, Inbox)
@@ -270,11 +276,14 @@ def _drain(conn: socket.socket, inbox: Inbox, origin: Origin, keep: bool,
 
 class Listener:
     """Accepts connections on ``address`` and drains each into ``inbox`` (or the inbox its hello
-    is routed to; a thread each)."""
+    is routed to; a thread each), or hands it to ``forward`` when its hello says it is
+    relayed."""
 
-    def __init__(self, address: Address, inbox: Inbox | Route, io_timeout_s: float) -> None:
+    def __init__(self, address: Address, inbox: Inbox | Route, io_timeout_s: float,
+                 forward: Forward | None = None) -> None:
         self.address = address
         self.inbox = inbox
+        self.forward = forward
         self.io_timeout_s = io_timeout_s
         self._stop = threading.Event()
         self.sock = _socket(address)
@@ -298,7 +307,7 @@ class Listener:
             except OSError:
                 return
             threading.Thread(target=serve_connection, args=(conn, self.inbox,
-                                                            self.io_timeout_s),
+                                                            self.io_timeout_s, self.forward),
                              daemon=True).start()
 
     def close(self) -> None:

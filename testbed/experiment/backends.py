@@ -26,8 +26,9 @@ TIME_DILATION = "time_dilation"  # a set dilation factor other than 1
 PHASE_BARRIER_PROVISIONING = "rail_state_phase_barrier_provisioning"
 PARALLEL_POINTS = "parallel_points"  # sweep points run side by side (sweep --engine ray/dask)
 RIVAL_PLANE = "rival_plane"  # controller.plane static or rotor (issue 40)
+ROTOR_PLANE = "rotor_plane"  # controller.plane rotor (issue 40)
 FEATURES = (ARTIFACT_PROTOCOL, TORCH_SCRIPT, TIME_DILATION, PHASE_BARRIER_PROVISIONING,
-            PARALLEL_POINTS, RIVAL_PLANE)
+            PARALLEL_POINTS, RIVAL_PLANE, ROTOR_PLANE)
 _RIVAL_SIM_ONLY = ("controller.plane static and rotor run on the sim backend only (issue 40: "
                    "their relays through GPUs are not built on the {what}); use --backend sim")
 
@@ -88,7 +89,9 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
             "--backend sim, mode on-demand, or set it to false",
             PARALLEL_POINTS: "emulated points run one at a time on this machine; --engine is "
             "for the sim backend",
-            RIVAL_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails")}),
+            ROTOR_PLANE: "controller.plane rotor runs on the sim backend only (issue 40: the "
+            "emulated rotor, slots cycled on the OCS bridges on the model-time clock with "
+            "transfers paused across dark slots, is not built); use --backend sim"}),
     BackendSpec(
         SIM, "the simulator: the same plan and Opus core on a virtual clock, under a cost "
         "model (sim.costs)", selectable=True, clock="virtual", needs_root=False,
@@ -106,7 +109,8 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
             "use time_dilation: 1 (or auto) for a torch job, or replay its capture "
             "(replay.yaml) dilated",
             PARALLEL_POINTS: "a PyTorch job runs on the emulated rails, one run at a time",
-            RIVAL_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on")}),
+            RIVAL_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on"),
+            ROTOR_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on")}),
 )}
 
 #: every backend's name

@@ -29,7 +29,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
     sim:
       costs: fabric             # fabric | emulator: the sim backend's cost model
     controller:
-      plane: opus               # opus | static | rotor: rival control planes (sim backend)
+      plane: opus               # opus | static | rotor: rival planes (rotor: sim backend)
 
 Every run option (``mode``, ``ocs``, ``network``, ``run``, ``artifact_protocol``, ``sim``,
 ``controller``) is declared once in :mod:`testbed.experiment.sections` (type, default, unit,

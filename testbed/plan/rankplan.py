@@ -51,9 +51,13 @@ class ReplayPart:
     and comms) when the run has them; ``phase_barrier``: the rank runs the artifact shim's
     phase barrier (:mod:`testbed.plan.phasebarrier`), with ``phase_barrier_provisioning`` in
     the provisioning order (it also waits for the answer to the rank's prediction);
-    ``rail_state_ack_timeout_s``:
-    a call goes on without its ack after this long (wall seconds: the run's
-    ``ocs.rail_state_ack_timeout_s`` times its dilation; None: it waits for the light)."""
+    ``rail_state_ack_timeout_s``: a call goes on without its ack after this long (wall
+    seconds: the run's ``ocs.rail_state_ack_timeout_s`` times its dilation; None: it waits for
+    the light). Under the static plane (issue 40): ``routes`` maps a collective id and a peer
+    rank to the stations a transfer crosses after this rank (each station's address, the
+    peer's last; peers not named are reached directly; :mod:`testbed.emulated.relay`), and
+    ``scale_up`` is the Unix socket this rank listens on for its server's other GPUs (empty:
+    none)."""
 
     addr: str
     port: int
@@ -64,6 +68,8 @@ class ReplayPart:
     phase_barrier: bool = False
     rail_state_ack_timeout_s: float | None = None
     phase_barrier_provisioning: bool = False
+    routes: dict[str, dict[int, tuple[Peer, ...]]] | None = None
+    scale_up: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"addr": self.addr, "port": self.port,
@@ -79,6 +85,12 @@ class ReplayPart:
             out["rail_state_ack_timeout_s"] = self.rail_state_ack_timeout_s
         if self.phase_barrier_provisioning:
             out["phase_barrier_provisioning"] = True
+        if self.routes is not None:
+            out["routes"] = {cid: {str(r): [_peer_json(a) for a in via]
+                                   for r, via in per.items()}
+                             for cid, per in self.routes.items()}
+        if self.scale_up:
+            out["scale_up"] = self.scale_up
         return out
 
     @classmethod
@@ -90,7 +102,12 @@ class ReplayPart:
                    bool(d.get("phase_barrier", False)),
                    None if d.get("rail_state_ack_timeout_s") is None
                    else float(d["rail_state_ack_timeout_s"]),
-                   bool(d.get("phase_barrier_provisioning", False)))
+                   bool(d.get("phase_barrier_provisioning", False)),
+                   {str(cid): {int(r): tuple(_peer(a) for a in via)
+                               for r, via in per.items()}
+                    for cid, per in d["routes"].items()}
+                   if d.get("routes") is not None else None,
+                   str(d.get("scale_up") or ""))
 
 
 @dataclass(frozen=True)

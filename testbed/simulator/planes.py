@@ -5,13 +5,15 @@ with the Opus controller out of the data path: its core runs as for the electric
 (every call acknowledged at once, no reconfiguration), and the plane decides where each transfer
 goes. It overrides only how a flow is placed on ports, rated and finished:
 
-* a transfer from rank ``a`` to rank ``b`` (servers ``s``, ``t``) takes a **path** of circuits
-  (:func:`controller.planes.relay.route`): a direct one when the plane has one, else through
-  relay GPUs. A relayed flow occupies every port of its path at once (the relay forwards as the
-  bytes arrive), so it costs bandwidth on **both** links: its rate is the payload rate over the
-  flow count of its busiest port, and each hop adds the per-hop latency;
+* a transfer from rank ``a`` to rank ``b`` (servers ``s``, ``t``) takes a **path** of circuits:
+  a direct one when the plane has one, else through relay GPUs. A relayed flow occupies every
+  port of its path at once (the relay forwards as the bytes arrive), so it costs bandwidth on
+  **both** links: its rate is the payload rate over the flow count of its busiest port, and each
+  hop adds the per-hop latency;
 * **static** (:mod:`controller.planes.static`): the topology is installed before the job and
-  never changes (no dark time); every transfer is placed when it starts;
+  never changes (no dark time); every transfer takes the fixed path of its comm group and rank
+  pair (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
+  emulator's rank processes forward along;
 * **rotor** (:mod:`controller.planes.rotor`): at every slot start all circuits go dark for the
   switching delay: every transfer in progress pauses (its bits so far are kept) and resumes when
   the slot lights, on a direct circuit of the new slot or one relay hop, whichever has the
@@ -36,12 +38,10 @@ from controller.planes.relay import (
     Adjacency,
     Hop,
     adjacency,
-    distances_to,
     rotor_route,
-    route,
 )
 from controller.planes.rotor import RotorSchedule
-from controller.planes.static import static_topology, unreachable
+from testbed.plan.planes import StaticPlan, server_demand, static_plan
 from testbed.plan.replay import PlanOp
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
 from testbed.simulator.invariants import InvariantViolation
@@ -52,22 +52,7 @@ from testbed.simulator.state import Flow, Port
 if TYPE_CHECKING:
     from testbed.experiment.config import RunSettings
 
-
-def server_demand(programs: Mapping[int, Sequence[PlanOp]], gpus_per_server: int
-                  ) -> dict[tuple[int, int], float]:
-    """Bytes per iteration between servers (unordered pairs), over every rank's sends."""
-    out: dict[tuple[int, int], float] = {}
-    for a, ops in programs.items():
-        for op in ops:
-            if not op.is_call:
-                continue
-            for step in op.steps:
-                for b, n in step.sends:
-                    s, t = a // gpus_per_server, b // gpus_per_server
-                    if s != t:
-                        key = (min(s, t), max(s, t))
-                        out[key] = out.get(key, 0.0) + n
-    return out
+__all__ = ["PlaneSimulation", "server_demand"]  # server_demand's home: testbed.plan.planes
 
 
 class PlaneSimulation(PlanSimulation):
@@ -95,22 +80,20 @@ class PlaneSimulation(PlanSimulation):
         self._hops: dict[Flow, int] = {}  # open pieces: hop count
         self._sent: dict[Flow, float] = {}  # transfers not finished: bits carried so far
         self._parked: dict[Flow, float] = {}  # transfers waiting for a circuit: since when
-        self._dist: dict[tuple[int, int], dict[int, int]] = {}  # (config id, t) -> distances
         self.stats: dict[str, float] = {"relayed_bytes": 0.0, "direct_bytes": 0.0,
                                         "wait_s": 0.0, "slots": 0, "pieces": 0}
         self.rotor: RotorSchedule | None = None
         self._circuits_lit = True
         self._ticking = False
         self._slot = -1
+        self.static: StaticPlan | None = None
         if plane == STATIC:
-            demand = server_demand(programs, g)
-            topo = static_topology(demand, self.servers, self.switch_list)
-            lost = unreachable(demand, topo, self.servers)
-            if lost:
-                raise SimulationError(f"the static topology leaves server pairs {lost[:4]} "
-                                      "without a path: too few ports")
-            self.checks.configuration(topo, "the static topology")
-            self._install(topo, 0)
+            try:
+                self.static = static_plan(programs, g, k, self.servers)
+            except ValueError as exc:
+                raise SimulationError(str(exc)) from exc
+            self.checks.configuration(self.static.topology, "the static topology")
+            self._install(self.static.topology, 0)
         else:
             self.rotor = RotorSchedule.build(self.servers, self.switch_list, delay_s,
                                              settings.effective_rotor_slot_ms / 1e3)
@@ -144,17 +127,15 @@ class PlaneSimulation(PlanSimulation):
     def _load(self, sw: Switch, u: int, v: int) -> int:
         return max(len(self._egress(u, sw).flows), len(self._ingress(v, sw).flows))
 
-    def _path(self, a: int, b: int) -> list[Hop] | None:
+    def _path(self, flow: Flow) -> list[Hop] | None:
+        a, b = flow.call.rank.rank, flow.peer
         s, t = a // self.gpus, b // self.gpus
         if not self._circuits_lit:
             return None
         if self.plane == ROTOR:
             return rotor_route(self._adj, s, t, self._load)
-        key = (self._config_id, t)
-        dist = self._dist.get(key)
-        if dist is None:
-            dist = self._dist[key] = distances_to(self._adj, t)
-        return route(self._adj, s, t, self._load, dist=dist)
+        assert self.static is not None
+        return self.static.paths[(flow.call.op.collective_id, a, b)]  # the emulator's too
 
     # ------------------------------------------------------------- rotor clock
 
@@ -207,7 +188,7 @@ class PlaneSimulation(PlanSimulation):
         self._parked = {}
         placed: list[Port] = []
         for flow, since in parked.items():
-            path = self._path(flow.call.rank.rank, flow.peer)
+            path = self._path(flow)
             if path is None:
                 self._parked[flow] = since
             else:
@@ -224,7 +205,7 @@ class PlaneSimulation(PlanSimulation):
             self.checks.scheduled_bytes += flow.n
         if self.rotor is not None and not self._ticking:
             self._start_clock()
-        path = self._path(flow.call.rank.rank, flow.peer)
+        path = self._path(flow)
         if path is None:
             self._parked[flow] = self.now
             return

@@ -17,6 +17,7 @@ from testbed.experiment.backends import (
     PARALLEL_POINTS,
     PHASE_BARRIER_PROVISIONING,
     RIVAL_PLANE,
+    ROTOR_PLANE,
     SELECTABLE,
     SIM,
     SPECS,
@@ -55,7 +56,8 @@ def test_the_entries() -> None:
     (EMU, PHASE_BARRIER_PROVISIONING, False), (SIM, PHASE_BARRIER_PROVISIONING, True),
     (EMU, TIME_DILATION, True), (TORCH, TIME_DILATION, False),
     (EMU, PARALLEL_POINTS, False), (SIM, PARALLEL_POINTS, True),
-    (EMU, RIVAL_PLANE, False), (SIM, RIVAL_PLANE, True), (TORCH, RIVAL_PLANE, False),
+    (EMU, RIVAL_PLANE, True), (SIM, RIVAL_PLANE, True), (TORCH, RIVAL_PLANE, False),
+    (EMU, ROTOR_PLANE, False), (SIM, ROTOR_PLANE, True), (TORCH, ROTOR_PLANE, False),
 ])
 def test_what_each_backend_supports(name: str, feature: str, supported: bool) -> None:
     spec = backend_spec(name)

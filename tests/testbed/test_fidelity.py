@@ -247,4 +247,5 @@ def test_a_pid_in_two_components_is_read_once_per_sample() -> None:
         burner.wait()
     late = sampler.samples[2:]
     assert all(s.component_pct["a"] == s.component_pct["b"] == s.emulator_pct for s in late)
-    assert max(s.emulator_pct for s in late) > 10.0
+    # a second read in the sample would give ~0; a loaded machine still gives the burner a few %
+    assert max(s.emulator_pct for s in late) > 1.0

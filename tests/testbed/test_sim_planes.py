@@ -3,6 +3,7 @@ the rotor's transfers wait for their slot and span slots, and every check fires 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -184,11 +185,27 @@ def test_sweep_with_planes_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixt
     capsys.readouterr()
 
 
-def test_the_emulated_backend_refuses_a_rival_plane(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_emulated_backend_refuses_the_rotor_and_a_static_plane_it_cannot_route(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from testbed.cli.main import main
 
-    assert main(["run", "examples/tiny.yaml", "--plane", "static", "--out",
+    assert main(["run", "examples/tiny.yaml", "--plane", "rotor", "--out",
                  str(tmp_path / "run")]) == 2
-    assert "run on the sim backend only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "controller.plane rotor runs on the sim backend only" in err
+    assert "the emulated rotor" in err and "is not built" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_emulated_static_plane_refuses_two_ports_per_rank() -> None:
+    from emulator.topo import RailSpec
+    from testbed.emulated.staticrun import static_emulated
+    from testbed.errors import RunRefused
+
+    cfg = RunSettings(mode="on-demand", control_plane="static", ports_per_rank=2)
+    spec = RailSpec(servers=4, gpus_per_server=1, ports_per_rank=2, link_mbps=None)
+    with pytest.raises(RunRefused, match=r"one port per rank .* got 2"):
+        static_emulated(cfg, None, spec)  # type: ignore[arg-type]
+    with pytest.raises(RunRefused, match="the emulated rotor is not built"):
+        static_emulated(dataclasses.replace(cfg, control_plane="rotor"), None,
+                        spec)  # type: ignore[arg-type]
