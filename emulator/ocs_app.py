@@ -9,12 +9,18 @@ operations into OpenFlow messages, sends them and keeps the time:
   always matches the order in which the state checked them; bridges run with
   ``fail_mode=secure`` so they never fall back to learning when the app is away;
 * a reconfiguration runs break-before-make: the removals and the dark barrier go out, the worker
-  sleeps until the switching delay has passed, then the additions and the light barrier go out;
-  the acknowledgement waits for both barrier replies. vswitchd applies one connection's messages
-  in order, so the additions can never overtake the removal;
-* the switching time runs from the moment the removal is sent: the data plane goes dark as
-  soon as vswitchd applies it, well before the barrier reply is back, and both edges then pay
-  the same transit to vswitchd;
+  waits for the dark barrier's reply, sleeps until the switching delay has passed since that
+  reply, then the additions and the light barrier go out; the acknowledgement waits for the
+  light barrier's reply too. vswitchd applies one connection's messages in order, so the
+  additions can never overtake the removal;
+* the switching time runs from the dark barrier's reply, the moment the removal is known
+  applied, never from its sending: vswitchd applies a removal 0.3 ms after it is sent at p50
+  and up to 5 ms on a loaded machine, and a delay timed from the send let the wire see dark
+  periods that much shorter than the delay. A real OCS's darkness starts when its mirrors
+  move; the emulated one now never lights early, and pays instead the lag between the
+  removal's effect and its confirmation (about 0.3 ms) as late light, which the late-light
+  bound reports (``docs/wire.md``, "The dark edge"). The record keeps the send as the dark
+  period's start (``t_dark_s``, the conservative end) and the reply as ``t_applied_s``;
 * the datapath flow cache is purged (``revalidator/purge`` over unixctl): without it the
   datapath keeps the "drop" flow it cached for a dark port (a stray packet, or the old
   circuit's flow revalidated to a drop) until OVS's revalidators get round to it, which lit new
@@ -195,7 +201,7 @@ class OcsFabric:
         with self._lock:
             self._datapaths[rail] = datapath
             operations = self.core.setup(rail)
-        pending = self._run(datapath, operations, self.clock())
+        pending = self._run(datapath, operations)
         for attempt in range(SETUP_BARRIER_ATTEMPTS):  # a loaded machine can be slow to confirm
             try:
                 self._confirm(datapath, pending)
@@ -204,7 +210,7 @@ class OcsFabric:
                 if attempt == SETUP_BARRIER_ATTEMPTS - 1:
                     raise
                 LOG.warning("rail %d: setup not confirmed yet, asking again", rail)
-                pending = self._run(datapath, (Barrier(BarrierKind.SETUP),), self.clock())
+                pending = self._run(datapath, (Barrier(BarrierKind.SETUP),))
         self._ready[rail].set()
         self._log({"event": "switch_connected", "rail": rail, "dpid": f"{datapath.id:016x}"})
 
@@ -302,13 +308,13 @@ class OcsFabric:
             t_dark = self.clock()
             purged: bool | None = None  # over os-ken's connection: always, with the barrier
             # in flight (see the module docstring)
-            edges: dict[str, float] = {}  # when the removal was confirmed and purged
+            edges: dict[str, float] = {}  # when the removal was confirmed (and purged)
             if channel is None:
-                pending = self._run(datapath, job.operations, t_dark)
+                pending = self._run(datapath, job.operations, edges)
                 self._flusher(rail).flush()
                 self._confirm(datapath, pending)
             else:
-                purged = self._switch_on_channel(rail, channel, datapath, job.operations, t_dark,
+                purged = self._switch_on_channel(rail, channel, datapath, job.operations,
                                                  touched, edges)
             t_light = self.clock()
         finally:
@@ -345,8 +351,8 @@ class OcsFabric:
         return channel
 
     def _switch_on_channel(self, rail: int, channel: OpenFlowChannel, datapath: Any,
-                           operations: Sequence[Operation], t_dark_s: float,
-                           touched: frozenset[int], edges: dict[str, float]) -> bool:
+                           operations: Sequence[Operation], touched: frozenset[int],
+                           edges: dict[str, float]) -> bool:
         """Break-before-make over the rail's own channel; True if the light needed a purge.
         ``edges`` gets when the removal's barrier reply came (``t_applied_s``) and when the
         purge after it ended (``t_purged_s``): the datapath is dark for certain from then
@@ -378,8 +384,7 @@ class OcsFabric:
             after = [self._xid() for _ in ports]
             light = self._batch(datapath, operations[wait + 1:])
             request = _counters_request(after, ports) + light.data
-            _sleep_until(t_dark_s + LIES.get(self.lie, 1.0) * (delay.until_s(t_dark_s) - t_dark_s),
-                         self.clock)
+            _sleep_until(self._light_at_s(delay, edges["t_applied_s"]), self.clock)
             channel.send(request)
             counters |= channel.wait([*after, *light.xids], BARRIER_TIMEOUT_S)
         except ChannelError as exc:
@@ -396,6 +401,11 @@ class OcsFabric:
         :mod:`emulator.naming`); none when the app knows no bridge name for the rail."""
         bridge = self._bridges.get(rail)
         return [f"{bridge}-eth{p}" for p in ports] if bridge else []
+
+    def _light_at_s(self, delay: WaitDelay, t_applied_s: float) -> float:
+        """When the additions may go out: the switching delay after the removal was confirmed
+        applied (``t_applied_s``), stretched or shrunk by the test hook's lie (:data:`LIES`)."""
+        return t_applied_s + LIES.get(self.lie, 1.0) * (delay.until_s(t_applied_s) - t_applied_s)
 
     def _xid(self) -> int:
         return next(self._xids) & 0xFFFFFFFF
@@ -426,11 +436,12 @@ class OcsFabric:
             channel.close()
 
     def _run(self, datapath: Any, operations: Sequence[Operation],
-             t_start_s: float) -> list[_PendingBarrier]:
+             edges: dict[str, float] | None = None) -> list[_PendingBarrier]:
         """Send ``operations`` in order; return the barriers whose replies are outstanding.
 
-        Messages between two waits go out in one write. A :class:`WaitDelay` sleeps until its
-        delay has passed since ``t_start_s``; barriers are sent, not waited for (see
+        Messages between two waits go out in one write. A :class:`WaitDelay` first waits for
+        the replies to the barriers sent before it (the dark barrier): its delay counts from
+        them (``edges["t_applied_s"]``). Other barriers are sent, not waited for (see
         :meth:`_confirm`).
         """
         buf = bytearray()
@@ -438,7 +449,12 @@ class OcsFabric:
         for op in operations:
             if isinstance(op, WaitDelay):
                 self._send(datapath, buf)
-                _sleep_until(op.until_s(t_start_s), self.clock)
+                self._confirm(datapath, pending)
+                pending = []
+                t_applied_s = self.clock()
+                if edges is not None:
+                    edges["t_applied_s"] = t_applied_s
+                _sleep_until(self._light_at_s(op, t_applied_s), self.clock)
             elif isinstance(op, Barrier):
                 xid = next(self._xids) & 0xFFFFFFFF
                 done = threading.Event()

@@ -18,8 +18,12 @@ How a rail bridge behaves as an optical circuit switch:
 * a reconfiguration is break-before-make: delete the flows of the removed circuits, barrier (the
   touched ports are dark), wait the rail's switching delay, add the flows of the new circuits,
   barrier (light). Ports that the reconfiguration does not touch appear in no operation, so
-  their flows are never modified. The delay counts from the first operation of the sequence:
-  the data plane goes dark as soon as the switch applies the removal.
+  their flows are never modified. The delay counts from the dark barrier's reply, the moment
+  the switch is known to have applied the removal: a real OCS's darkness starts when its
+  mirrors move, and an emulated one must never light sooner than the delay after its ports
+  went dark (``docs/wire.md``, "The dark edge"). The switch applies the removal somewhere
+  between its sending and that reply, so the dark period is the delay plus at most that lag,
+  never less.
 """
 
 from __future__ import annotations
@@ -87,14 +91,16 @@ class Barrier:
 
 @dataclass(frozen=True)
 class WaitDelay:
-    """Let ``delay_ms`` pass since the first operation of the sequence (the switching time)."""
+    """Let ``delay_ms`` (the switching time) pass since the removal is known applied: the
+    reply to the :attr:`BarrierKind.DARK` barrier that precedes this wait."""
 
     delay_ms: float
 
-    def until_s(self, t_start_s: float) -> float:
-        """When the wait ends for a sequence whose first operation (the removal) went out at
-        ``t_start_s``: the delay counts from the removal (:func:`controller.ocs.light_at_s`)."""
-        return light_at_s(t_start_s, self.delay_ms)
+    def until_s(self, t_applied_s: float) -> float:
+        """When the wait ends for a sequence whose removal the switch confirmed applied at
+        ``t_applied_s`` (the dark barrier's reply): the delay counts from the removal's
+        effect, never from its sending (:func:`controller.ocs.light_at_s`)."""
+        return light_at_s(t_applied_s, self.delay_ms)
 
 
 FlowOperation = DeleteAllFlows | TableMiss | FlowAdd | FlowDelete

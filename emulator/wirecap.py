@@ -48,9 +48,14 @@ PROBE_INTERVAL_MS = 0.5
 #: The longest probe interval (ms), and the share of the shortest switching delay the interval
 #: may reach (:func:`probe_interval_ms`): every probe frame costs the userspace switch a
 #: forwarding and each capture a copy, so a 100 ms delay, which needs no 0.5 ms resolution,
-#: probes every 2 ms (docs/wire.md, "Cost, and what on by default needs").
+#: probes every 2 ms (docs/wire.md, "Cost").
 PROBE_INTERVAL_MAX_MS = 2.0
 PROBE_SHARE_OF_DELAY = 0.02
+#: Probe frames a second over every probed port at most: the demo's 16 ports every 2 ms, with
+#: which its rows stayed `ok` on a quiet 2-core machine. Its 32 ports at K = 2 every 2 ms cost
+#: the row its `ok` (the capture and the four vswitchds 1.5 cores; docs/wire.md, "Cost"), so
+#: more ports probe less often: the interval grows past :data:`PROBE_INTERVAL_MAX_MS` with them.
+PROBE_BUDGET_FPS = 8000.0
 #: The probe frames' stream id (the rank's own number is not needed: the source address says it).
 PROBE_STREAM = 37
 #: Per-capture kernel buffer (KiB): a 100 ms burst at 1 Gbit/s of 64-byte heads fits easily.
@@ -105,12 +110,14 @@ def _host_mac(num_ranks: int, host: int, port_index: int) -> str:
     return naming.spare_rail_mac(host - num_ranks, port_index)
 
 
-def probe_interval_ms(shortest_delay_ms: float) -> float:
+def probe_interval_ms(shortest_delay_ms: float, probe_ports: int = 1) -> float:
     """The probe interval for a run whose shortest switching delay (wall time) is
     ``shortest_delay_ms``: :data:`PROBE_SHARE_OF_DELAY` of it, within
-    [:data:`PROBE_INTERVAL_MS`, :data:`PROBE_INTERVAL_MAX_MS`]."""
-    return min(PROBE_INTERVAL_MAX_MS, max(PROBE_INTERVAL_MS,
-                                          PROBE_SHARE_OF_DELAY * shortest_delay_ms))
+    [:data:`PROBE_INTERVAL_MS`, :data:`PROBE_INTERVAL_MAX_MS`], and no shorter than
+    ``probe_ports`` (rank ports that send probes) allow under :data:`PROBE_BUDGET_FPS`."""
+    by_delay = min(PROBE_INTERVAL_MAX_MS, max(PROBE_INTERVAL_MS,
+                                              PROBE_SHARE_OF_DELAY * shortest_delay_ms))
+    return max(by_delay, 1e3 * max(1, probe_ports) / PROBE_BUDGET_FPS)
 
 
 _STATS_RE = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")

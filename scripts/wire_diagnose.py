@@ -33,7 +33,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 def edges(run: Path) -> None:
     events = _jsonl(run / "controller-events.jsonl")
     darks = [e for e in _jsonl(run / "emulator" / "ocs-events.jsonl")
-             if e.get("event") == "dark" and "t_applied_s" in e]
+             if e.get("event") == "dark" and "t_purged_s" in e]
     ports = W.read_port_map(json.loads((run / "wire" / "wire.json").read_text()))
     stamps = [float(e["t_s"]) for e in events if "t_s" in e]
     frames = [f for f in W.read_frames(run / "wire", ports) if min(stamps) <= f.t_s <= max(stamps)]

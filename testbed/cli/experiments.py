@@ -73,7 +73,7 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
     p.add_argument("--wire-check", choices=("on", "off"),
-                   help="override run.wire_check (default off): on, tcpdump captures every OCS "
+                   help="override run.wire_check (default on): on, tcpdump captures every OCS "
                    "port of an emulated run and the verdict judges each switch's dark period "
                    "and the one-to-one rule from the capture (docs/wire.md)")
     p.add_argument("--no-spares", action="store_true",
@@ -435,6 +435,7 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
     lines saying which model the paper's Fig. 8 assumed, with the figures of the artifact's
     run under that model (``artifact``: label -> summary). Both sets of summaries carry their
     overheads (:func:`testbed.results.baseline.against_baseline`)."""
+    from testbed.metrics.wire import wire_text
     from testbed.results.baseline import overhead_text, rail_state_comparison
     from testbed.studies.demo import ARTIFACT_CONFIG, BASELINE, RAIL_STATE_LABELS
 
@@ -457,6 +458,8 @@ def demo_lines(title: str, summaries: dict[str, dict[str, Any]],
         + f"sim backend, {_pct(artifact_base.get('iteration_time_s'), '.2f')} s baseline) gives "
         + " / ".join(overhead_text(artifact.get(x)) for x in RAIL_STATE_LABELS)
         + f" at {delay_ms:g} ms; {comparison} (docs/validation.md)."]
+    lines += [f"wire {label}: {wire_text(s['wire'])}" for label, s in summaries.items()
+              if s.get("wire") is not None]
     if any(_exposed_over_overhead(s) for s in summaries.values()):
         lines.append("exposed_s/it can exceed the overhead: it counts every rank's waits for "
                      "light, also while other ranks computed or sent "

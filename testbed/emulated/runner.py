@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -344,7 +345,8 @@ def run_on_rails(prep: RunFacts, spec: RailSpec, job: JobSpec, out: Path,
     seen = Observed(records, events_read,
                     sampler.summary(measured_span(wall_records, cfg.warmup)),  # wall clock
                     wall_s, _dark_check(out, cfg, events_read, expected, k),
-                    cgroup.summary(throttling) if cgroup is not None else None, wire)
+                    cgroup.summary(throttling) if cgroup is not None else None, wire,
+                    wire_skipped(cfg, spec, wall_events) if capture is None else None)
     return finish_run(out, prep, seen, manifest, num_rails=spec.num_rails,
                       ranks_rail0=spec.ranks_on_rail(0))
 
@@ -393,9 +395,24 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
         return ("a failover run: a spare that takes over a rank takes its addresses, and "
                 "injected faults take ports down, which the capture does not follow yet")
     if spec.mode != "ocs":  # rail-state: the data rails are electrical
-        return ("rail-state: the bits switch on shadow rails whose ports carry no frames (with "
-                "the userspace datapath they have no interface to capture)")
+        return ("rail-state: the data rails are electrical and the bits switch on shadow rails "
+                "whose ports carry no frames (with the userspace datapath they have no "
+                "interface to capture; docs/wire.md, \"Rail-state rows\")")
+    if shutil.which("tcpdump") is None:  # on by default: the run goes on, saying why
+        return "tcpdump is not installed (apt-get install tcpdump, or scripts/setup.sh)"
     return None
+
+
+def wire_skipped(cfg: RunSettings, spec: RailSpec,
+                 controller_events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``summary["wire"]`` of a switched run that had no capture (None for a baseline): why,
+    and that the wire saw none of its switches."""
+    from testbed.metrics.wire import skipped_summary
+
+    reason = wire_skip_reason(cfg, spec)
+    if reason is None or cfg.mode == "baseline":
+        return None
+    return skipped_summary(reason, controller_events)
 
 
 def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: RunSettings,
@@ -406,12 +423,13 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
 
     skip = wire_skip_reason(cfg, spec)
     if skip is not None:
-        if getattr(cfg, "wire_check", False) and cfg.mode != "baseline":
-            say(f"  wire check: off ({skip})")
+        if cfg.mode != "baseline":
+            say(f"  wire check: none ({skip})")
         return None
     shortest_ms = min(spec.delay_ms(r) for r in range(spec.num_rails))  # wall time
-    capture = stack.enter_context(wire_capture(net, out / "wire",
-                                               probe_interval_ms=probe_interval_ms(shortest_ms)))
+    probe_ports = sum(len(spec.host_ports(h)) for h in range(spec.num_ranks))
+    capture = stack.enter_context(wire_capture(
+        net, out / "wire", probe_interval_ms=probe_interval_ms(shortest_ms, probe_ports)))
     say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "
         f"{capture.probe_interval_ms:g} ms from every rank port")
     return capture

@@ -23,7 +23,7 @@ Layout (the ``workload`` and ``cluster`` keys are :mod:`workloads.loader`'s)::
       rank_cpu_quota: null      # null | auto | 0 < fraction <= 1: the ranks' CPU
       start_gate: true          # replayed ranks start together (false: each once loaded)
       time_dilation: auto       # emulation: model time x k on the wall (auto | k >= 1)
-      wire_check: false         # capture the OCS ports and judge the switching from the wire
+      wire_check: true          # capture the OCS ports and judge the switching from the wire
     artifact_protocol:          # emulated runs: the ranks speak the Opus artifact's protocol
       port: 1234                # on the run's frontend address
     sim:

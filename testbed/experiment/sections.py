@@ -189,10 +189,12 @@ class Run:
         AUTO, "Emulation: model time x k on the wall (`auto` or k >= 1; docs/validation.md).",
         parse=parse_time_dilation, type_text="a number >= 1 or `auto`",
         default_text="`auto`")
-    wire_check: bool = option(False, "Emulated OCS runs: capture every OCS port and judge the "
-                              "switching from the wire (testbed.metrics.wire, docs/wire.md); "
-                              "off by default until its cost at 16 ranks and its frames at a "
-                              "non-peer are understood.")
+    wire_check: bool = option(True, "Emulated OCS runs: tcpdump captures every OCS port and "
+                              "the verdict judges each switch's dark period and the one-to-one "
+                              "rule from the capture (testbed.metrics.wire, docs/wire.md). "
+                              "Baselines, simulated runs, rail-state and failover runs have no "
+                              "capture (their summary says why); without tcpdump the run goes "
+                              "on without it, saying so. false: off.")
 
 
 @dataclass(frozen=True)

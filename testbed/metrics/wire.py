@@ -368,6 +368,8 @@ class WireCheck:
     probe_interval_ms: float | None = None
     scale: float = 1.0  # configured delay x scale = the delay on the wire (time dilation)
     problems: tuple[str, ...] = ()  # the capture's own (a failed tcpdump): the check is unrated
+    #: switches the controller commanded on every rail, captured or not (None: ``switches``)
+    commanded: int | None = None
 
     def _range_ms(self, rail: int) -> Interval:
         low, high = self.expected.range_ms(rail)
@@ -424,6 +426,7 @@ class WireCheck:
         measured = [w for w in self.switches if w.measured]
         return {"switches": len(self.switches), "measured": len(measured),
                 "observed": sum(1 for w in self.switches if w.observed),
+                "commanded": len(self.switches) if self.commanded is None else self.commanded,
                 "error_ms": ErrorStats.of(self.errors_ms()).to_summary(),
                 "early": len(self.early()), "non_peer_frames": len(self.non_peer),
                 "lost_frames": self.lost, "frames": self.frames,
@@ -447,6 +450,7 @@ def check_wire(capture_dir: Path, controller_events: Sequence[Record],
               if stamps and min(stamps) <= f.t_s <= max(stamps)]
     crossings, dropped, unmatched = forwarding(frames)
     commanded = commanded_switches(controller_events)
+    total = len(commanded)
     rails = {p.rail for p in ports}
     commanded = [c for c in commanded if c.rail in rails]
     t_end = max((f.t_s for f in frames), default=None)
@@ -457,7 +461,7 @@ def check_wire(capture_dir: Path, controller_events: Sequence[Record],
     return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded)),
                      tuple(non_peer(crossings, commanded)),
                      len(lost_frames(dropped, commanded, t_end)), len(frames), unmatched, drops,
-                     meta.get("probe_interval_ms"), scale, tuple(problems))
+                     meta.get("probe_interval_ms"), scale, tuple(problems), total)
 
 
 @dataclass(frozen=True)
@@ -566,15 +570,25 @@ class WireVerdict:
         return {**self.check.to_summary(), "app_minus_wire_ms": self.agreement.to_summary()}
 
 
+def skipped_summary(reason: str, controller_events: Iterable[Record]) -> dict[str, Any]:
+    """``summary["wire"]`` of a switched run without a capture: why, and how many of its
+    commanded switches the wire saw (none), so the summary never passes it off as checked."""
+    return {"skipped": reason, "commanded": len(commanded_switches(controller_events)),
+            "observed": 0}
+
+
 def wire_text(wire: Mapping[str, Any] | None) -> str:
     """The summary's line on the wire check (``summary["wire"]``)."""
     if not wire:
         return "not checked"
     if wire.get("skipped"):
-        return f"not checked ({wire['skipped']})"
+        seen = (f"0 of {wire['commanded']} switches seen on the wire; "
+                if wire.get("commanded") else "")
+        return f"not checked: {seen}{wire['skipped']}"
     err, agree = wire["error_ms"], wire["app_minus_wire_ms"]
-    text = (f"{wire['switches']} switches: {wire['measured']} dark periods measured, "
-            f"{wire.get('observed', wire['measured'])} observed")
+    commanded = wire.get("commanded", wire["switches"])
+    text = (f"saw {wire.get('observed', wire['measured'])} of {commanded} switches, "
+            f"{wire['measured']} dark periods measured")
     if err.get("count"):
         text += (f", error p50 {err['p50']:+.2f} ms, p99 {err['p99']:+.2f} ms, max "
                  f"{err['max']:+.2f} ms (+- {wire['resolution_ms']['p50']:.2f} ms)")

@@ -86,6 +86,8 @@ class Observed:
     dark: DarkCheck | None = None
     quota: dict[str, Any] | None = None
     wire: WireVerdict | None = None  # the capture's judgement (None: no wire check)
+    #: a switched run without a capture: why, and that the wire saw none of its switches
+    wire_skipped: dict[str, Any] | None = None
 
 
 def run_evidence(seen: Observed, m: RunMetrics, windows: Sequence[tuple[float, float]],
@@ -166,7 +168,7 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
-               "wire": seen.wire.to_summary() if seen.wire is not None else None,
+               "wire": seen.wire.to_summary() if seen.wire is not None else seen.wire_skipped,
                "wall_s": seen.wall_s,
                **(dilation_keys(prep, seen, dark, windows, k) if spec.dilates else {}),
                "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,

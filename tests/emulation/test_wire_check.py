@@ -41,12 +41,13 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     assert list((tmp_path / "honest" / "wire").glob("*.pcap"))
     assert wire["switches"] == summary["reconfigurations"]
     assert wire["measured"] >= wire["switches"] // 2, wire
-    # an honest app times the delay from sending the removal; vswitchd applies it within a
-    # millisecond on a quiet machine (0 early), but a busy one can apply it milliseconds late
-    # and the wire then sees the dark period that much short ("The dark edge" in
-    # docs/wire.md): a few switches, against 29 of 41 for an app that lights early
+    # an honest app times the delay from the removal's barrier reply, so the wire never sees
+    # a dark period shorter than the delay however late vswitchd applies the removal ("The
+    # dark edge" in docs/wire.md). At most one: the datapath's cached flow of the old circuit
+    # can carry a frame until the purge after the reply (0.14 ms at most seen, within the
+    # early rule's 0.2 ms slack); against 29 of 41 for an app that lights early
+    assert wire["early"] <= 1, wire
     few = max(3, wire["switches"] // 10)
-    assert wire["early"] <= few, wire
     # the frames once seen at a non-peer were a misread capture clock (docs/wire.md): every
     # frame crosses a circuit while it is lit
     assert wire["non_peer_frames"] == 0, wire
@@ -74,7 +75,8 @@ def test_a_lying_app_is_caught_by_the_wire_alone(tmp_path: Path, no_leftovers: l
         assert with_wire["wire"]["early"] >= with_wire["wire"]["switches"] // 2
     # the app's own record passes: without the wire nothing names the lie
     without = _run(tmp_path, f"{lie}-nowire", wire=False, no_leftovers=no_leftovers)
-    assert without["wire"] is None
+    assert without["wire"]["skipped"] == "run.wire_check is off"
+    assert without["wire"]["observed"] == 0 < without["wire"]["commanded"]
     assert without["dark_error_ms"]["early"] == 0
     assert without["dark_error_ms"]["record_disagrees"] == 0
     assert not _wire_reasons(without)

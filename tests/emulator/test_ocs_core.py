@@ -261,3 +261,16 @@ def test_fake_table_always_equals_the_state_after_valid_reconfigurations(
         assert table.circuits(0) == core.circuits(0)
         lit = {p for c in core.circuits(0) for p in c.ports}
         assert {table.forward(p) for p in set(OCS_RAIL.ports) - lit} <= {DROP}
+
+
+def test_the_delay_starts_at_the_dark_barriers_reply_so_the_wait_follows_it_at_once() -> None:
+    """The shell times the wait from the reply to the barrier right before it (the removal
+    known applied: docs/wire.md, "The dark edge"), so nothing may sit between them."""
+    core, _ = connected([OCS_RAIL], [Circuit(0, 1, 2)])
+    [ops] = core.accept([Reconfiguration.of(0, add=[(1, 3)], remove=[(1, 2)])])
+    dark = ops.index(Barrier(BarrierKind.DARK))
+    wait = ops[dark + 1]
+    assert isinstance(wait, WaitDelay)
+    t_applied_s = 7.25
+    assert wait.until_s(t_applied_s) == pytest.approx(t_applied_s + OCS_RAIL.switching_delay_ms
+                                                      / 1e3)
