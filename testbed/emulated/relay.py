@@ -26,7 +26,13 @@ import socket
 import threading
 from typing import Any
 
-from testbed.emulated.transport import STEP_HEADER, Address, Outgoing, TransportError
+from testbed.emulated.transport import (
+    STEP_HEADER,
+    Address,
+    Outgoing,
+    TransportError,
+    recv_exact,
+)
 
 CHUNK_BYTES = 1 << 18
 
@@ -37,16 +43,6 @@ def address_of(value: Any) -> Address:
         return value
     host, port = value
     return (str(host), int(port))
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf)
 
 
 class Relay:
@@ -100,7 +96,7 @@ class Relay:
     def _forward(self, src: socket.socket, dst: socket.socket, hello: dict[str, Any]) -> None:
         view = memoryview(bytearray(CHUNK_BYTES))
         while True:
-            head = _recv_exact(src, STEP_HEADER.size)
+            head = recv_exact(src, STEP_HEADER.size)
             if not head:
                 dst.shutdown(socket.SHUT_WR)  # the sender is done: so is this leg
                 return

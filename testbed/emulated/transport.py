@@ -175,7 +175,8 @@ class Inbox:
             self._cv.wait(min(left, POLL_S))
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
+def recv_exact(conn: socket.socket, n: int) -> bytes:
+    """Up to ``n`` bytes from ``conn``: fewer only when the peer closed first."""
     buf = bytearray()
     while len(buf) < n:
         chunk = conn.recv(n - len(buf))
@@ -251,7 +252,7 @@ def _drain(conn: socket.socket, inbox: Inbox, origin: Origin, keep: bool,
     view = memoryview(bytearray(1 << 18))
     while True:
         wake.set(STEP_HEADER.size)
-        head = _recv_exact(conn, STEP_HEADER.size)
+        head = recv_exact(conn, STEP_HEADER.size)
         if not head:
             return  # EOF: the sender is done; closing tells it we read everything
         if len(head) < STEP_HEADER.size:
@@ -367,7 +368,7 @@ class Outgoing:
         """Wait for the receiver's ``flag`` header for ``step`` (``READY_FLAG``: it has reached
         the step; ``SYNC_FLAG``: it has read the step's payload)."""
         while (flag, step) not in self._answers:
-            head = _recv_exact(self.sock, STEP_HEADER.size)
+            head = recv_exact(self.sock, STEP_HEADER.size)
             if len(head) < STEP_HEADER.size:
                 raise TransportError(f"the receiver closed before it answered step {step}")
             flagged, _ = STEP_HEADER.unpack(head)
