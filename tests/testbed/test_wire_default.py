@@ -44,15 +44,17 @@ def test_a_baseline_has_no_capture_and_no_wire_record() -> None:
     assert wire_skipped(cfg, spec, []) is None
 
 
-def test_rail_state_says_the_wire_saw_none_of_its_shadow_rail_switches() -> None:
+def test_rail_state_is_wire_checked_on_its_shadow_rails() -> None:
+    """Rail-state's switches happen on shadow rails, whose ports are now veths the capture
+    watches (emulator.shadowports): no reason to skip, and failover still has one."""
     cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state")
     spec = rail_spec(cfg, 2, 2, 8.0, shadow_rails=2)
-    reason = wire_skip_reason(cfg, spec)
-    assert reason is not None and reason.startswith("rail-state")
-    record = wire_skipped(cfg, spec, EVENTS)
-    assert record == {"skipped": reason, "commanded": 2, "observed": 0}
-    assert wire_text(record).startswith("not checked: 0 of 2 switches seen on the wire; "
-                                        "rail-state")
+    assert spec.mode != "ocs" and len(spec.shadow_ids) == 2
+    assert wire_skip_reason(cfg, spec) is None
+    assert wire_skipped(cfg, spec, EVENTS) is None
+    off = cfg.replace(wire_check=False)
+    assert wire_text(wire_skipped(off, spec, EVENTS)) == (
+        "not checked: 0 of 2 switches seen on the wire; run.wire_check is off")
 
 
 def test_without_tcpdump_the_run_goes_on_without_the_capture_saying_why(
