@@ -505,6 +505,8 @@ def expected_delay(cfg: RunSettings, spec: RailSpec | None = None) -> ExpectedDe
 
     per_rail = ({} if spec is None else
                 {r: resolve_switching_delay_ms(v) for r, v in spec.per_rail_delay.items()})
+    if spec is not None and spec.per_rail_delay:  # rail-state: a shadow rail switches at its
+        per_rail.update({s: spec.delay_ms(s) for s in spec.shadow_ids})  # data rail's delay
     jitter = max((f.jitter_ms for f in getattr(cfg, "faults", ()) if f.kind == "jitter"),
                  default=0.0)
     return ExpectedDelay(cfg.switching_delay_ms, per_rail, jitter)
