@@ -278,16 +278,21 @@ def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | Non
         return
     record.namespaces.append(naming.shadow_netns(prefix))
     record.save()
-    steps: list[tuple[list[str], str | None]] = [
-        *((cmd, None) for cmd in shadowports.netns_setup_commands(prefix)),
-        (["ip", "-batch", "-"], shadowports.veth_batch(prefix, spec.shadow_ids)),
-        (["ip", "-n", naming.shadow_netns(prefix), "-batch", "-"],
-         shadowports.far_end_batch(spec.shadow_ids))]
-    for cmd, stdin in steps:
+    def run(cmd: list[str], stdin: str | None = None) -> None:
         res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise EmulationError(f"cannot make the shadow rails' ports ({' '.join(cmd[:4])}): "
                                  f"{res.stderr.strip()}")
+
+    for cmd in shadowports.netns_setup_commands(prefix):
+        run(cmd)
+    run(["ip", "-batch", "-"], shadowports.veth_batch(prefix, spec.shadow_ids))
+    for name in shadowports.near_ends(prefix, spec.shadow_ids):  # no IPv6 chatter from root
+        with contextlib.suppress(OSError):
+            Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+    run(["ip", "-batch", "-"], shadowports.near_end_batch(prefix, spec.shadow_ids))
+    run(["ip", "-n", naming.shadow_netns(prefix), "-batch", "-"],
+        shadowports.far_end_batch(spec.shadow_ids))
     commands: dict[str, list[str]] = {}
     for rail in spec.shadow_ids:
         bridge = naming.shadow_bridge(prefix, rail)

@@ -7,7 +7,9 @@ listens like on a data rail's port) and the far end ``s<id>p<p>`` with address
 :func:`emulator.naming.shadow_mac`, in the run's one shadow namespace ``ot1a2sh``, which the
 run records and removes by name (:mod:`emulator.runstate`). Only the probe frames of the wire
 check (:mod:`emulator.wirecap`) are sent there; IPv6 is off in the namespace so that the kernel
-sends nothing of its own, and the far ends carry no address.
+sends nothing of its own, and the far ends carry no address; the bridge sides get IPv6 off too
+(:func:`near_ends`) before they come up, or the root namespace's kernel sends its router
+solicitations and multicast reports out of them.
 
 This module only builds the commands (pure); :mod:`emulator.network` runs them.
 """
@@ -34,17 +36,25 @@ def netns_setup_commands(prefix: str) -> list[list[str]]:
              "net.ipv6.conf.all.disable_ipv6=1", "-w", "net.ipv6.conf.default.disable_ipv6=1"]]
 
 
+def near_ends(prefix: str, shadow_ids: Iterable[int]) -> list[str]:
+    """The bridge sides (root namespace) of every shadow port."""
+    return [naming.shadow_port_intf(prefix, rail, port)
+            for rail, port in shadow_port_ids(shadow_ids)]
+
+
 def veth_batch(prefix: str, shadow_ids: Iterable[int]) -> str:
     """``ip -batch`` lines (root namespace): each shadow port's veth pair, the far end made
-    directly in the shadow namespace with its address, the bridge side up."""
+    directly in the shadow namespace with its address; both ends down."""
     ns = naming.shadow_netns(prefix)
-    lines = []
-    for rail, port in shadow_port_ids(shadow_ids):
-        near = naming.shadow_port_intf(prefix, rail, port)
-        lines.append(f"link add {near} type veth peer name {naming.shadow_peer_intf(rail, port)}"
-                     f" address {naming.shadow_mac(rail, port)} netns {ns}")
-        lines.append(f"link set {near} up")
-    return "\n".join(lines) + "\n"
+    return "".join(
+        f"link add {naming.shadow_port_intf(prefix, rail, port)} type veth peer name "
+        f"{naming.shadow_peer_intf(rail, port)} address {naming.shadow_mac(rail, port)} "
+        f"netns {ns}\n" for rail, port in shadow_port_ids(shadow_ids))
+
+
+def near_end_batch(prefix: str, shadow_ids: Iterable[int]) -> str:
+    """``ip -batch`` lines (root namespace): every bridge side up."""
+    return "".join(f"link set {name} up\n" for name in near_ends(prefix, shadow_ids))
 
 
 def far_end_batch(shadow_ids: Iterable[int]) -> str:

@@ -48,12 +48,10 @@ def test_the_shadow_namespace_is_ours_by_name_and_nothing_else_is() -> None:
 def test_the_veths_far_ends_are_made_inside_the_namespace_and_probed_there() -> None:
     batch = shadowports.veth_batch(PREFIX, [4]).splitlines()
     assert batch == [
-        "link add ot1a2s4-eth1 type veth peer name s4p1 address 02:0d:00:04:01:01 netns ot1a2sh",
-        "link set ot1a2s4-eth1 up",
-        "link add ot1a2s4-eth2 type veth peer name s4p2 address 02:0d:00:04:02:01 netns ot1a2sh",
-        "link set ot1a2s4-eth2 up",
-        "link add ot1a2s4-eth3 type veth peer name s4p3 address 02:0d:00:04:03:01 netns ot1a2sh",
-        "link set ot1a2s4-eth3 up"]
+        f"link add ot1a2s4-eth{p} type veth peer name s4p{p} address 02:0d:00:04:0{p}:01 "
+        "netns ot1a2sh" for p in SHADOW_PORTS]
+    assert shadowports.near_end_batch(PREFIX, [4]).splitlines() == [
+        f"link set ot1a2s4-eth{p} up" for p in SHADOW_PORTS]
     assert shadowports.far_end_batch([4]).splitlines() == [
         "link set s4p1 up", "link set s4p2 up", "link set s4p3 up"]
     setup = shadowports.netns_setup_commands(PREFIX)
