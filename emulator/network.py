@@ -278,6 +278,7 @@ def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | Non
         return
     record.namespaces.append(naming.shadow_netns(prefix))
     record.save()
+
     def run(cmd: list[str], stdin: str | None = None) -> None:
         res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
         if res.returncode != 0:
