@@ -15,7 +15,10 @@ rail bridge        ``ot1a2r<rail>``      OVS bridge acting as the rail's OCS
 rail bridge port   ``ot1a2r<rail>-eth<p>``  OpenFlow port ``p = server*K + k + 1``
 shadow bridge      ``ot1a2s<id>``        rail-state only: the OCS of one (rail, bit), rail id
                                          ``id`` (:func:`controller.railstate.shadow_rail_id`)
-shadow port        ``ot1a2s<id>-eth<p>``  its internal ports ``p`` = 1, 2, 3
+shadow port        ``ot1a2s<id>-eth<p>``  its ports ``p`` = 1, 2, 3: veths whose far ends
+                                         ``s<id>p<p>`` sit in the shadow namespace
+shadow namespace   ``ot1a2sh``           rail-state only: one per run, the shadow ports' far
+                                         ends (the wire check's probes and nothing else)
 frontend bridge    ``ot1a2fe``           Linux bridge (control traffic only, kept out of OVS)
 root-side intf     ``ot1a2root-eth0``    links the root namespace to the frontend bridge
 =================  ====================  ===================================================
@@ -27,6 +30,7 @@ Addresses (RFC 2544 benchmarking ranges, so they never clash with a real network
 * rank address: ``198.19.<rank // 250>.<rank % 250 + 1>``, a /32 on each of the rank's rail
   interfaces; a peer is reached by a /32 route through the interface whose circuit leads to it.
   Rail subnets exist only inside the rank namespaces.
+* MAC of the far end of shadow port ``p`` of shadow rail ``s``: ``02:0d:<s hi>:<s lo>:<p>:01``.
 * MAC of rail port ``k`` of rank ``r``: ``02:0f:<r hi>:<r lo>:<k>:01``; frontend ``...:ff:01``.
 * spare ``j``: frontend ``198.18.<slot>.<ranks + j + 1>``; MACs ``02:0e:<j hi>:<j lo>:...`` while
   dark. A spare that takes over rank ``r`` takes ``r``'s rail MACs and address, so its peers'
@@ -45,6 +49,8 @@ from collections.abc import Iterable
 PREFIX_RE = re.compile(r"^ot[0-9a-f]{3}$")
 #: Any bridge or interface name the project can create (for `clean`).
 OWNED_NAME_RE = re.compile(r"^ot[0-9a-f]{3}(g\d+|r\d+|s\d+|x\d+|fe|root)(-eth\d+)?$")
+#: The network namespace a run may create (rail-state's shadow ports' far ends; for `clean`).
+OWNED_NETNS_RE = re.compile(r"^ot[0-9a-f]{3}sh$")
 #: Highest OpenFlow port number on a rail bridge: its interface ``ot1a2r15-eth999`` fills
 #: Linux's IFNAMSIZ (15 characters) with rails up to 15.
 MAX_PORTS_PER_RAIL = 999
@@ -103,7 +109,25 @@ def shadow_bridge(prefix: str, rail: int) -> str:
 
 
 def shadow_port_intf(prefix: str, rail: int, port: int) -> str:
+    """The bridge side of shadow port ``port``: one end of a veth pair."""
     return f"{shadow_bridge(prefix, rail)}-eth{port}"
+
+
+def shadow_netns(prefix: str) -> str:
+    """The run's one namespace for the shadow ports' far ends (rail-state only)."""
+    return f"{prefix}sh"
+
+
+def shadow_peer_intf(rail: int, port: int) -> str:
+    """The far end of shadow port ``port`` of shadow rail ``rail``, inside
+    :func:`shadow_netns` (no prefix needed: the namespace is the run's own)."""
+    return f"s{rail}p{port}"
+
+
+def shadow_mac(rail: int, port: int) -> str:
+    """The address of the far end of a shadow port: what the wire check's probes from it
+    carry as their source (a frame with it entered the shadow switch at that port)."""
+    return f"02:0d:{rail >> 8:02x}:{rail & 0xFF:02x}:{port:02x}:01"
 
 
 def frontend_bridge(prefix: str) -> str:

@@ -1,7 +1,8 @@
 """The running emulated photonic-rail network, as a context manager that always tears down.
 
 ``with emulated_rails(spec) as net:`` builds the Mininet network of :mod:`emulator.topo` on
-userspace (or kernel, when available) Open vSwitch (shadow bridges get three internal ports),
+userspace (or kernel, when available) Open vSwitch (shadow bridges get three veth ports whose
+far ends sit in the run's shadow namespace, :mod:`emulator.shadowports`),
 starts the OCS app process
 (:mod:`emulator.ocs_service`), waits until every rail bridge is connected, prepares the hosts
 (offloads, addresses, routes) and yields an :class:`EmulatedRails`. On the way out, normal or
@@ -33,7 +34,7 @@ from typing import Any
 
 from controller.drivers.emulated import EmulatedOcsDriver
 from controller.railstate import SHADOW_PORTS
-from emulator import cpuquota, naming, runstate, vswitchd_priority
+from emulator import cpuquota, naming, runstate, shadowports, vswitchd_priority
 from emulator.hostnet import (
     HostRouter,
     bridge_shaping_commands,
@@ -268,9 +269,31 @@ def _vsctl(instances: OvsInstances | None, bridge: str, *args: str) -> list[str]
     return instances.vsctl(bridge, *args)
 
 
-def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | None) -> None:
-    """Give each shadow bridge its three ports (internal: the bits carry no traffic); one
-    ``ovs-vsctl`` per database."""
+def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | None,
+                      record: runstate.RunRecord) -> None:
+    """Give each shadow bridge its three ports: veth pairs whose far ends sit in the run's
+    shadow namespace (:mod:`emulator.shadowports`; recorded for cleanup before it exists), so
+    that the wire check can probe and capture them; one ``ovs-vsctl`` per database."""
+    if not spec.shadow_rails:
+        return
+    record.namespaces.append(naming.shadow_netns(prefix))
+    record.save()
+
+    def run(cmd: list[str], stdin: str | None = None) -> None:
+        res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EmulationError(f"cannot make the shadow rails' ports ({' '.join(cmd[:4])}): "
+                                 f"{res.stderr.strip()}")
+
+    for cmd in shadowports.netns_setup_commands(prefix):
+        run(cmd)
+    run(["ip", "-batch", "-"], shadowports.veth_batch(prefix, spec.shadow_ids))
+    for name in shadowports.near_ends(prefix, spec.shadow_ids):  # no IPv6 chatter from root
+        with contextlib.suppress(OSError):
+            Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+    run(["ip", "-batch", "-"], shadowports.near_end_batch(prefix, spec.shadow_ids))
+    run(["ip", "-n", naming.shadow_netns(prefix), "-batch", "-"],
+        shadowports.far_end_batch(spec.shadow_ids))
     commands: dict[str, list[str]] = {}
     for rail in spec.shadow_ids:
         bridge = naming.shadow_bridge(prefix, rail)
@@ -279,7 +302,7 @@ def _add_shadow_ports(spec: RailSpec, prefix: str, instances: OvsInstances | Non
         for port in SHADOW_PORTS:
             intf = naming.shadow_port_intf(prefix, rail, port)
             cmd += ["--", "add-port", bridge, intf, "--", "set", "Interface", intf,
-                    "type=internal", f"ofport_request={port}"]
+                    f"ofport_request={port}"]
     for cmd in commands.values():
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode != 0:
@@ -340,7 +363,7 @@ def emulated_rails(spec: RailSpec, *, run_dir: Path | None = None,
         ocs_log = (run_dir / "ocs-service.log").open("w")
         ocs_proc = _start_ocs_service(config_path, ocs_log, record)
         net = _start_mininet(spec, prefix, slot, datapath, record, instances)
-        _attach_rails(spec, prefix, of_port, config_path.parent, instances)
+        _attach_rails(spec, prefix, of_port, config_path.parent, record, instances)
         hosts = {h: net.get(spec.host_name(prefix, h)) for h in range(spec.num_hosts)}
         run = shell_runner(hosts, config_path.parent)
         for h in hosts:
@@ -486,10 +509,10 @@ def _start_mininet(spec: RailSpec, prefix: str, slot: int, datapath: str,
 
 
 def _attach_rails(spec: RailSpec, prefix: str, of_port: int, work_dir: Path,
-                  instances: OvsInstances | None = None) -> None:
+                  record: runstate.RunRecord, instances: OvsInstances | None = None) -> None:
     """Shadow ports, every OCS bridge attached to the OCS app, the root's checksum offload off
     and the bridges' shaping."""
-    _add_shadow_ports(spec, prefix, instances)
+    _add_shadow_ports(spec, prefix, instances, record)
     for bridge in _ocs_bridges(spec, prefix):
         res = subprocess.run(_vsctl(instances, bridge, "set-controller", bridge,
                                     f"tcp:127.0.0.1:{of_port}"),
@@ -531,6 +554,8 @@ def _remove_owned(record: runstate.RunRecord, prefix: str) -> None:
     for bridge in runstate.owned_bridges():
         if naming.prefix_of(bridge) == prefix:
             runstate.remove_bridge(bridge)
+    for name in record.namespaces:  # its veths' root ends go with it
+        runstate.remove_netns(name)
     for link in runstate.owned_links():
         if naming.prefix_of(link) == prefix:
             runstate.remove_link(link)

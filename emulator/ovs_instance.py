@@ -19,9 +19,9 @@ open (the system daemon holds it: "creating tap device failed: Device or resourc
 its bridges fail. ``--enable-dummy`` registers the same userspace datapath (``dpif-netdev``:
 the same forwarding, flow cache and ``revalidator/purge``) under the type ``dummy``, whose
 internal ports live in the process instead of being tap devices. So internal ports (a
-bridge's local port, the shadow rails' three ports) have no kernel device; the testbed uses
-none as one. ``--disable-system`` keeps each daemon off the kernel datapath, which is one per
-machine.
+bridge's local port) have no kernel device; the testbed uses none as one (the shadow rails'
+ports are veths, :mod:`emulator.shadowports`). ``--disable-system`` keeps each daemon off the
+kernel datapath, which is one per machine.
 """
 
 from __future__ import annotations

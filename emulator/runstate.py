@@ -2,9 +2,11 @@
 
 A live run keeps ``/run/opus-testbed/<prefix>.json`` (``OPUS_STATE_DIR`` overrides): its owner
 pid, the pids of every process it started (with a marker that must appear in the process's
-command line, guarding against pid reuse), and its bridges. :func:`clean` removes the leftovers
-of runs whose owner is gone: processes by recorded pid, bridges and root-namespace interfaces by
-our name pattern (:data:`emulator.naming.OWNED_NAME_RE`), its recorded cgroups (the ranks' CPU
+command line, guarding against pid reuse), its bridges and its named network namespaces.
+:func:`clean` removes the leftovers of runs whose owner is gone: processes by recorded pid,
+bridges and root-namespace interfaces by our name pattern (:data:`emulator.naming
+.OWNED_NAME_RE`), named namespaces (rail-state's shadow namespace) by theirs
+(:data:`emulator.naming.OWNED_NETNS_RE`), its recorded cgroups (the ranks' CPU
 quota, :mod:`emulator.cpuquota`) by recorded path if named as ours, and the directories recorded
 with :func:`owned_dir` (``<state dir>/dirs/``; e.g. a torch run's scale-up sockets) by their
 recorded path. Nothing else is touched.
@@ -45,6 +47,7 @@ class RunRecord:
     processes: list[RecordedProcess] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)  # paths (emulator.cpuquota)
+    namespaces: list[str] = field(default_factory=list)  # `ip netns` names (rail-state)
 
     @property
     def path(self) -> Path:
@@ -152,6 +155,25 @@ def owned_links() -> list[str]:
     return names
 
 
+def owned_netns() -> list[str]:
+    """The named network namespaces (``ip netns``) named as ours."""
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                             check=False).stdout
+    except FileNotFoundError:
+        return []
+    names = (line.split()[0] for line in out.splitlines() if line.strip())
+    return [n for n in names if naming.OWNED_NETNS_RE.match(n)]
+
+
+def remove_netns(name: str) -> None:
+    """Delete named namespace ``name`` (its interfaces go with it, and a veth's root end with
+    its far end); only a name of ours."""
+    if not naming.OWNED_NETNS_RE.match(name):
+        raise ValueError(f"not a namespace of ours: {name!r}")
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
 def live_prefixes() -> set[str]:
     return {r.prefix for r in load_records() if pid_alive(r.owner_pid)}
 
@@ -214,7 +236,8 @@ def clean_dirs(include_live: bool = False) -> list[str]:
 def clean(include_live: bool = False) -> dict[str, list[str]]:
     """Remove leftovers of dead runs (or of every run with ``include_live``)."""
     removed: dict[str, list[str]] = {"processes": [], "bridges": [], "links": [], "records": [],
-                                     "cgroups": [], "dirs": clean_dirs(include_live)}
+                                     "cgroups": [], "namespaces": [],
+                                     "dirs": clean_dirs(include_live)}
     live = set() if include_live else live_prefixes()
     for record in load_records():
         if record.prefix in live:
@@ -229,6 +252,10 @@ def clean(include_live: bool = False) -> dict[str, list[str]]:
         if naming.prefix_of(bridge) not in live:
             remove_bridge(bridge)
             removed["bridges"].append(bridge)
+    for name in owned_netns():
+        if name[:5] not in live:
+            remove_netns(name)
+            removed["namespaces"].append(name)
     for link in owned_links():
         if naming.prefix_of(link) not in live:
             remove_link(link)
@@ -267,6 +294,7 @@ def leftovers(prefix: str) -> dict[str, list[str]]:
         "processes": procs,
         "records": [str(p) for p in state_dir().glob(f"{prefix}.json")],
         "cgroups": [str(p) for p in _mounted_cgroups(prefix)],
+        "namespaces": [n for n in owned_netns() if n[:5] == prefix],
     }
 
 

@@ -220,7 +220,7 @@ def build_topo(spec: RailSpec, prefix: str, slot: int, rail_switch: Any = None,
             for rail in range(spec.num_rails):
                 self.addSwitch(naming.rail_bridge(prefix, rail), dpid=naming.dpid(prefix, rail),
                                **rail_opts)
-            for rail in spec.shadow_ids:  # no hosts: internal ports (emulator.network)
+            for rail in spec.shadow_ids:  # no hosts: veth ports (emulator.shadowports)
                 self.addSwitch(naming.shadow_bridge(prefix, rail),
                                dpid=naming.dpid(prefix, rail), **rail_opts)
             for rank in range(spec.num_ranks):

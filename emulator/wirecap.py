@@ -12,6 +12,11 @@ capture's kernel drop count are written to ``out_dir/wire.json``: what the analy
 which rank sits behind it, and its NIC's address (a frame whose source is that address entered
 the switch there; any other left the switch there).
 
+Under rail-state (the data rails electrical, the bits switching on shadow rails) the captured
+ports are the shadow rails' instead: each is a veth whose far end sits in the run's shadow
+namespace (:mod:`emulator.shadowports`), and the probes are sent from those far ends, so that
+every shadow switch is observed like a data rail's (:func:`captured_ports`, :func:`probe_targets`).
+
 Every process is recorded in the run's record, so ``opus-testbed clean`` stops it after a crash.
 Pure parsing of tcpdump's closing counters is :func:`parse_tcpdump_stats`.
 """
@@ -28,12 +33,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from emulator import naming, runstate
+from emulator import naming, runstate, shadowports
 
 if TYPE_CHECKING:
     from emulator.network import EmulatedRails
@@ -73,7 +78,7 @@ class CapturedPort:
     rail: int
     port: int
     intf: str  # the bridge port interface (switch side) that tcpdump listens on
-    host: int  # the rank (or spare host) whose NIC is attached
+    host: int  # the rank (or spare host) whose NIC is attached; -1: a shadow port's far end
     mac: str  # that NIC's address
 
 
@@ -97,11 +102,34 @@ class WireCapture:
 
 
 def captured_ports(net: EmulatedRails) -> list[CapturedPort]:
-    """Every port of every OCS data rail with the NIC behind it (ranks' and spares')."""
+    """The ports the capture watches: every port of every OCS data rail with the NIC behind
+    it (ranks' and spares'), or under rail-state (electrical data rails) every shadow port."""
     spec = net.spec
+    if spec.mode != "ocs":
+        return shadow_captured_ports(net.prefix, spec.shadow_ids)
     return [CapturedPort(p.rail, p.port, naming.bridge_port_intf(net.prefix, p.rail, p.port),
                          host, _host_mac(spec.num_ranks, host, p.port_index))
             for host in range(spec.num_hosts) for p in spec.host_ports(host)]
+
+
+def shadow_captured_ports(prefix: str, shadow_ids: Iterable[int]) -> list[CapturedPort]:
+    """Every shadow port (rail-state) as the capture sees it: its bridge side, and its far
+    end's address (a frame from it entered the shadow switch there)."""
+    return [CapturedPort(rail, port, naming.shadow_port_intf(prefix, rail, port), -1,
+                         naming.shadow_mac(rail, port))
+            for rail, port in shadowports.shadow_port_ids(shadow_ids)]
+
+
+def probe_targets(net: EmulatedRails) -> list[tuple[str, str]]:
+    """(namespace path, interface) of every probe sender: every rank's rail ports, or under
+    rail-state every shadow port's far end (the ranks' rail ports then lead to electrical
+    rails, which nothing switches)."""
+    spec = net.spec
+    if spec.mode != "ocs":
+        return shadowports.probe_targets(net.prefix, spec.shadow_ids)
+    return [(f"/proc/{net.node(host).pid}/ns/net",
+             spec.host_rail_intf(net.prefix, host, p.port_index))
+            for host in range(spec.num_ranks) for p in spec.host_ports(host)]
 
 
 def _host_mac(num_ranks: int, host: int, port_index: int) -> str:
@@ -114,7 +142,8 @@ def probe_interval_ms(shortest_delay_ms: float, probe_ports: int = 1) -> float:
     """The probe interval for a run whose shortest switching delay (wall time) is
     ``shortest_delay_ms``: :data:`PROBE_SHARE_OF_DELAY` of it, within
     [:data:`PROBE_INTERVAL_MS`, :data:`PROBE_INTERVAL_MAX_MS`], and no shorter than
-    ``probe_ports`` (rank ports that send probes) allow under :data:`PROBE_BUDGET_FPS`."""
+    ``probe_ports`` (ports that send probes: :func:`probe_targets`) allow under
+    :data:`PROBE_BUDGET_FPS`."""
     by_delay = min(PROBE_INTERVAL_MAX_MS, max(PROBE_INTERVAL_MS,
                                               PROBE_SHARE_OF_DELAY * shortest_delay_ms))
     return max(by_delay, 1e3 * max(1, probe_ports) / PROBE_BUDGET_FPS)
@@ -160,10 +189,7 @@ def wire_capture(net: EmulatedRails, out_dir: Path, *, probe_interval_ms: float 
             cmd = [sys.executable, "-m", "emulator.probe", "send-many",
                    "--interval-us", str(probe_interval_ms * 1e3), "--duration-s", "86400",
                    "--stream", str(PROBE_STREAM)]
-            for host in range(net.spec.num_ranks):
-                ns = f"/proc/{net.node(host).pid}/ns/net"
-                cmd += [f"--target={ns}:{net.spec.host_rail_intf(net.prefix, host, p.port_index)}"
-                        for p in net.spec.host_ports(host)]
+            cmd += [f"--target={ns}:{intf}" for ns, intf in probe_targets(net)]
             sender = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       env=_child_env())
             net.record.add_process(sender.pid, "emulator.probe send-many")

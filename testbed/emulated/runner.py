@@ -394,10 +394,6 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
     if getattr(cfg, "faults", ()) or spec.spares:
         return ("a failover run: a spare that takes over a rank takes its addresses, and "
                 "injected faults take ports down, which the capture does not follow yet")
-    if spec.mode != "ocs":  # rail-state: the data rails are electrical
-        return ("rail-state: the data rails are electrical and the bits switch on shadow rails "
-                "whose ports carry no frames (with the userspace datapath they have no "
-                "interface to capture; docs/wire.md, \"Rail-state rows\")")
     if shutil.which("tcpdump") is None:  # on by default: the run goes on, saying why
         return "tcpdump is not installed (apt-get install tcpdump, or scripts/setup.sh)"
     return None
@@ -419,19 +415,21 @@ def _start_wire_capture(stack: contextlib.ExitStack, net: EmulatedRails, cfg: Ru
                         spec: RailSpec, out: Path, say: Say) -> WireCapture | None:
     """Start the capture of every OCS port (:mod:`emulator.wirecap`) when the run has one; it
     stops, and writes its files, when ``stack`` unwinds."""
-    from emulator.wirecap import probe_interval_ms, wire_capture
+    from emulator.wirecap import captured_ports, probe_interval_ms, probe_targets, wire_capture
 
     skip = wire_skip_reason(cfg, spec)
     if skip is not None:
         if cfg.mode != "baseline":
             say(f"  wire check: none ({skip})")
         return None
-    shortest_ms = min(spec.delay_ms(r) for r in range(spec.num_rails))  # wall time
-    probe_ports = sum(len(spec.host_ports(h)) for h in range(spec.num_ranks))
+    # the rails it watches: the OCS data rails, or under rail-state the shadow rails
+    shortest_ms = min(spec.delay_ms(p.rail) for p in captured_ports(net))  # wall time
+    probe_ports = len(probe_targets(net))
     capture = stack.enter_context(wire_capture(
         net, out / "wire", probe_interval_ms=probe_interval_ms(shortest_ms, probe_ports)))
+    senders = "every rank port" if spec.mode == "ocs" else "every shadow port's far end"
     say(f"  wire check: tcpdump on {len(capture.ports)} OCS ports, probe frames every "
-        f"{capture.probe_interval_ms:g} ms from every rank port")
+        f"{capture.probe_interval_ms:g} ms from {senders}")
     return capture
 
 
@@ -507,6 +505,8 @@ def expected_delay(cfg: RunSettings, spec: RailSpec | None = None) -> ExpectedDe
 
     per_rail = ({} if spec is None else
                 {r: resolve_switching_delay_ms(v) for r, v in spec.per_rail_delay.items()})
+    if spec is not None and spec.per_rail_delay:  # rail-state: a shadow rail switches at its
+        per_rail.update({s: spec.delay_ms(s) for s in spec.shadow_ids})  # data rail's delay
     jitter = max((f.jitter_ms for f in getattr(cfg, "faults", ()) if f.kind == "jitter"),
                  default=0.0)
     return ExpectedDelay(cfg.switching_delay_ms, per_rail, jitter)

@@ -17,7 +17,10 @@ CRASHING_RUN = """
 import sys, time
 from emulator.network import emulated_rails
 from emulator.topo import RailSpec
-with emulated_rails(RailSpec(servers=2, gpus_per_server=2, link_mbps=100)) as net:
+# rail-state's network: electrical data rails and two shadow rails, whose veth ports' far ends
+# sit in the run's shadow namespace (emulator.shadowports)
+with emulated_rails(RailSpec(servers=2, gpus_per_server=2, link_mbps=100, mode="electrical",
+                             shadow_rails=2)) as net:
     net.popen(0, ["sleep", "600"])
     print(net.prefix, net.instances.base if net.instances else "", flush=True)
     time.sleep(600)
@@ -44,9 +47,13 @@ def test_clean_after_a_killed_run_spares_live_runs() -> None:
         # instances' daemons are what the crash left
         assert (left["bridges"] or left["processes"]) and left["records"], \
             f"the crash left nothing to clean: {left}"
+        assert left["namespaces"] == [f"{prefix}sh"], left
+        assert len([x for x in left["links"]
+                    if x.startswith(f"{prefix}s") and "-eth" in x]) == 6, left
 
         removed = clean()
 
+        assert f"{prefix}sh" in removed["namespaces"]
         assert prefix in removed["records"]
         wait_for(lambda: not any(leftovers(prefix).values()), 10, f"run {prefix} to be gone")
         assert not instances_dir or not Path(instances_dir).exists(), "instances' files left"

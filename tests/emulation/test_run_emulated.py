@@ -102,14 +102,20 @@ def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
     assert any(e["event"] == "speculative_intent" for e in events)  # predictions arrived
     ocs = [json.loads(line) for line in (out / "emulator" / "ocs-events.jsonl").open()]
     assert {e["rail"] for e in ocs if e.get("event") == "light"} == {1, 2}
-    # the wire check is on by default, but the shadow rails have nothing to capture: the
-    # summary says the wire saw none of their switches, and why (docs/wire.md)
+    # the wire check is on by default and watches the shadow rails' ports (veths whose far
+    # ends, in the run's shadow namespace, send the probes: emulator.shadowports): it sees
+    # their switches, and no frame crosses a circuit that was not commanded (docs/wire.md)
     assert cfg.wire_check
     wire = summary["wire"]
-    assert wire["skipped"].startswith("rail-state") and wire["observed"] == 0
-    assert wire["commanded"] == len([e for e in events if e["event"] == "reconfig_start"
-                                     and (e.get("add") or e.get("remove"))]) > 0
-    assert not (out / "wire").exists()
+    assert "skipped" not in wire, wire
+    commanded = len([e for e in events if e["event"] == "reconfig_start"
+                     and (e.get("add") or e.get("remove"))])
+    assert wire["commanded"] == commanded > 0
+    assert wire["observed"] > 0 and wire["measured"] > 0, wire
+    assert wire["non_peer_frames"] == 0 and wire["early"] == 0, wire
+    meta = json.loads((out / "wire" / "wire.json").read_text())
+    assert {p["rail"] for p in meta["ports"]} == {1, 2}  # the shadow rails only
+    assert {p["port"] for p in meta["ports"]} == {1, 2, 3}
     fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
 
 
