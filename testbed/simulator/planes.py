@@ -11,9 +11,13 @@ goes. It overrides only how a flow is placed on ports, rated and finished:
   **both** links: its rate is the payload rate over the flow count of its busiest port, and each
   hop adds the per-hop latency;
 * **static** (:mod:`controller.planes.static`): the topology is installed before the job and
-  never changes (no dark time); every transfer takes the fixed path of its comm group and rank
-  pair (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
-  emulator's rank processes forward along;
+  never changes (no dark time). Under ``controller.relay_paths: fixed`` (the default) every
+  transfer takes the fixed path of its comm group and rank pair
+  (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
+  emulator's rank processes forward along; under ``dynamic`` a transfer takes, when it starts,
+  the least-loaded hop on a shortest path given every flow in flight
+  (:func:`controller.planes.relay.route`): an upper bound on per-flow load balancing, which
+  the emulator cannot run;
 * **rotor** (:mod:`controller.planes.rotor`): at every slot start all circuits go dark for the
   switching delay: every transfer in progress pauses (its bits so far are kept) and resumes when
   the slot lights, on a direct circuit of the new slot or one relay hop, whichever has the
@@ -38,9 +42,12 @@ from controller.planes.relay import (
     Adjacency,
     Hop,
     adjacency,
+    distances_to,
     rotor_route,
+    route,
 )
 from controller.planes.rotor import RotorSchedule
+from testbed.experiment.sections import DYNAMIC
 from testbed.plan.planes import StaticPlan, server_demand, static_plan
 from testbed.plan.replay import PlanOp
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
@@ -80,6 +87,8 @@ class PlaneSimulation(PlanSimulation):
         self._hops: dict[Flow, int] = {}  # open pieces: hop count
         self._sent: dict[Flow, float] = {}  # transfers not finished: bits carried so far
         self._parked: dict[Flow, float] = {}  # transfers waiting for a circuit: since when
+        self.relay_paths = settings.relay_paths  # static: "fixed" or "dynamic"
+        self._dist: dict[int, dict[int, int]] = {}  # dynamic static paths: t -> distances
         self.stats: dict[str, float] = {"relayed_bytes": 0.0, "direct_bytes": 0.0,
                                         "wait_s": 0.0, "slots": 0, "pieces": 0}
         self.rotor: RotorSchedule | None = None
@@ -135,6 +144,11 @@ class PlaneSimulation(PlanSimulation):
         if self.plane == ROTOR:
             return rotor_route(self._adj, s, t, self._load)
         assert self.static is not None
+        if self.relay_paths == DYNAMIC:  # the least-loaded shortest path now
+            dist = self._dist.get(t)
+            if dist is None:
+                dist = self._dist[t] = distances_to(self._adj, t)
+            return route(self._adj, s, t, self._load, dist=dist)
         return self.static.paths[(flow.call.op.collective_id, a, b)]  # the emulator's too
 
     # ------------------------------------------------------------- rotor clock
@@ -307,6 +321,7 @@ class PlaneSimulation(PlanSimulation):
                        slots_processed=int(self.stats["slots"]),
                        wait_s=self.stats["wait_s"])
         else:
+            out["relay_paths"] = self.relay_paths
             out["topology"] = {f"rail{sw[0]}.port{sw[1]}": sorted(
                 [s, t] for s, t in m.items() if s < t) for sw, m in self._config.items()}
         return out
