@@ -85,6 +85,8 @@ class PlaneSimulation(PlanSimulation):
         self.checks = PlaneInvariants(job, g)
         self._ports: dict[Flow, list[Port]] = {}  # open pieces: the ports they occupy
         self._hops: dict[Flow, int] = {}  # open pieces: hop count
+        self._sharing: dict[Flow, int] = {}  # open pieces: flows on their busiest port
+        self.bits_by_sharing: dict[int, float] = {}  # bits carried, by that flow count
         self._sent: dict[Flow, float] = {}  # transfers not finished: bits carried so far
         self._parked: dict[Flow, float] = {}  # transfers waiting for a circuit: since when
         self.relay_paths = settings.relay_paths  # static: "fixed" or "dynamic"
@@ -188,6 +190,7 @@ class PlaneSimulation(PlanSimulation):
             self._parked[flow] = self.now
         self._ports.clear()
         self._hops.clear()
+        self._sharing.clear()
         if not self._parked:
             self._ticking = False  # idle: the clock is read again at the next transfer
             return
@@ -252,6 +255,8 @@ class PlaneSimulation(PlanSimulation):
         f.bits -= bits
         f.t_last = self.now
         self._sent[f] += bits
+        n = self._sharing.get(f, 1)
+        self.bits_by_sharing[n] = self.bits_by_sharing.get(n, 0.0) + bits
         self.stats["relayed_bytes" if self._hops[f] > 1 else "direct_bytes"] += bits / 8
 
     def _rerate_ports(self, ports: Sequence[Port]) -> None:
@@ -264,7 +269,8 @@ class PlaneSimulation(PlanSimulation):
             self._rate(f)
 
     def _rate(self, flow: Flow) -> None:
-        flow.rate = self._payload_bps / max(len(p.flows) for p in self._ports[flow])
+        n = self._sharing[flow] = max(len(p.flows) for p in self._ports[flow])
+        flow.rate = self._payload_bps / n
         flow.token += 1
         self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
 
@@ -273,6 +279,7 @@ class PlaneSimulation(PlanSimulation):
         self._account(flow)
         ports = self._ports.pop(flow)
         self._hops.pop(flow)
+        self._sharing.pop(flow, None)
         flow.token += 1  # its scheduled end no longer holds
         for p in ports:
             p.flows.remove(flow)
@@ -309,12 +316,17 @@ class PlaneSimulation(PlanSimulation):
     def plane_summary(self) -> dict[str, Any]:
         """The plane's figures for the run's summary (``plane`` and ``plane_stats``)."""
         total = self.stats["relayed_bytes"] + self.stats["direct_bytes"]
+        bits = sum(self.bits_by_sharing.values())
         out: dict[str, Any] = {
             "plane": self.plane, "switches": len(self.switch_list),
             "relayed_share": self.stats["relayed_bytes"] / total if total else 0.0,
             "bytes_scheduled": self.checks.scheduled_bytes,
             "bytes_delivered": self.checks.delivered_bytes,
-            "pieces": int(self.stats["pieces"])}
+            "pieces": int(self.stats["pieces"]),
+            # the share of the bits carried while their path's busiest port held n flows
+            # (n = 1: alone; the rate is the line rate / n), warm-up included
+            "bits_by_flows_on_port": {str(n): b / bits for n, b in
+                                      sorted(self.bits_by_sharing.items())} if bits else {}}
         if self.rotor is not None:
             out.update(slot_ms=self.rotor.slot_s * 1e3, delay_ms=self.delay_s * 1e3,
                        matchings=len(self.rotor.cycle), period_slots=self.rotor.period_slots,

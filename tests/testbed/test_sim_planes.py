@@ -97,6 +97,8 @@ def test_static_fixed_paths_are_the_tables_and_may_share_a_circuit() -> None:
     assert ends[(0, "p02:0")] - ring_end == pytest.approx(2e-3 + 2 * 5e-6, rel=1e-3)
     summary = sim.plane_summary()
     assert summary["relay_paths"] == "fixed"
+    relayed = 4 * 125_000 / (4 * 125_000 + 12 * 10**6)  # the crossed transfers' share
+    assert summary["bits_by_flows_on_port"]["2"] == pytest.approx(relayed)
     assert summary["bytes_delivered"] == summary["bytes_scheduled"]
 
 
@@ -111,6 +113,7 @@ def test_static_dynamic_paths_take_the_idle_circuits() -> None:
         assert ends[(rank, tag)] - ring_end == pytest.approx(1e-3 + 2 * 5e-6, rel=1e-3)
     summary = sim.plane_summary()
     assert summary["relay_paths"] == "dynamic"
+    assert summary["bits_by_flows_on_port"] == {"1": pytest.approx(1.0)}
     assert summary["relayed_share"] == pytest.approx(4 * 125_000 / (4 * 125_000 + 12 * 10**6))
     assert summary["bytes_delivered"] == summary["bytes_scheduled"]
 
