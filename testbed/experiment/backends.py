@@ -121,6 +121,7 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
                 what="emulated rails a PyTorch job runs on")}),
 )}
 
+
 def emulated_static_refusal(ports_per_rank: int, spares: bool, faults: bool) -> str | None:
     """Why the emulator cannot run the static plane on rails of ``ports_per_rank`` ports per
     rank, with ``spares`` or ``faults`` (None: it can): limits of the emulated plane's routing
