@@ -25,6 +25,7 @@ from testbed.errors import RunRefused, Say
 from testbed.experiment.backends import (
     ARTIFACT_PROTOCOL,
     BACKEND_NAMES,
+    DYNAMIC_RELAY_PATHS,
     EMU,
     RIVAL_PLANE,
     ROTOR_PLANE,
@@ -147,4 +148,6 @@ def resolve(cfg: Experiment, name: str) -> Backend:
         backend.spec.require(RIVAL_PLANE, cfg.source)
         if cfg.control_plane == "rotor":
             backend.spec.require(ROTOR_PLANE, cfg.source)
+        elif cfg.relay_paths == "dynamic":
+            backend.spec.require(DYNAMIC_RELAY_PATHS, cfg.source)
     return backend

@@ -6,8 +6,10 @@ server ``v``'s. Between hops the bytes cross a relay server's scale-up domain (f
 the next hop's switch, as a GPU forwarding for another (TopoOpt's host-based forwarding; one
 RotorLB hop for the rotor). :func:`route` picks a shortest path, hop by hop the least-loaded
 circuit that stays on a shortest path: a direct circuit when there is one, else the fewest relays
-(at most ``max_hops - 1``). :func:`path_table` fixes one such path per rank pair for a plane
-whose circuits never change (static), balancing the pairs' bytes over the hops, so that both
+(at most ``max_hops - 1``); the sim's static plane under ``controller.relay_paths: dynamic``
+calls it per transfer with the flows in flight as the load. :func:`path_table` fixes one such
+path per rank pair (or comm group and rank pair) for a plane whose circuits never change
+(static, ``relay_paths: fixed``), balancing the pairs' bytes over the hops, so that both
 backends take the same one; :func:`stations` lists the ranks a transfer crosses on it.
 :func:`rotor_route` is the rotor's choice within a slot, after RotorLB: the direct circuit by
 default, one relay hop when it has spare capacity.

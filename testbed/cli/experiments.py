@@ -16,6 +16,7 @@ from testbed.experiment.backends import EMU, SELECTABLE
 from testbed.experiment.config import (
     DEFAULT_SWEEP_DELAYS,
     MODES,
+    RELAY_PATHS,
     SIM_COSTS,
     ExperimentConfig,
     RunSettings,
@@ -69,6 +70,10 @@ def add_overrides(p: argparse.ArgumentParser, with_mode: bool = True) -> None:
     p.add_argument("--ports-per-rank", type=int, help="OCS ports per GPU (K)")
     p.add_argument("--rotor-slot-ms", type=float,
                    help="the rotor plane's slot (default: max(10 x the switching delay, 0.1 ms))")
+    p.add_argument("--relay-paths", choices=RELAY_PATHS,
+                   help="override controller.relay_paths, the static plane's relay paths: fixed "
+                   "(one per comm group and rank pair, from the topology; the default, both "
+                   "backends) or dynamic (per transfer, the least-loaded hop now; sim only)")
     p.add_argument("--start-gate", choices=("on", "off"),
                    help="override run.start_gate: on, every emulated rank waits until all have "
                    "loaded before its first op (as NCCL's set-up is a collective)")
@@ -180,6 +185,8 @@ def apply_overrides(cfg: Settings, args: argparse.Namespace) -> Settings:
         changes["control_plane"] = args.plane
     if getattr(args, "rotor_slot_ms", None) is not None:
         changes["rotor_slot_ms"] = args.rotor_slot_ms
+    if getattr(args, "relay_paths", None) is not None:
+        changes["relay_paths"] = args.relay_paths
     for name in ("iterations", "warmup", "link_mbps", "ports_per_rank", "ranks_per_process"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
@@ -578,9 +585,10 @@ def _add_sweep(sub: Any) -> None:
                    f"{', '.join(SEMANTICS)} (default: the config's ocs.semantics); each runs "
                    "every mode and delay")
     p.add_argument("--planes", default="opus",
-                   help="comma-separated control planes among opus, static, rotor (--backend "
-                   "sim): opus runs --modes; static and rotor each run every delay as a curve "
-                   "of their own (e.g. --planes opus,static,rotor; default %(default)s)")
+                   help="comma-separated control planes among opus, static, rotor: opus runs "
+                   "--modes; static and rotor each run every delay as a curve of their own "
+                   "(e.g. --planes opus,static,rotor; default %(default)s). --backend emu runs "
+                   "opus and static (one port per rank), not the rotor")
     p.add_argument("--out", help="sweep directory (default results/NAME-sweep-TIME)")
     p.add_argument("--workers", type=int, default=2,
                    help="parallel points with --backend sim (emulated points run one by one)")

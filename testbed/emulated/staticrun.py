@@ -18,6 +18,12 @@ from testbed.emulated.planes import (
     rank_relays,
 )
 from testbed.errors import RunError, RunRefused, Say
+from testbed.experiment.backends import (
+    DYNAMIC_RELAY_PATHS,
+    EMU,
+    SPECS,
+    emulated_static_refusal,
+)
 from testbed.experiment.config import RunSettings
 from testbed.plan.planes import StaticPlan, static_plan
 from testbed.plan.replay import ReplayPlan
@@ -86,14 +92,12 @@ def static_emulated(cfg: RunSettings, plan: ReplayPlan, spec: RailSpec) -> Stati
     if cfg.control_plane != "static":
         raise RunRefused(f"{cfg.source}: controller.plane {cfg.control_plane} runs on the sim "
                          "backend only (issue 40: the emulated rotor is not built)")
-    if spec.ports_per_rank != 1:
-        raise RunRefused(f"{cfg.source}: the emulated static plane runs with one port per rank "
-                         f"(ocs.ports_per_rank 1, got {spec.ports_per_rank}): with more, two "
-                         "circuits may join the same two GPUs and a route per peer cannot pick "
-                         "one; use --backend sim")
-    if spec.spares or getattr(cfg, "faults", None):
-        raise RunRefused(f"{cfg.source}: the emulated static plane runs without spares or "
-                         "faults")
+    if cfg.relay_paths != "fixed":  # (resolve refuses it first; a runner called directly)
+        SPECS[EMU].require(DYNAMIC_RELAY_PATHS, cfg.source)
+    why = emulated_static_refusal(spec.ports_per_rank, bool(spec.spares),
+                                  bool(getattr(cfg, "faults", None)))
+    if why is not None:
+        raise RunRefused(f"{cfg.source}: {why}")
     try:
         static = static_plan(plan.programs, spec.gpus_per_server, spec.ports_per_rank,
                              spec.servers)

@@ -27,8 +27,10 @@ PHASE_BARRIER_PROVISIONING = "rail_state_phase_barrier_provisioning"
 PARALLEL_POINTS = "parallel_points"  # sweep points run side by side (sweep --engine ray/dask)
 RIVAL_PLANE = "rival_plane"  # controller.plane static or rotor (issue 40)
 ROTOR_PLANE = "rotor_plane"  # controller.plane rotor (issue 40)
+#: controller.relay_paths dynamic under controller.plane static (issue 40)
+DYNAMIC_RELAY_PATHS = "dynamic_relay_paths"
 FEATURES = (ARTIFACT_PROTOCOL, TORCH_SCRIPT, TIME_DILATION, PHASE_BARRIER_PROVISIONING,
-            PARALLEL_POINTS, RIVAL_PLANE, ROTOR_PLANE)
+            PARALLEL_POINTS, RIVAL_PLANE, ROTOR_PLANE, DYNAMIC_RELAY_PATHS)
 _RIVAL_SIM_ONLY = ("controller.plane static and rotor run on the sim backend only (issue 40: "
                    "their relays through GPUs are not built on the {what}); use --backend sim")
 
@@ -91,7 +93,11 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
             "for the sim backend",
             ROTOR_PLANE: "controller.plane rotor runs on the sim backend only (issue 40: the "
             "emulated rotor, slots cycled on the OCS bridges on the model-time clock with "
-            "transfers paused across dark slots, is not built); use --backend sim"}),
+            "transfers paused across dark slots, is not built); use --backend sim",
+            DYNAMIC_RELAY_PATHS: "controller.relay_paths dynamic runs on the sim backend only: "
+            "it picks a transfer's path when it starts from every flow in flight, which no "
+            "rank process knows (the emulated ranks forward along the fixed path table both "
+            "backends share); use relay_paths fixed, or --backend sim"}),
     BackendSpec(
         SIM, "the simulator: the same plan and Opus core on a virtual clock, under a cost "
         "model (sim.costs)", selectable=True, clock="virtual", needs_root=False,
@@ -110,8 +116,26 @@ SPECS: dict[str, BackendSpec] = {s.name: s for s in (
             "(replay.yaml) dilated",
             PARALLEL_POINTS: "a PyTorch job runs on the emulated rails, one run at a time",
             RIVAL_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on"),
-            ROTOR_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on")}),
+            ROTOR_PLANE: _RIVAL_SIM_ONLY.format(what="emulated rails a PyTorch job runs on"),
+            DYNAMIC_RELAY_PATHS: _RIVAL_SIM_ONLY.format(
+                what="emulated rails a PyTorch job runs on")}),
 )}
+
+
+def emulated_static_refusal(ports_per_rank: int, spares: bool, faults: bool) -> str | None:
+    """Why the emulator cannot run the static plane on rails of ``ports_per_rank`` ports per
+    rank, with ``spares`` or ``faults`` (None: it can): limits of the emulated plane's routing
+    and relays, not a feature of the registry (the sim has none of them). Checked by
+    :func:`testbed.emulated.staticrun.static_emulated` and, before any point runs, by an
+    emulated sweep."""
+    if ports_per_rank != 1:
+        return ("the emulated static plane runs with one port per rank (ocs.ports_per_rank 1, "
+                f"got {ports_per_rank}): with more, two circuits may join the same two GPUs and "
+                "a route per peer cannot pick one; use --backend sim")
+    if spares or faults:
+        return "the emulated static plane runs without spares or faults"
+    return None
+
 
 #: every backend's name
 BACKEND_NAMES = tuple(SPECS)

@@ -70,6 +70,7 @@ from testbed.experiment.sections import (  # noqa: F401 (MODES, SIM_COSTS, ...: 
     EMULATOR,
     FABRIC,
     MODES,
+    RELAY_PATHS,
     REQUEST_POINTS,
     SCHEMA,
     SIM_COSTS,

@@ -36,6 +36,9 @@ FABRIC, EMULATOR = "fabric", "emulator"
 SIM_COSTS = (FABRIC, EMULATOR)
 #: ``controller.plane``: Opus, or a rival control plane on the same rails (issue 40)
 CONTROL_PLANES = ("opus", "static", "rotor")
+#: ``controller.relay_paths``: how the static plane picks a relayed transfer's path
+FIXED, DYNAMIC = "fixed", "dynamic"
+RELAY_PATHS = (FIXED, DYNAMIC)
 
 
 def _at_least(low: float, why: str) -> Any:
@@ -228,6 +231,14 @@ class Controller:
         None, "`rotor`: how long each matching of the round is held; null: 10 x the switching "
         "delay, at least 0.1 ms (controller.planes.rotor).", unit="ms", check=_positive,
         default_text="null (10 x the switching delay, >= 0.1 ms)")
+    relay_paths: str = option(
+        FIXED, "`static`: how a transfer's path of circuits is chosen. `fixed`: one path per "
+        "comm group and rank pair, computed once from the topology and the job's bytes "
+        "(controller.planes.relay.path_table), as TopoOpt computes its forwarding offline; "
+        "both backends take it. `dynamic`: per transfer when it starts, the least-loaded hop "
+        "on a shortest path given every flow in flight (sim backend only: an upper bound on "
+        "per-flow load balancing). The rotor always chooses per slot (RotorLB).",
+        choices=RELAY_PATHS)
 
 
 SCHEMA: tuple[Section, ...] = (

@@ -71,7 +71,8 @@ class StaticPlan:
     group takes the group's path for the pair (:func:`path_table` on the bytes per group and
     rank pair): two groups of a pair may run at once (FSDP prefetches beside EP all-to-alls)
     and then take different circuits where the pair has several. (One path per rank pair,
-    whatever the group, ran DeepSeek-EP K = 2 on the sim at 0.77 s a step against 0.57 s.)"""
+    whatever the group, ran DeepSeek-EP K = 2 on the sim at 0.77 s a step against 0.73 s; the
+    sim's ``relay_paths: dynamic``, 0.57 s: docs/validation.md 12.3.)"""
 
     servers: int
     gpus_per_server: int

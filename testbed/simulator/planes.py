@@ -11,9 +11,13 @@ goes. It overrides only how a flow is placed on ports, rated and finished:
   **both** links: its rate is the payload rate over the flow count of its busiest port, and each
   hop adds the per-hop latency;
 * **static** (:mod:`controller.planes.static`): the topology is installed before the job and
-  never changes (no dark time); every transfer takes the fixed path of its comm group and rank
-  pair (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
-  emulator's rank processes forward along;
+  never changes (no dark time). Under ``controller.relay_paths: fixed`` (the default) every
+  transfer takes the fixed path of its comm group and rank pair
+  (:func:`controller.planes.relay.path_table`, :mod:`testbed.plan.planes`), the one the
+  emulator's rank processes forward along; under ``dynamic`` a transfer takes, when it starts,
+  the least-loaded hop on a shortest path given every flow in flight
+  (:func:`controller.planes.relay.route`): an upper bound on per-flow load balancing, which
+  the emulator cannot run;
 * **rotor** (:mod:`controller.planes.rotor`): at every slot start all circuits go dark for the
   switching delay: every transfer in progress pauses (its bits so far are kept) and resumes when
   the slot lights, on a direct circuit of the new slot or one relay hop, whichever has the
@@ -38,9 +42,12 @@ from controller.planes.relay import (
     Adjacency,
     Hop,
     adjacency,
+    distances_to,
     rotor_route,
+    route,
 )
 from controller.planes.rotor import RotorSchedule
+from testbed.experiment.sections import DYNAMIC
 from testbed.plan.planes import StaticPlan, server_demand, static_plan
 from testbed.plan.replay import PlanOp
 from testbed.simulator.engine import PlanSimulation, Record, SimulationError
@@ -78,8 +85,12 @@ class PlaneSimulation(PlanSimulation):
         self.checks = PlaneInvariants(job, g)
         self._ports: dict[Flow, list[Port]] = {}  # open pieces: the ports they occupy
         self._hops: dict[Flow, int] = {}  # open pieces: hop count
+        self._sharing: dict[Flow, int] = {}  # open pieces: flows on their busiest port
+        self.bits_by_sharing: dict[int, float] = {}  # bits carried, by that flow count
         self._sent: dict[Flow, float] = {}  # transfers not finished: bits carried so far
         self._parked: dict[Flow, float] = {}  # transfers waiting for a circuit: since when
+        self.relay_paths = settings.relay_paths  # static: "fixed" or "dynamic"
+        self._dist: dict[int, dict[int, int]] = {}  # dynamic static paths: t -> distances
         self.stats: dict[str, float] = {"relayed_bytes": 0.0, "direct_bytes": 0.0,
                                         "wait_s": 0.0, "slots": 0, "pieces": 0}
         self.rotor: RotorSchedule | None = None
@@ -135,6 +146,11 @@ class PlaneSimulation(PlanSimulation):
         if self.plane == ROTOR:
             return rotor_route(self._adj, s, t, self._load)
         assert self.static is not None
+        if self.relay_paths == DYNAMIC:  # the least-loaded shortest path now
+            dist = self._dist.get(t)
+            if dist is None:
+                dist = self._dist[t] = distances_to(self._adj, t)
+            return route(self._adj, s, t, self._load, dist=dist)
         return self.static.paths[(flow.call.op.collective_id, a, b)]  # the emulator's too
 
     # ------------------------------------------------------------- rotor clock
@@ -174,6 +190,7 @@ class PlaneSimulation(PlanSimulation):
             self._parked[flow] = self.now
         self._ports.clear()
         self._hops.clear()
+        self._sharing.clear()
         if not self._parked:
             self._ticking = False  # idle: the clock is read again at the next transfer
             return
@@ -238,6 +255,8 @@ class PlaneSimulation(PlanSimulation):
         f.bits -= bits
         f.t_last = self.now
         self._sent[f] += bits
+        n = self._sharing.get(f, 1)
+        self.bits_by_sharing[n] = self.bits_by_sharing.get(n, 0.0) + bits
         self.stats["relayed_bytes" if self._hops[f] > 1 else "direct_bytes"] += bits / 8
 
     def _rerate_ports(self, ports: Sequence[Port]) -> None:
@@ -250,7 +269,8 @@ class PlaneSimulation(PlanSimulation):
             self._rate(f)
 
     def _rate(self, flow: Flow) -> None:
-        flow.rate = self._payload_bps / max(len(p.flows) for p in self._ports[flow])
+        n = self._sharing[flow] = max(len(p.flows) for p in self._ports[flow])
+        flow.rate = self._payload_bps / n
         flow.token += 1
         self._at(self.now + flow.bits / flow.rate, self._flow_sent, flow, flow.token)
 
@@ -259,6 +279,7 @@ class PlaneSimulation(PlanSimulation):
         self._account(flow)
         ports = self._ports.pop(flow)
         self._hops.pop(flow)
+        self._sharing.pop(flow, None)
         flow.token += 1  # its scheduled end no longer holds
         for p in ports:
             p.flows.remove(flow)
@@ -295,18 +316,24 @@ class PlaneSimulation(PlanSimulation):
     def plane_summary(self) -> dict[str, Any]:
         """The plane's figures for the run's summary (``plane`` and ``plane_stats``)."""
         total = self.stats["relayed_bytes"] + self.stats["direct_bytes"]
+        bits = sum(self.bits_by_sharing.values())
         out: dict[str, Any] = {
             "plane": self.plane, "switches": len(self.switch_list),
             "relayed_share": self.stats["relayed_bytes"] / total if total else 0.0,
             "bytes_scheduled": self.checks.scheduled_bytes,
             "bytes_delivered": self.checks.delivered_bytes,
-            "pieces": int(self.stats["pieces"])}
+            "pieces": int(self.stats["pieces"]),
+            # the share of the bits carried while their path's busiest port held n flows
+            # (n = 1: alone; the rate is the line rate / n), warm-up included
+            "bits_by_flows_on_port": {str(n): b / bits for n, b in
+                                      sorted(self.bits_by_sharing.items())} if bits else {}}
         if self.rotor is not None:
             out.update(slot_ms=self.rotor.slot_s * 1e3, delay_ms=self.delay_s * 1e3,
                        matchings=len(self.rotor.cycle), period_slots=self.rotor.period_slots,
                        slots_processed=int(self.stats["slots"]),
                        wait_s=self.stats["wait_s"])
         else:
+            out["relay_paths"] = self.relay_paths
             out["topology"] = {f"rail{sw[0]}.port{sw[1]}": sorted(
                 [s, t] for s, t in m.items() if s < t) for sw, m in self._config.items()}
         return out

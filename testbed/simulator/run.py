@@ -99,7 +99,8 @@ def run_simulated(prep: Prepared, out: Path, say: Say = say_stderr, *, seed: int
         out, SIM, cfg.to_json(), link_mbps=prep.link_mbps, scale=prep.scale,
         world_size=world, rails=rails, modeled_iteration_s=prep.modeled_iteration_s,
         network_model=asdict(net), costs=prep.costs, seed=seed or cfg.seed)
-    plane = f"plane {cfg.control_plane} (no Opus), " if cfg.rival_plane else ""
+    paths = f", {cfg.relay_paths} relay paths" if cfg.control_plane == "static" else ""
+    plane = f"plane {cfg.control_plane} (no Opus{paths}), " if cfg.rival_plane else ""
     say(f"run {cfg.name} (sim): {plane}mode {cfg.mode}, switching delay "
         f"{cfg.switching_delay_ms:g} ms, "
         f"{world} ranks on {rails} rails, K={cfg.effective_ports_per_rank}, "

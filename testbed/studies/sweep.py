@@ -43,8 +43,8 @@ from typing import Any
 
 from controller.railstate import PORT_EXACT, RAIL_STATE, SEMANTICS
 from testbed.backends import EMU, SELECTABLE, SIM, UnknownBackend, get_backend, resolve
-from testbed.errors import Say, say_stderr
-from testbed.experiment.backends import PARALLEL_POINTS
+from testbed.errors import RunRefused, Say, say_stderr
+from testbed.experiment.backends import PARALLEL_POINTS, emulated_static_refusal
 from testbed.experiment.config import MODES, ExperimentConfig
 from testbed.experiment.dilation import AUTO
 from testbed.metrics.degraded import RESTS_ON, csv_cell, degraded_labels
@@ -194,6 +194,31 @@ def check_points(cfg: ExperimentConfig, points: Sequence[Point], backend: str) -
             check_one(_point_config(cfg, point), backend)
 
 
+def check_planes(cfg: ExperimentConfig, points: Sequence[Point], backend: str) -> None:
+    """:class:`SweepError`, before any point runs, for a rival plane of ``points`` that
+    ``backend`` refuses, with its reason: through the registry (the rotor, and
+    ``controller.relay_paths: dynamic``, on the emulator) and, on the emulator, the static
+    plane's own limits (one port per rank, no spares or faults). The emulator runs ``static``
+    as ``run`` does."""
+    first: dict[str, Point] = {}  # a plane's first point: its delay changes no check
+    for p in points:
+        if p[1] in RIVAL_PLANES:
+            first.setdefault(p[1], p)
+    for point in first.values():
+        point_cfg = _point_config(cfg, point)
+        try:
+            chosen = resolve(point_cfg, backend)
+        except RunRefused as exc:
+            raise SweepError(f"--planes {point[1]}: {exc}") from exc
+        if chosen.name == EMU:
+            shape = point_cfg.shape
+            why = emulated_static_refusal(point_cfg.effective_ports_per_rank,
+                                          bool(shape.spares_per_server or shape.spare_servers),
+                                          bool(point_cfg.faults))
+            if why is not None:
+                raise SweepError(f"--planes {point[1]}: {point_cfg.source}: {why}")
+
+
 def point_label(point: Point) -> str:
     """``baseline`` or ``[SEMANTICS ]MODE D ms``: how rows, legends and
     ``rests_on_degraded`` name a point."""
@@ -268,8 +293,7 @@ def run_sweep(cfg: ExperimentConfig, delays_ms: list[float], modes: list[str], o
         raise SweepError(f"workers must be >= 1, got {workers}")
     semantics = list(dict.fromkeys([cfg.semantics] if semantics is None else semantics))
     points = sweep_points(modes, delays_ms, semantics, planes)
-    if backend != "sim" and any(p[1] in RIVAL_PLANES for p in points):
-        raise SweepError("the rival planes (--planes static,rotor) run on the sim backend only")
+    check_planes(cfg, points, backend)
     for point in points:  # refused combinations stop the sweep before anything runs
         _point_config(cfg, point)
     check_points(cfg, points, backend)

@@ -12,6 +12,7 @@ from testbed.errors import RunRefused
 from testbed.experiment.backends import (
     ARTIFACT_PROTOCOL,
     BACKEND_NAMES,
+    DYNAMIC_RELAY_PATHS,
     EMU,
     FEATURES,
     PARALLEL_POINTS,
@@ -26,6 +27,7 @@ from testbed.experiment.backends import (
     TORCH_SCRIPT,
     UnknownBackend,
     backend_spec,
+    emulated_static_refusal,
 )
 from testbed.experiment.config import parse_experiment
 from testbed.studies.run import check_one, shared_dilation
@@ -58,6 +60,8 @@ def test_the_entries() -> None:
     (EMU, PARALLEL_POINTS, False), (SIM, PARALLEL_POINTS, True),
     (EMU, RIVAL_PLANE, True), (SIM, RIVAL_PLANE, True), (TORCH, RIVAL_PLANE, False),
     (EMU, ROTOR_PLANE, False), (SIM, ROTOR_PLANE, True), (TORCH, ROTOR_PLANE, False),
+    (EMU, DYNAMIC_RELAY_PATHS, False), (SIM, DYNAMIC_RELAY_PATHS, True),
+    (TORCH, DYNAMIC_RELAY_PATHS, False),
 ])
 def test_what_each_backend_supports(name: str, feature: str, supported: bool) -> None:
     spec = backend_spec(name)
@@ -95,6 +99,27 @@ def test_resolve_refuses_what_the_file_asks_for_and_the_backend_cannot_run() -> 
         resolve(parse_experiment(TINY), TORCH)
     with pytest.raises(UnknownBackend, match="choose from emu, sim, torch"):
         check_one(parse_experiment(TINY), "gpu")
+
+
+def test_dynamic_relay_paths_run_on_the_sim_only() -> None:
+    static = TINY + "controller:\n  plane: static\n  relay_paths: dynamic\n"
+    cfg = parse_experiment(static)
+    assert resolve(cfg, SIM).name == SIM
+    with pytest.raises(RunRefused, match=r"relay_paths dynamic runs on the sim backend only: "
+                       r"it picks a transfer's path when it starts from every flow in flight"):
+        resolve(cfg, EMU)
+    assert resolve(cfg.replace(relay_paths="fixed"), EMU).name == EMU
+    # the setting acts on the static plane only: Opus, and the electrical baseline, run
+    assert resolve(cfg.replace(control_plane="opus"), EMU).name == EMU
+    assert resolve(cfg.replace(mode="baseline"), EMU).name == EMU
+
+
+def test_the_emulated_static_plane_s_own_limits() -> None:
+    assert emulated_static_refusal(1, spares=False, faults=False) is None
+    assert "one port per rank (ocs.ports_per_rank 1, got 2)" in str(
+        emulated_static_refusal(2, spares=False, faults=False))
+    assert "without spares or faults" in str(emulated_static_refusal(1, True, False))
+    assert "without spares or faults" in str(emulated_static_refusal(1, False, True))
 
 
 def test_a_pytorch_script_goes_to_the_torch_backend() -> None:

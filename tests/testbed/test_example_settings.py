@@ -31,11 +31,13 @@ ADDED: dict[str, Any] = {
                      "device_credentials_file", "device_timeout_s", "device_devices",
                      "device_size", "device_rails"]),
     "control_plane": "opus", "rotor_slot_ms": None,  # controller.plane (issue 40)
+    "relay_paths": "fixed",  # controller.relay_paths (issue 40)
 }
 #: ``to_json()`` keys added after the snapshot -> the field whose value they carry
 ADDED_JSON = {
     "ack_timeout_s": "ack_timeout_s",  # the manifest names every option the schema declares
     "control_plane": "control_plane", "rotor_slot_ms": "rotor_slot_ms",
+    "relay_paths": "relay_paths",
 }
 
 

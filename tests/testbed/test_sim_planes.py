@@ -30,12 +30,12 @@ PAIR02 = CommGroup("p02", "pp", (0, 2), pairs=((0, 2),))
 
 def plane_sim(programs: Mapping[int, list[PlanOp]], groups: list[CommGroup], plane: str, *,
               k: int = 1, delay_ms: float = 0.0, slot_ms: float | None = None,
-              iterations: int = 1) -> PlaneSimulation:
+              iterations: int = 1, relay_paths: str = "fixed") -> PlaneSimulation:
     ports = rail_job_ports(programs, 1, k)
     job = JobSpec("j", ports, {g.group_id: g for g in groups}, check_ports=False)
     settings = RunSettings(mode="on-demand", control_plane=plane, switching_delay=delay_ms,
                            rotor_slot_ms=slot_ms, ports_per_rank=k, iterations=iterations,
-                           warmup=0)
+                           warmup=0, relay_paths=relay_paths)
     return PlaneSimulation(programs, job, settings, network=NET, gpus_per_server=1)
 
 
@@ -73,6 +73,63 @@ def test_static_relay_costs_both_links() -> None:
     relayed = 2 * chunk / (2 * chunk + 12 * 1_000_000)
     assert sim.plane_summary()["relayed_share"] == pytest.approx(relayed)
     assert server_demand(progs.ops, 1)[(0, 2)] == 2 * chunk
+
+
+def _crossed_relays() -> tuple[Programs, list[CommGroup]]:
+    """The ring 0-1-2-3 takes both ports (K = 2); after it, 0 <-> 2 and 1 <-> 3 exchange 1 ms
+    each at once, every transfer relayed (via 1 or 3, via 0 or 2)."""
+    p13 = CommGroup("p13", "ep", (1, 3), pairs=((1, 3),))
+    progs = Programs(range(4)).call(RING, 1_000_000).call(PAIR02, 125_000).call(p13, 125_000)
+    return progs, [RING, PAIR02, p13]
+
+
+def test_static_fixed_paths_are_the_tables_and_may_share_a_circuit() -> None:
+    progs, groups = _crossed_relays()
+    sim = plane_sim(progs.ops, groups, "static", k=2)
+    assert sim.static is not None
+    paths = {key: path for key, path in sim.static.paths.items() if key[0] != "ring:0"}
+    # balanced over the step's bytes, not over time: 0 -> 2 and 3 -> 1 both cross 3 -> 2
+    assert set(paths[("p02:0", 0, 2)]) & set(paths[("p13:0", 3, 1)])
+    records, _ = sim.run()
+    ends = call_ends(records)
+    ring_end = max(ends[(r, "ring:0")] for r in range(4))
+    # two transfers on one circuit: each at half the rate, 2 ms, plus two hops' latency
+    assert ends[(0, "p02:0")] - ring_end == pytest.approx(2e-3 + 2 * 5e-6, rel=1e-3)
+    summary = sim.plane_summary()
+    assert summary["relay_paths"] == "fixed"
+    relayed = 4 * 125_000 / (4 * 125_000 + 12 * 10**6)  # the crossed transfers' share
+    assert summary["bits_by_flows_on_port"]["2"] == pytest.approx(relayed)
+    assert summary["bytes_delivered"] == summary["bytes_scheduled"]
+
+
+def test_static_dynamic_paths_take_the_idle_circuits() -> None:
+    progs, groups = _crossed_relays()
+    sim = plane_sim(progs.ops, groups, "static", k=2, relay_paths="dynamic")
+    records, _ = sim.run()
+    ends = call_ends(records)
+    ring_end = max(ends[(r, "ring:0")] for r in range(4))
+    # the least-loaded hop now: the four relayed transfers share no port, 1 ms each
+    for rank, tag in ((0, "p02:0"), (2, "p02:0"), (1, "p13:0"), (3, "p13:0")):
+        assert ends[(rank, tag)] - ring_end == pytest.approx(1e-3 + 2 * 5e-6, rel=1e-3)
+    summary = sim.plane_summary()
+    assert summary["relay_paths"] == "dynamic"
+    assert summary["bits_by_flows_on_port"] == {"1": pytest.approx(1.0)}
+    assert summary["relayed_share"] == pytest.approx(4 * 125_000 / (4 * 125_000 + 12 * 10**6))
+    assert summary["bytes_delivered"] == summary["bytes_scheduled"]
+
+
+def test_relay_paths_in_the_experiment_file(tmp_path: Path) -> None:
+    from testbed.experiment.config import load_experiment
+    from workloads.errors import WorkloadConfigError
+
+    text = Path("examples/tiny.yaml").read_text()
+    path = tmp_path / "t.yaml"
+    assert load_experiment(Path("examples/tiny.yaml")).relay_paths == "fixed"
+    path.write_text(text + "controller:\n  plane: static\n  relay_paths: dynamic\n")
+    assert load_experiment(path).relay_paths == "dynamic"
+    path.write_text(text + "controller:\n  relay_paths: adaptive\n")
+    with pytest.raises(WorkloadConfigError, match=r"controller\.relay_paths.*fixed, dynamic"):
+        load_experiment(path)
 
 
 def test_static_refuses_a_topology_that_leaves_pairs_apart() -> None:
@@ -209,3 +266,33 @@ def test_the_emulated_static_plane_refuses_two_ports_per_rank() -> None:
     with pytest.raises(RunRefused, match="the emulated rotor is not built"):
         static_emulated(dataclasses.replace(cfg, control_plane="rotor"), None,
                         spec)  # type: ignore[arg-type]
+    one = RailSpec(servers=4, gpus_per_server=1, ports_per_rank=1, link_mbps=None)
+    with pytest.raises(RunRefused, match="relay_paths dynamic runs on the sim backend only"):
+        static_emulated(dataclasses.replace(cfg, ports_per_rank=1, relay_paths="dynamic"), None,
+                        one)  # type: ignore[arg-type]
+
+
+def test_an_emulated_sweep_runs_static_and_refuses_the_rotor_before_any_point(
+        tmp_path: Path) -> None:
+    from testbed.experiment.config import load_experiment
+    from testbed.studies.sweep import SweepError, check_planes, run_sweep, sweep_points
+
+    cfg = load_experiment(Path("examples/tiny.yaml"))  # one port per rank
+    check_planes(cfg, sweep_points(["baseline", "provisioning"], [0, 1], planes=["opus",
+                                                                             "static"]), "emu")
+    with pytest.raises(SweepError, match=r"--planes rotor: .*controller\.plane rotor runs on "
+                       r"the sim backend only \(issue 40: the emulated rotor"):
+        check_planes(cfg, sweep_points(["baseline"], [1], planes=["static", "rotor"]), "emu")
+    with pytest.raises(SweepError, match=r"--planes static: .*one port per rank .*got 2"):
+        check_planes(cfg.replace(ports_per_rank=2),
+                     sweep_points(["baseline"], [1], planes=["static"]), "emu")
+    with pytest.raises(SweepError, match=r"--planes static: .*relay_paths dynamic runs on the "
+                       "sim backend only"):
+        check_planes(cfg.replace(relay_paths="dynamic"),
+                     sweep_points(["baseline"], [1], planes=["static"]), "emu")
+    # the sim runs them all
+    check_planes(cfg.replace(ports_per_rank=2, relay_paths="dynamic"),
+                 sweep_points(["baseline"], [1], planes=["static", "rotor"]), "sim")
+    with pytest.raises(SweepError, match="--planes rotor"):
+        run_sweep(cfg, [1.0], ["baseline"], tmp_path / "s", "emu", 1, planes=["rotor"])
+    assert not (tmp_path / "s").exists()
