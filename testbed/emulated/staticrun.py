@@ -17,6 +17,7 @@ from testbed.emulated.planes import (
     plane_stats,
     rank_relays,
 )
+from testbed.emulated.supervisor import REPLAYER_PORT
 from testbed.errors import RunError, RunRefused, Say
 from testbed.experiment.backends import (
     DYNAMIC_RELAY_PATHS,
@@ -28,9 +29,6 @@ from testbed.experiment.config import RunSettings
 from testbed.plan.planes import StaticPlan, static_plan
 from testbed.plan.replay import ReplayPlan
 from testbed.results import store
-
-#: the port the rank processes listen on (testbed.emulated.supervisor.REPLAYER_PORT)
-_REPLAYER_PORT = 7100
 
 
 class StaticRun:
@@ -55,7 +53,7 @@ class StaticRun:
         sockets = stack.enter_context(runstate.owned_dir(
             runstate.state_dir() / "scaleup" / net.prefix))
         relays = rank_relays(self.static, self.plan.programs, net.rank_address,
-                             _REPLAYER_PORT, sockets)
+                             REPLAYER_PORT, sockets)
         routed = sum(len(p) for r in relays.values() for p in r.routes.values())
         say(f"  plane static: {self.circuits} circuits on {len(self.static.topology)} switches "
             f"installed in {time.monotonic() - t0:.2f} s before the ranks start; "
