@@ -142,7 +142,9 @@ def choose_dilation(cfg: ExperimentConfig, plan: ReplayPlan, modeled_iteration_s
                      ports_per_rail=cluster.servers * cfg.effective_ports_per_rank,
                      cores=cores,
                      ports_per_rank=cfg.effective_ports_per_rank)
-    if cfg.mode == "baseline":  # packet switches: no light to wait for
+    if cfg.mode == "baseline" or cfg.control_plane == "static":
+        # packet switches, or the static plane's circuits set before the ranks start: no
+        # light to wait for during the run
         load = dataclasses.replace(load, switches=0.0, exposed_s=0.0)
     elif overhead is not None:
         load = dataclasses.replace(load, overhead=overhead)

@@ -210,3 +210,20 @@ def test_the_fabric_predicts_the_overhead_and_the_waited_switches() -> None:
     assert prep.dilation.predicted[0].late_light_overhead_pct > 0
     prepare(cfg.replace(time_dilation=2.0), predict_overhead=predictor)  # a set factor
     assert asked == [cfg.mode]
+
+
+def test_auto_predicts_no_switching_for_the_static_plane() -> None:
+    """The static plane's circuits are set before the ranks start: like the electrical
+    baseline, its run waits for no light, so ``auto`` predicts no late light for it."""
+    from testbed.experiment.prepare import prepare
+
+    cfg = load_experiment(EXAMPLES / "llama3-8b-artifact.yaml").replace(
+        switching_delay=1.0, ports_per_rank=1)
+    on_demand = prepare(cfg.replace(mode="on-demand"))
+    static = prepare(cfg.replace(mode="on-demand", control_plane="static"))
+    baseline = prepare(cfg.replace(mode="baseline"))
+    assert on_demand.dilation is not None and static.dilation is not None
+    assert on_demand.dilation.predicted[0].late_light_exposed_pct > 0
+    assert all(b.late_light_pct == 0 == b.late_light_exposed_pct
+               for b in static.dilation.predicted)
+    assert static.time_dilation == baseline.time_dilation < on_demand.time_dilation
