@@ -123,6 +123,7 @@ class ControllerService:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="opus-ocs")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._draining = threading.Event()  # the loop stopped serving; switching may still end
         self._started = threading.Event()
         self._sessions: dict[str, _Session] = {}
         self._inflight = 0
@@ -238,12 +239,18 @@ class ControllerService:
             log.exception("controller loop crashed")
             raise
         finally:
-            # let switching in progress finish so the driver is consistent, then close
+            # let switching in progress finish so the driver is consistent, and log how it
+            # ended (a run's verdict compares the controller's switch ends with the OCS app's
+            # log: an end dropped here read as a switch the controller never saw), then close
+            self._draining.set()
             deadline = time.monotonic() + 30
             while self._inflight and time.monotonic() < deadline:
                 if pull.poll(100):
-                    self._inflight -= 1
-                    pull.recv()
+                    try:
+                        self._on_driver(pull.recv_pyobj())
+                    except Exception:  # pragma: no cover - reported; the drain goes on
+                        log.exception("switch outcome during shutdown")
+                        self._inflight = max(0, self._inflight - 1)
             router.close(0)
             pull.close(0)
 

@@ -362,6 +362,35 @@ def test_decisions_made_while_a_rail_switches_go_out_as_one_request(tmp_path: Pa
         svc.stop()
 
 
+def test_a_switch_still_in_flight_at_stop_is_logged_when_it_ends(tmp_path: Path) -> None:
+    """A run's verdict compares the controller's switch ends with the OCS app's log: a switch
+    that ends while the service stops must still be logged (it was dropped once)."""
+    job = JobSpec.rail_optimized("j", 2, 1, 1, [CommGroup("a", "dp", (0, 1))])
+    driver = GatedDriver(job.ports_by_rail, 5.0)
+    svc = ControllerService(driver, event_log=EventLog(tmp_path / "events.jsonl", keep=True))
+    svc.start()
+    shims = [Shim(svc.endpoint, "j", r) for r in (0, 1)]
+    try:
+        svc.register_job(job)
+        for shim in shims:
+            threading.Thread(target=lambda s=shim: s.collective("a").__enter__(),
+                             daemon=True).start()
+        wait_for(lambda: len(driver.requests) == 1, what="group a's switch")
+        stopper = threading.Thread(target=svc.stop, daemon=True)
+        stopper.start()
+        wait_for(svc._draining.is_set, what="the service's loop leaving its main loop")
+        driver.gate.set()
+        stopper.join(30)
+        assert not stopper.is_alive()
+        kinds = [e["event"] for e in read_events(tmp_path / "events.jsonl")]
+        assert kinds.count("reconfig_start") == kinds.count("reconfig_end") == 1
+    finally:
+        driver.gate.set()
+        for shim in shims:
+            shim.close()
+        svc.stop()
+
+
 def test_heartbeat_reads_pongs_each_interval_and_close_does_not_wait_for_the_next() -> None:
     job = JobSpec.rail_optimized("j", 2, 1, 1, [CommGroup("g", "dp", (0, 1))])
     with ControllerService(SimOcsDriver(job.ports_by_rail, 0.0)) as svc:
