@@ -4,9 +4,10 @@
 bridge, on the switch side (the bridge port interface in the root namespace), writing frame
 heads (:data:`SNAP_BYTES`) with kernel timestamps to ``out_dir/<interface>.pcap``. With
 ``probe_interval_ms`` every rank's and spare's rail interface also sends a low-rate stream of
-probe frames (:mod:`emulator.probe`), so that a port is observed across a switch even when its rank has
-nothing to send. Spares' ports are captured and probed too: when a spare takes a rank over its
-NIC takes the rank's addresses, which the analysis follows from the runner's takeover record.
+probe frames (:mod:`emulator.probe`), so that a port is observed across a switch even when its
+rank has nothing to send. Spares' ports are captured and probed too: when a spare takes a
+rank over its NIC takes the rank's addresses, which the analysis follows from the runner's
+takeover record.
 On the way out the senders and captures are stopped (by pid, SIGTERM: tcpdump then flushes its
 file and prints its counters), and :attr:`WireCapture.ports` and each
 capture's kernel drop count are written to ``out_dir/wire.json``: what the analysis
