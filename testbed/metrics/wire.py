@@ -199,6 +199,41 @@ def shared_macs(timeline: MacTimeline) -> dict[bytes, float]:
     return {mac: sorted(ts)[1] for mac, ts in held.items() if len(ts) > 1}
 
 
+#: Injected faults that take a port's link down (the runner's ``fault`` events): frames sent
+#: to such a port cross the switch but are never seen leaving it, so they look dropped
+CUT_FAULTS = ("link_down", "nic_down", "port_failed")
+
+
+def cut_ports(ports: Sequence[PortMap], controller_events: Iterable[Record]
+              ) -> dict[tuple[int, int], list[Interval]]:
+    """When an injected fault had each port's link down, from the runner's own records: from
+    the ``fault`` event (a rank's ports, followed across ``spare_assigned``, or the failed
+    OCS port) to the ``ranks_resumed`` that restarts the job on the same hosts (links up
+    again), or to the end of the run once a spare took the rank over."""
+    held: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pm in ports:
+        if pm.host >= 0:
+            held[pm.host].append((pm.rail, pm.port))  # a rank's host number is the rank's
+    down: dict[tuple[int, int], float] = {}
+    out: dict[tuple[int, int], list[Interval]] = defaultdict(list)
+    for e in sorted((e for e in controller_events if "t_s" in e), key=lambda e: float(e["t_s"])):
+        t_s, event = float(e["t_s"]), e.get("event")
+        if event == "spare_assigned":
+            held[int(e["rank"])] = [(int(e["rail"]), int(q)) for q in e.get("new_ports") or ()]
+        elif event == "fault" and e.get("kind") in CUT_FAULTS:
+            keys = ([(int(e["rail"]), int(e["port"]))] if e.get("kind") == "port_failed"
+                    else held.get(int(e["rank"]), []) if e.get("rank") is not None else [])
+            for key in keys:
+                down.setdefault(key, t_s)
+        elif event == "ranks_resumed" and e.get("policy") != "spares":
+            for key, t0 in down.items():
+                out[key].append((t0, t_s))
+            down.clear()
+    for key, t0 in down.items():
+        out[key].append((t0, float("inf")))
+    return out
+
+
 def read_frames(capture_dir: Path, ports: Sequence[PortMap],
                 timeline: MacTimeline | None = None) -> list[Frame]:
     """Every frame of every port's pcap file (scapy's reader), tagged entered/left by its
@@ -359,8 +394,13 @@ def _last_before(times: Sequence[float], t: float) -> float | None:
 
 
 def wire_switches(crossings: Sequence[Crossing], dropped: Sequence[Frame],
-                  commanded: Sequence[Commanded]) -> list[WireSwitch]:
-    """Every commanded switch as the wire saw it (see the module docstring)."""
+                  commanded: Sequence[Commanded],
+                  cut: Mapping[tuple[int, int], Sequence[Interval]] | None = None
+                  ) -> list[WireSwitch]:
+    """Every commanded switch as the wire saw it (see the module docstring). A port is not
+    used for the dark period when either end of its old circuit had its link cut by a fault
+    (``cut``: :func:`cut_ports`) between its last old frame and its first new one: its frames
+    then look dropped for as long as the link was down, not as the switch was dark."""
     circuits = _by_circuit(crossings)
     drops = _by_port(dropped)
     out = []
@@ -381,6 +421,9 @@ def wire_switches(crossings: Sequence[Crossing], dropped: Sequence[Frame],
             if x_old is None:
                 continue
             t_old, t_new = x_old[0], x_new[0]
+            if any(a <= t_new and t_old <= b for q in old
+                   for a, b in (cut or {}).get((c.rail, q), ())):
+                continue
             port_drops = drops.get((c.rail, port), [])
             d_first = _first_at_or_after(port_drops, t_old)
             d_last = _last_before(port_drops, t_new)
@@ -547,7 +590,8 @@ def check_wire(capture_dir: Path, controller_events: Sequence[Record],
     drops = sum(int(v) for v in meta.get("kernel_drops", {}).values())
     if drops:
         problems.append(f"the capture lost {drops} frames in the kernel")
-    return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded)),
+    cut = cut_ports(ports, controller_events)
+    return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded, cut)),
                      tuple(non_peer(crossings, allowed)),
                      len(lost_frames(dropped, allowed, t_end)), len(frames), unmatched, drops,
                      meta.get("probe_interval_ms"), scale, tuple(problems), total,

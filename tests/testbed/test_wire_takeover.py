@@ -16,6 +16,7 @@ from testbed.metrics.darktime import ExpectedDelay
 from testbed.metrics.wire import (
     PortMap,
     check_wire,
+    cut_ports,
     own_macs,
     port_macs,
     standing_circuits,
@@ -186,3 +187,34 @@ def test_the_static_plane_and_failover_runs_are_wire_checked() -> None:
     spec = rail_spec(failover, 4, 1, 8.0, spare_servers=1)
     assert spec.spares and failover.faults
     assert wire_skip_reason(failover, spec) is None
+
+
+def test_a_link_cut_by_a_fault_is_followed_to_the_ranks_port_and_across_a_takeover() -> None:
+    events = [
+        {"event": "fault", "t_s": T0 + 1.0, "kind": "link_down", "rank": 1},
+        _takeover(T0 + 2.0, old=2, new=3),
+        {"event": "ranks_resumed", "t_s": T0 + 2.1, "policy": "spares"},
+        {"event": "fault", "t_s": T0 + 3.0, "kind": "link_down", "rank": 1},  # on the spare
+        {"event": "fault", "t_s": T0 + 4.0, "kind": "port_failed", "rail": RAIL, "port": 1},
+        {"event": "fault", "t_s": T0 + 5.0, "kind": "kill", "rank": 0},  # no link cut
+    ]
+    assert cut_ports(PORTS, events) == {(RAIL, 2): [(T0 + 1.0, float("inf"))],
+                                        (RAIL, 3): [(T0 + 3.0, float("inf"))],
+                                        (RAIL, 1): [(T0 + 4.0, float("inf"))]}
+    restart = [events[0], {"event": "ranks_resumed", "t_s": T0 + 1.5, "policy": "restart"}]
+    assert cut_ports(PORTS, restart) == {(RAIL, 2): [(T0 + 1.0, T0 + 1.5)]}
+
+
+def test_a_dark_period_is_not_timed_across_a_cut_link(tmp_path: Path) -> None:
+    """Rank 1's link is cut 0.5 s before the controller moves rank 0's circuit to the spare:
+    rank 0's frames to it look dropped from the cut on, which is no dark period of the OCS."""
+    frames = [f for f in _takeover_capture() if not (
+        T0 + 0.5 <= f[0] < T0 + 1.012 and f[1] == 2)]  # nothing leaves at the cut port
+    _write_capture(tmp_path, frames)
+    events = [*EVENTS, {"event": "fault", "t_s": T0 + 0.5, "kind": "link_down", "rank": 1}]
+    check = check_wire(tmp_path, events, ExpectedDelay(10.0))
+    switch = next(w for w in check.switches if w.t_request_s == T0 + 1.01)
+    assert not switch.measured and switch.observed  # its first light only
+    uncut = check_wire(tmp_path, EVENTS, ExpectedDelay(10.0))
+    wrong = next(w for w in uncut.switches if w.t_request_s == T0 + 1.01)
+    assert wrong.dark_lower_s is not None and wrong.dark_lower_s > 0.4  # the cut read as dark
