@@ -35,6 +35,12 @@ to say how far it agrees with the wire (:func:`agreement`).
 * **Lost frames**: IPv4 frames dropped at a port outside every switch that touched the port
   (from the request to the confirmation): the ranks send only on lit circuits.
 
+A port that changes hands (a spare taking a rank over: its NIC takes the rank's address) is
+followed through the runner's ``spare_assigned`` events (:func:`port_macs`); a port whose link
+a fault cut (the runner's ``fault`` events, :func:`cut_ports`) gives no dark period while cut.
+Circuits installed outside the controller's log (the static plane's, :func:`standing_circuits`)
+are judged by the non-peer and lost-frame rules only.
+
 Times are the wall clock (the kernel's capture stamps and the controller's ``time.time()``).
 """
 
