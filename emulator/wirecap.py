@@ -3,10 +3,13 @@
 ``with wire_capture(net, out_dir) as cap:`` starts one ``tcpdump`` per port of every OCS rail
 bridge, on the switch side (the bridge port interface in the root namespace), writing frame
 heads (:data:`SNAP_BYTES`) with kernel timestamps to ``out_dir/<interface>.pcap``. With
-``probe_interval_ms`` every rank's rail interface also sends a low-rate stream of probe frames
-(:mod:`emulator.probe`), so that a port is observed across a switch even when its rank has
-nothing to send. On the way out the senders and captures are stopped (by pid, SIGTERM: tcpdump
-then flushes its file and prints its counters), and :attr:`WireCapture.ports` and each
+``probe_interval_ms`` every rank's and spare's rail interface also sends a low-rate stream of
+probe frames (:mod:`emulator.probe`), so that a port is observed across a switch even when its
+rank has nothing to send. Spares' ports are captured and probed too: when a spare takes a
+rank over its NIC takes the rank's addresses, which the analysis follows from the runner's
+takeover record.
+On the way out the senders and captures are stopped (by pid, SIGTERM: tcpdump then flushes its
+file and prints its counters), and :attr:`WireCapture.ports` and each
 capture's kernel drop count are written to ``out_dir/wire.json``: what the analysis
 (:mod:`testbed.metrics.wire`) needs besides the pcap files, i.e. which port each interface is,
 which rank sits behind it, and its NIC's address (a frame whose source is that address entered
@@ -121,15 +124,18 @@ def shadow_captured_ports(prefix: str, shadow_ids: Iterable[int]) -> list[Captur
 
 
 def probe_targets(net: EmulatedRails) -> list[tuple[str, str]]:
-    """(namespace path, interface) of every probe sender: every rank's rail ports, or under
-    rail-state every shadow port's far end (the ranks' rail ports then lead to electrical
-    rails, which nothing switches)."""
+    """(namespace path, interface) of every probe sender: every rank's and spare's rail ports,
+    or under rail-state every shadow port's far end (the ranks' rail ports then lead to
+    electrical rails, which nothing switches). A spare's port is dark (no circuit: its probes
+    are dropped) until the spare takes a rank over; from then on its probes time its circuits
+    like a rank's. They keep the spare's own address: the analysis follows the port's change
+    of address (:func:`testbed.metrics.wire.port_macs`)."""
     spec = net.spec
     if spec.mode != "ocs":
         return shadowports.probe_targets(net.prefix, spec.shadow_ids)
     return [(f"/proc/{net.node(host).pid}/ns/net",
              spec.host_rail_intf(net.prefix, host, p.port_index))
-            for host in range(spec.num_ranks) for p in spec.host_ports(host)]
+            for host in range(spec.num_hosts) for p in spec.host_ports(host)]
 
 
 def _host_mac(num_ranks: int, host: int, port_index: int) -> str:

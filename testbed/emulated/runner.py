@@ -41,7 +41,7 @@ from controller.railstate import RAIL_STATE
 from emulator import naming
 from emulator.cpuquota import CgroupUnavailable, RankCgroup, Throttling, cpu_controller
 from testbed.emulated.planes import HeldRailsDriver
-from testbed.emulated.staticrun import static_emulated
+from testbed.emulated.staticrun import STATIC_CIRCUITS, static_emulated
 from testbed.emulated.supervisor import Supervisor
 from testbed.errors import RankFailed, RunError, RunRefused, Say, require_empty_dir, say_stderr
 from testbed.experiment.backends import EMU, PHASE_BARRIER_PROVISIONING, backend_spec
@@ -214,7 +214,8 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
     followers: list[Any] = []
 
     def supervise(run: RailsRun) -> RankFollower:
-        relays = static.start(run.net, plane_dirs, say) if static is not None else None
+        relays = (static.start(run.net, plane_dirs, say, out / STATIC_CIRCUITS)
+                  if static is not None else None)
         sup = Supervisor(net=run.net, endpoint=run.service.endpoint, plan=plan, job=job,
                          prep=wall_prep, out=out, events=run.events, ocs_faults=run.ocs_faults,
                          say=say, fronts=run.fronts, artifact=run.artifact, relays=relays)
@@ -388,12 +389,6 @@ def wire_skip_reason(cfg: RunSettings, spec: RailSpec) -> str | None:
         return "run.wire_check is off"
     if cfg.mode == "baseline":
         return "no OCS rail to observe (electrical rails)"
-    if cfg.rival_plane:
-        return ("the static plane's circuits are set once before the ranks start (its checks: "
-                "plane_stats)")
-    if getattr(cfg, "faults", ()) or spec.spares:
-        return ("a failover run: a spare that takes over a rank takes its addresses, and "
-                "injected faults take ports down, which the capture does not follow yet")
     if shutil.which("tcpdump") is None:  # on by default: the run goes on, saying why
         return "tcpdump is not installed (apt-get install tcpdump, or scripts/setup.sh)"
     return None
@@ -439,12 +434,14 @@ def wire_verdict(out: Path, capture_dir: Path, controller_events: list[dict[str,
     k it judges on the wall clock (``controller_events`` as logged, ``expected`` x k: the
     wire expects k x the delay) and hands its switches to the late-light bound in model time
     (:class:`~testbed.experiment.dilation.ModelTimeWire`)."""
-    from testbed.metrics.wire import agreement, check_wire
+    from testbed.metrics.wire import agreement, check_wire, standing_circuits
 
     k = time_dilation
     wall = ExpectedDelay(expected.base_ms * k, {r: v * k for r, v in expected.per_rail_ms.items()},
                          expected.jitter_ms * k)
-    wire = check_wire(capture_dir, controller_events, wall)
+    plane = out / STATIC_CIRCUITS
+    standing = standing_circuits(json.loads(plane.read_text())) if plane.exists() else []
+    wire = check_wire(capture_dir, controller_events, wall, standing=standing)
     app = store.read_jsonl(out / "emulator" / "ocs-events.jsonl")
     if k == 1:
         return WireVerdict(wire, agreement(wire, app))

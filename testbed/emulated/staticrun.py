@@ -30,6 +30,9 @@ from testbed.plan.planes import StaticPlan, static_plan
 from testbed.plan.replay import ReplayPlan
 from testbed.results import store
 
+#: The static plane's installed circuits, in the run directory (:meth:`StaticRun.start`)
+STATIC_CIRCUITS = "plane-circuits.json"
+
 
 class StaticRun:
     """One emulated run under ``controller.plane: static``."""
@@ -42,13 +45,21 @@ class StaticRun:
         self.static = static
         self.circuits = 0
 
-    def start(self, net: Any, stack: contextlib.ExitStack, say: Say) -> dict[int, RankRelays]:
-        """Install the circuits (before any rank starts) and return every rank's relays."""
+    def start(self, net: Any, stack: contextlib.ExitStack, say: Say,
+              record: Path | None = None) -> dict[int, RankRelays]:
+        """Install the circuits (before any rank starts) and return every rank's relays;
+        ``record`` (``out/plane-circuits.json``): what was installed and when, the runner's
+        own record, which the wire check judges the one-to-one rule against."""
         spec = self.spec
         reconfs = install_reconfigurations(
             self.static, lambda rank, k: spec.rank_ports(rank)[k].port)
-        t0 = time.monotonic()
+        t0, t_request_s = time.monotonic(), time.time()
         net.driver.apply_many(reconfs)
+        if record is not None:
+            store.write_json(record, {
+                "t_request_s": t_request_s, "t_end_s": time.time(),
+                "rails": [{"rail": r.rail, "circuits": sorted(
+                    sorted((c.port_a, c.port_b)) for c in r.add)} for r in reconfs]})
         self.circuits = sum(len(r.add) for r in reconfs)
         sockets = stack.enter_context(runstate.owned_dir(
             runstate.state_dir() / "scaleup" / net.prefix))

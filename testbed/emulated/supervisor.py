@@ -558,8 +558,9 @@ class Supervisor:
             raise RankFailed(rank, f"{failure.detail}; no spare is left on rail "
                              f"{self.spec.rail_of(rank)} to take rank {rank} over")
         spare = takeover.spare.host
+        identity_t_s = time.time()  # the wire check follows the port from here (its address)
         self.net.router.assign(rank, spare)
-        self._event("spare_assigned", **takeover.event())
+        self._event("spare_assigned", **takeover.event(), identity_t_s=identity_t_s)
         self._register(takeover.ports)
         start = self._resume_iteration()
         self.done = dict.fromkeys(self.done, start)

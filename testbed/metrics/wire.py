@@ -35,6 +35,12 @@ to say how far it agrees with the wire (:func:`agreement`).
 * **Lost frames**: IPv4 frames dropped at a port outside every switch that touched the port
   (from the request to the confirmation): the ranks send only on lit circuits.
 
+A port that changes hands (a spare taking a rank over: its NIC takes the rank's address) is
+followed through the runner's ``spare_assigned`` events (:func:`port_macs`); a port whose link
+a fault cut (the runner's ``fault`` events, :func:`cut_ports`) gives no dark period while cut.
+Circuits installed outside the controller's log (the static plane's, :func:`standing_circuits`)
+are judged by the non-peer and lost-frame rules only.
+
 Times are the wall clock (the kernel's capture stamps and the controller's ``time.time()``).
 """
 
@@ -61,12 +67,14 @@ AGREEMENT_SLACK_MS = 1.0
 
 @dataclass(frozen=True)
 class PortMap:
-    """One captured port: its rail and OpenFlow number, and its NIC's address (bytes)."""
+    """One captured port: its rail and OpenFlow number, and its NIC's address (bytes) when the
+    capture started."""
 
     rail: int
     port: int
     intf: str
     mac: bytes
+    host: int = -1  # the rank or spare host behind it (-1: a shadow port's far end)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,9 @@ class Frame:
     port: int
     entered: bool
     head: bytes
+    #: its source is the port's own address, but another port answers to it too (a spare that
+    #: took a rank over, and the failed host it replaced): :func:`forwarding` decides
+    shared: bool = False
 
     @property
     def ethertype(self) -> int:
@@ -147,25 +158,111 @@ class WireSwitch:
 
 def read_port_map(wire_json: Mapping[str, Any]) -> list[PortMap]:
     return [PortMap(int(p["rail"]), int(p["port"]), str(p["intf"]),
-                    bytes.fromhex(str(p["mac"]).replace(":", "")))
+                    bytes.fromhex(str(p["mac"]).replace(":", "")), int(p.get("host", -1)))
             for p in wire_json["ports"]]
 
 
-def read_frames(capture_dir: Path, ports: Sequence[PortMap]) -> list[Frame]:
+#: (rail, port) -> [(from t_s, the NIC address the port's host takes on then)], in time order
+MacTimeline = dict[tuple[int, int], list[tuple[float, bytes]]]
+
+
+def port_macs(ports: Sequence[PortMap], controller_events: Iterable[Record]) -> MacTimeline:
+    """Who holds each port over the run, as the addresses its NIC answers to: its own from
+    the start, and, when a spare takes a rank over (the runner's ``spare_assigned`` events:
+    the takeover is the runner's decision, not the OCS app's), the rank's. The spare's port
+    ``k`` takes the address port ``k`` of the host it replaces held then, from when the
+    identity moved (``identity_t_s``: just before the event) on. A spare keeps its own address
+    as well: its probe frames were set up with it."""
+    timeline: MacTimeline = {(p.rail, p.port): [(float("-inf"), p.mac)] for p in ports}
+    takeovers = sorted((e for e in controller_events if e.get("event") == "spare_assigned"),
+                       key=lambda e: float(e.get("identity_t_s", e["t_s"])))
+    for e in takeovers:
+        rail, t_s = int(e["rail"]), float(e.get("identity_t_s", e["t_s"]))
+        for old, new in zip(e.get("old_ports") or (), e.get("new_ports") or (), strict=False):
+            held = timeline.get((rail, int(old)))
+            if held is None or (rail, int(new)) not in timeline:
+                continue
+            timeline[(rail, int(new))].append((t_s, held[-1][1]))
+    return timeline
+
+
+def own_macs(timeline: Sequence[tuple[float, bytes]], t_s: float) -> set[bytes]:
+    """The addresses a port's NIC has answered to up to ``t_s``: a frame from one entered the
+    switch at that port."""
+    return {mac for t0, mac in timeline if t0 <= t_s}
+
+
+def shared_macs(timeline: MacTimeline) -> dict[bytes, float]:
+    """Addresses two ports answer to, and from when (a spare that took a rank over answers as
+    the rank, and so does the failed host's NIC until its links are cut)."""
+    held: dict[bytes, list[float]] = defaultdict(list)
+    for changes in timeline.values():
+        firsts: dict[bytes, float] = {}
+        for t0, mac in changes:
+            firsts.setdefault(mac, t0)
+        for mac, t0 in firsts.items():
+            held[mac].append(t0)
+    return {mac: sorted(ts)[1] for mac, ts in held.items() if len(ts) > 1}
+
+
+#: Injected faults that take a port's link down (the runner's ``fault`` events): frames sent
+#: to such a port cross the switch but are never seen leaving it, so they look dropped
+CUT_FAULTS = ("link_down", "nic_down", "port_failed")
+
+
+def cut_ports(ports: Sequence[PortMap], controller_events: Iterable[Record]
+              ) -> dict[tuple[int, int], list[Interval]]:
+    """When an injected fault had each port's link down, from the runner's own records: from
+    the ``fault`` event (a rank's ports, followed across ``spare_assigned``, or the failed
+    OCS port) to the ``ranks_resumed`` that restarts the job on the same hosts (links up
+    again), or to the end of the run once a spare took the rank over."""
+    held: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pm in ports:
+        if pm.host >= 0:
+            held[pm.host].append((pm.rail, pm.port))  # a rank's host number is the rank's
+    down: dict[tuple[int, int], float] = {}
+    out: dict[tuple[int, int], list[Interval]] = defaultdict(list)
+    for e in sorted((e for e in controller_events if "t_s" in e), key=lambda e: float(e["t_s"])):
+        t_s, event = float(e["t_s"]), e.get("event")
+        if event == "spare_assigned":
+            held[int(e["rank"])] = [(int(e["rail"]), int(q)) for q in e.get("new_ports") or ()]
+        elif event == "fault" and e.get("kind") in CUT_FAULTS:
+            keys = ([(int(e["rail"]), int(e["port"]))] if e.get("kind") == "port_failed"
+                    else held.get(int(e["rank"]), []) if e.get("rank") is not None else [])
+            for key in keys:
+                down.setdefault(key, t_s)
+        elif event == "ranks_resumed" and e.get("policy") != "spares":
+            for key, t0 in down.items():
+                out[key].append((t0, t_s))
+            down.clear()
+    for key, t0 in down.items():
+        out[key].append((t0, float("inf")))
+    return out
+
+
+def read_frames(capture_dir: Path, ports: Sequence[PortMap],
+                timeline: MacTimeline | None = None) -> list[Frame]:
     """Every frame of every port's pcap file (scapy's reader), tagged entered/left by its
-    source address, in time order."""
+    source address (the port's own, or across a takeover, ``timeline``'s), in time order."""
     from scapy.utils import RawPcapReader
 
     frames: list[Frame] = []
+    shared = shared_macs(timeline or {})
     for pm in ports:
         path = capture_dir / f"{pm.intf}.pcap"
         if not path.exists() or path.stat().st_size <= 24:
             continue
+        held = (timeline or {}).get((pm.rail, pm.port), [])
+        moved = len(held) > 1
         with RawPcapReader(str(path)) as reader:
             nano = bool(getattr(reader, "nano", False))
             for data, meta in reader:
                 t_s = _stamp(meta, nano)
-                frames.append(Frame(t_s, pm.rail, pm.port, data[6:12] == pm.mac, bytes(data)))
+                src = bytes(data[6:12])
+                entered = src in own_macs(held, t_s) if moved else src == pm.mac
+                t_shared = shared.get(src) if entered else None
+                frames.append(Frame(t_s, pm.rail, pm.port, entered, bytes(data),
+                                    t_shared is not None and t_s >= t_shared))
     frames.sort(key=lambda f: f.t_s)
     return frames
 
@@ -185,26 +282,33 @@ def forwarding(frames: Iterable[Frame]) -> tuple[list[Crossing], list[Frame], in
     """(crossings, dropped frames, frames that left without having entered) of a capture.
 
     A frame that left at ``q`` is matched to the earliest unmatched frame with the same head
-    that entered the same rail before it.
+    that entered the same rail before it. A frame from an address two ports answer to
+    (:attr:`Frame.shared`) entered where it was first seen: seen again at another port, with
+    the same head, it left there (no two senders' frames share a head).
     """
     pending: dict[tuple[int, bytes], deque[Frame]] = defaultdict(deque)
     matched: set[int] = set()
+    exits: set[int] = set()
     crossings: list[Crossing] = []
     unmatched_exits = 0
     ordered = sorted(frames, key=lambda f: (f.t_s, not f.entered))
     for f in ordered:
         key = (f.rail, f.head)
-        if f.entered:
+        queue = pending.get(key)
+        if f.entered and not (f.shared and queue and any(x.port != f.port for x in queue)):
             pending[key].append(f)
             continue
-        queue = pending.get(key)
         if not queue:
             unmatched_exits += 1
             continue
-        src = queue.popleft()
+        src = (queue.popleft() if not f.shared else
+               next(x for x in queue if x.port != f.port))
+        if f.shared:
+            queue.remove(src)
+            exits.add(id(f))
         matched.add(id(src))
         crossings.append(Crossing(src.t_s, f.rail, src.port, f.port, f.t_s))
-    dropped = [f for f in ordered if f.entered and id(f) not in matched]
+    dropped = [f for f in ordered if f.entered and id(f) not in matched and id(f) not in exits]
     return crossings, dropped, unmatched_exits
 
 
@@ -296,8 +400,13 @@ def _last_before(times: Sequence[float], t: float) -> float | None:
 
 
 def wire_switches(crossings: Sequence[Crossing], dropped: Sequence[Frame],
-                  commanded: Sequence[Commanded]) -> list[WireSwitch]:
-    """Every commanded switch as the wire saw it (see the module docstring)."""
+                  commanded: Sequence[Commanded],
+                  cut: Mapping[tuple[int, int], Sequence[Interval]] | None = None
+                  ) -> list[WireSwitch]:
+    """Every commanded switch as the wire saw it (see the module docstring). A port is not
+    used for the dark period when either end of its old circuit had its link cut by a fault
+    (``cut``: :func:`cut_ports`) between its last old frame and its first new one: its frames
+    then look dropped for as long as the link was down, not as the switch was dark."""
     circuits = _by_circuit(crossings)
     drops = _by_port(dropped)
     out = []
@@ -318,6 +427,9 @@ def wire_switches(crossings: Sequence[Crossing], dropped: Sequence[Frame],
             if x_old is None:
                 continue
             t_old, t_new = x_old[0], x_new[0]
+            if any(a <= t_new and t_old <= b for q in old
+                   for a, b in (cut or {}).get((c.rail, q), ())):
+                continue
             port_drops = drops.get((c.rail, port), [])
             d_first = _first_at_or_after(port_drops, t_old)
             d_last = _last_before(port_drops, t_new)
@@ -370,6 +482,10 @@ class WireCheck:
     problems: tuple[str, ...] = ()  # the capture's own (a failed tcpdump): the check is unrated
     #: switches the controller commanded on every rail, captured or not (None: ``switches``)
     commanded: int | None = None
+    ports: int = 0  # ports captured
+    ports_seen: int = 0  # of which carried a frame during the run
+    standing: int = 0  # circuits installed outside the controller's log (the static plane)
+    takeovers: int = 0  # ports whose NIC took on another host's address (a spare)
 
     def _range_ms(self, rail: int) -> Interval:
         low, high = self.expected.range_ms(rail)
@@ -432,36 +548,62 @@ class WireCheck:
                 "lost_frames": self.lost, "frames": self.frames,
                 "unmatched_exits": self.unmatched_exits, "kernel_drops": self.kernel_drops,
                 "probe_interval_ms": self.probe_interval_ms, "scale": self.scale,
+                "ports": self.ports, "ports_seen": self.ports_seen,
+                "standing_circuits": self.standing, "ports_taken_over": self.takeovers,
                 "resolution_ms": ErrorStats.of(
                     1e3 * ((w.dark_upper_s or 0.0) - (w.dark_lower_s or 0.0)) / 2
                     for w in measured).to_summary(),
                 "problems": list(self.problems)}
 
 
+def standing_circuits(record: Mapping[str, Any]) -> list[Commanded]:
+    """Circuits installed outside the controller's log and never switched (the static plane's,
+    ``plane-circuits.json`` written by the runner: when it asked, when the driver returned,
+    and each rail's circuits), as commanded additions: the non-peer and lost-frame rules
+    judge against them, and no dark period is timed (a dark port lit once has none)."""
+    t_request, t_end = float(record["t_request_s"]), record.get("t_end_s")
+    return [Commanded(int(r["rail"]), t_request, None if t_end is None else float(t_end),
+                      frozenset(), frozenset(frozenset(int(p) for p in c)
+                                             for c in r["circuits"]))
+            for r in record["rails"]]
+
+
 def check_wire(capture_dir: Path, controller_events: Sequence[Record],
-               expected: ExpectedDelay, *, scale: float = 1.0) -> WireCheck:
+               expected: ExpectedDelay, *, scale: float = 1.0,
+               standing: Sequence[Commanded] = ()) -> WireCheck:
     """Read a run's capture (``capture_dir`` with ``wire.json`` and the pcap files) and judge
-    the commanded switches on it."""
+    the commanded switches on it; ``standing``: circuits installed outside the controller's
+    log (:func:`standing_circuits`), which only the one-to-one and lost-frame rules judge.
+    Ports that change hands (a spare taking a rank over) are followed through the run's
+    ``spare_assigned`` events (:func:`port_macs`)."""
     meta = json.loads((capture_dir / "wire.json").read_text())
     ports = read_port_map(meta)
-    # the run's span: its controller's log; the capture also holds the set-up and teardown
+    # the run's span: its controller's log (and a standing install, which precedes the ranks);
+    # the capture also holds the set-up and teardown
     stamps = [float(e["t_s"]) for e in controller_events if "t_s" in e]
-    frames = [f for f in read_frames(capture_dir, ports)
+    stamps += [t for c in standing for t in (c.t_request_s, c.t_end_s) if t is not None]
+    timeline = port_macs(ports, controller_events)
+    frames = [f for f in read_frames(capture_dir, ports, timeline)
               if stamps and min(stamps) <= f.t_s <= max(stamps)]
     crossings, dropped, unmatched = forwarding(frames)
     commanded = commanded_switches(controller_events)
     total = len(commanded)
     rails = {p.rail for p in ports}
     commanded = [c for c in commanded if c.rail in rails]
+    allowed = commanded + [c for c in standing if c.rail in rails]
     t_end = max((f.t_s for f in frames), default=None)
     problems = [str(e) for e in meta.get("errors", [])]
     drops = sum(int(v) for v in meta.get("kernel_drops", {}).values())
     if drops:
         problems.append(f"the capture lost {drops} frames in the kernel")
-    return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded)),
-                     tuple(non_peer(crossings, commanded)),
-                     len(lost_frames(dropped, commanded, t_end)), len(frames), unmatched, drops,
-                     meta.get("probe_interval_ms"), scale, tuple(problems), total)
+    cut = cut_ports(ports, controller_events)
+    return WireCheck(expected, tuple(wire_switches(crossings, dropped, commanded, cut)),
+                     tuple(non_peer(crossings, allowed)),
+                     len(lost_frames(dropped, allowed, t_end)), len(frames), unmatched, drops,
+                     meta.get("probe_interval_ms"), scale, tuple(problems), total,
+                     ports=len(ports), ports_seen=len({(f.rail, f.port) for f in frames}),
+                     standing=sum(len(c.added) for c in standing),
+                     takeovers=sum(len(v) - 1 for v in timeline.values()))
 
 
 @dataclass(frozen=True)
@@ -587,8 +729,15 @@ def wire_text(wire: Mapping[str, Any] | None) -> str:
         return f"not checked: {seen}{wire['skipped']}"
     err, agree = wire["error_ms"], wire["app_minus_wire_ms"]
     commanded = wire.get("commanded", wire["switches"])
-    text = (f"saw {wire.get('observed', wire['measured'])} of {commanded} switches, "
-            f"{wire['measured']} dark periods measured")
+    if wire.get("standing_circuits") and not commanded:  # the static plane: nothing switched
+        text = (f"watched {wire['standing_circuits']} circuits installed before the ranks "
+                f"started (no switch to time) on {wire.get('ports_seen', 0)} of "
+                f"{wire.get('ports', 0)} ports")
+    else:
+        text = (f"saw {wire.get('observed', wire['measured'])} of {commanded} switches, "
+                f"{wire['measured']} dark periods measured")
+    if wire.get("ports_taken_over"):
+        text += f", {wire['ports_taken_over']} ports taken over by a spare followed"
     if err.get("count"):
         text += (f", error p50 {err['p50']:+.2f} ms, p99 {err['p99']:+.2f} ms, max "
                  f"{err['max']:+.2f} ms (+- {wire['resolution_ms']['p50']:.2f} ms)")

@@ -76,6 +76,13 @@ def test_a_killed_rank_moves_to_the_spare_and_the_run_completes(
     assert any(r["ev"] == "takeover" and r["host"] == 4 for r in records)
     assert any(r["ev"] == "call" and r.get("epoch") == 1 for r in records)  # on the spare
     assert (out / "failover0.png").stat().st_size > 0
+    # the wire watched the ranks' and the spares' ports, followed rank 2 onto the spare's,
+    # and saw no frame at a non-peer across the takeover
+    wire = summary["wire"]
+    assert wire["ports"] == wire["ports_seen"] > 4, wire
+    assert wire["ports_taken_over"] == 1, wire
+    assert wire["non_peer_frames"] == 0, wire
+    assert wire["observed"] > 0, wire
     fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from testbed.emulated.runner import run_emulated
 from testbed.experiment.config import load_experiment
 from testbed.experiment.prepare import prepare
+from testbed.metrics.wire import wire_text
 
 TINY_EP = """\
 name: tiny-ep-static
@@ -56,4 +57,10 @@ def test_static_plane_relays_every_byte_one_to_one(tmp_path: Path, no_leftovers:
     assert summary["reconfigurations"] == 0  # Opus switched nothing
     assert summary["bytes_received_scaled"] == summary["bytes_expected_scaled"] > 0
     assert any("plane static" in line for line in said)
+    # the wire, which the OCS app does not control, saw every port and no frame at a non-peer
+    wire = summary["wire"]
+    assert wire["ports"] == wire["ports_seen"] == 8, wire
+    assert wire["standing_circuits"] == 4 and wire["commanded"] == 0, wire
+    assert wire["non_peer_frames"] == 0 and wire["lost_frames"] == 0, wire
+    assert wire_text(wire).startswith("watched 4 circuits installed before the ranks started")
     fidelity_gate(summary, out, delay_ms=cfg.switching_delay_ms)

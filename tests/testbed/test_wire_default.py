@@ -46,7 +46,7 @@ def test_a_baseline_has_no_capture_and_no_wire_record() -> None:
 
 def test_rail_state_is_wire_checked_on_its_shadow_rails() -> None:
     """Rail-state's switches happen on shadow rails, whose ports are now veths the capture
-    watches (emulator.shadowports): no reason to skip, and failover still has one."""
+    watches (emulator.shadowports): no reason to skip."""
     cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state")
     spec = rail_spec(cfg, 2, 2, 8.0, shadow_rails=2)
     assert spec.mode != "ocs" and len(spec.shadow_ids) == 2
