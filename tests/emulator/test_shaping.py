@@ -70,16 +70,17 @@ def _tcp(payload: int, options: int = 12, flags: int = 0x10, ip_options: int = 0
     return ip + tcp + bytes(payload)
 
 
-def test_ack_filters_take_payloadless_segments_without_fin_and_leave_the_rest() -> None:
+def test_ack_filter_takes_short_segments_without_fin_and_leaves_the_rest() -> None:
     cmds = shaping_commands("x-eth1", 8.0)
     first = {"ack": _tcp(0, 0), "ack with timestamps": _tcp(0), "ack with 3 sack blocks":
-             _tcp(0, 40), "syn": _tcp(0, 20, 0x02), "rst": _tcp(0, 0, 0x04)}
+             _tcp(0, 40), "syn": _tcp(0, 20, 0x02), "rst": _tcp(0, 0, 0x04),
+             "one payload byte": _tcp(1), "a step header": _tcp(12), "a hello line": _tcp(73)}
     for what, packet in first.items():
         assert _goes_first(cmds, packet), what
-    # each of these follows data of its own connection: served first, it would overtake it
-    # (a FIN overtaking its data made the sender retransmit that data, docs/performance.md)
-    behind = {"fin": _tcp(0, 12, 0x11), "one payload byte": _tcp(1), "28 payload bytes":
-              _tcp(28), "fin with data": _tcp(100, 12, 0x19), "full segment": _tcp(1448),
+    # a FIN follows its connection's data: served first, it overtook it and the sender then
+    # retransmitted that data (docs/performance.md, "Spurious retransmissions")
+    behind = {"fin": _tcp(0, 12, 0x11), "fin with a header": _tcp(12, 12, 0x19),
+              "data segment": _tcp(76), "full segment": _tcp(1448),
               "ip options": _tcp(0, 12, 0x10, 4)}
     for what, packet in behind.items():
         assert not _goes_first(cmds, packet), what
