@@ -114,7 +114,9 @@ def stall_fault(counts: Mapping[str, Any] | None, time_dilation: float = 1.0) ->
     wall_s = sum(n * STALL_MIN_WALL_S[name] for name, n in fired.items())
     listener = int(total.get("ListenDrops", 0))
     where = (f"{listener} SYNs were dropped by a rank's full listen queue" if listener else
-             "a frame was lost outside a switch (docs/performance.md, \"Lost SYNs\", names "
+             "a frame was lost outside a switch, or a retransmission timer fired on a round "
+             "trip longer than TCP's 200 ms minimum, the original arriving after it "
+             "(docs/performance.md, \"Lost SYNs\" and \"Spurious retransmissions\", name "
              "the causes found)")
     return (f"TCP's own timers fired in the measured iterations ({fired['TCPTimeouts']} "
             f"retransmission timeouts, {fired['TCPSynRetrans']} SYN retransmissions): each "
