@@ -98,17 +98,19 @@ def identity_commands(spec: RailSpec, prefix: str, host: int, rank: int) -> list
     return ["printf '%s\\n' " + " ".join(f"'{line}'" for line in lines) + " | ip -batch -"]
 
 
-def route_commands(prefix: str, local: RankPort, peer: RankPort, intf: str | None = None
-                   ) -> list[str]:
+def route_commands(prefix: str, local: RankPort, peer: RankPort, intf: str | None = None,
+                   rto_min_ms: float | None = None) -> list[str]:
     """Point ``local.rank``'s route to ``peer.rank`` through ``local``'s port (``intf``: the
-    interface of that port when another host carries ``local.rank``'s identity)."""
+    interface of that port when another host carries ``local.rank``'s identity);
+    ``rto_min_ms``: TCP's minimum retransmission timeout on that route (None: the kernel's)."""
     intf = intf or naming.rail_intf(prefix, local.rank, local.port_index)
     dst = naming.rank_address(peer.rank)
     src = naming.rank_address(local.rank)
     mac = naming.rail_mac(peer.rank, peer.port_index)
+    rto = "" if rto_min_ms is None else f" rto_min {round(rto_min_ms)}ms"
     return [
         f"ip neigh replace {dst} lladdr {mac} dev {intf} nud permanent",
-        f"ip route replace {dst}/32 dev {intf} src {src}",
+        f"ip route replace {dst}/32 dev {intf} src {src}{rto}",
     ]
 
 
@@ -219,7 +221,8 @@ class HostRouter:
                     continue
                 local = RankPort(rank, peer.rail, k, 0)
                 cmds += route_commands(self.prefix, local, peer,
-                                       self.spec.host_rail_intf(self.prefix, host, k))
+                                       self.spec.host_rail_intf(self.prefix, host, k),
+                                       self.spec.tcp_rto_min_ms)
                 self._route[key] = ports
             if cmds:
                 self._run(host, cmds)

@@ -26,6 +26,8 @@ from emulator.shaping import SHAPINGS
 #: 1000 Mbit/s) are meant for rates up to 1 Gbit/s.
 EMULATOR_MAX_LINK_MBPS = 1000.0
 MODES = ("ocs", "electrical")
+#: Linux's minimum TCP retransmission timeout (TCP_RTO_MIN, HZ / 5)
+LINUX_TCP_RTO_MIN_MS = 200.0
 #: hosts (ranks and spares) one network can hold: frontend addresses 198.18.<slot>.1..249
 MAX_FRONTEND_HOSTS = 249
 
@@ -56,6 +58,10 @@ class RailSpec:
     shadow_rails: int = 0  # rail-state: rails x bits shadow OCS rails after the data rails
     spares_per_server: int = 0  # spare GPUs per server, dark until one takes over a rank
     spare_servers: int = 0  # whole servers of spare GPUs
+    #: TCP's minimum retransmission timeout on the ranks' rail routes, wall ms (None: the
+    #: kernel's :data:`LINUX_TCP_RTO_MIN_MS`); a run at time dilation k sets k x that, so that
+    #: the timer keeps its model-time value as every other modelled time does
+    tcp_rto_min_ms: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -74,6 +80,9 @@ class RailSpec:
                             f"got {self.link_mbps}")
         if self.shaping not in SHAPINGS:
             problems.append(f"shaping must be one of {SHAPINGS}, got {self.shaping!r}")
+        if self.tcp_rto_min_ms is not None and not 1 <= self.tcp_rto_min_ms <= 120_000:
+            problems.append(f"tcp_rto_min_ms must be in [1, 120000] (the kernel's limits), "
+                            f"got {self.tcp_rto_min_ms}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.shadow_rails < 0 or (self.num_rails > 0 and self.shadow_rails % self.num_rails):

@@ -138,12 +138,15 @@ def _controller_driver(cfg: RunSettings, emulated: OcsDriver
 
 
 def rail_spec(cfg: RunSettings, servers: int, gpus_per_server: int, link_mbps: float,
-              shadow_rails: int = 0, spares_per_server: int = 0, spare_servers: int = 0
-              ) -> RailSpec:
+              shadow_rails: int = 0, spares_per_server: int = 0, spare_servers: int = 0,
+              time_dilation: float = 1.0) -> RailSpec:
     """The emulated network of a run: electrical rails for the baseline and under rail-state
     semantics (whose bits switch on ``shadow_rails`` small OCS rails), else OCS rails; spare
-    GPUs' ports sit on the rails too, dark until one takes over a rank."""
-    from emulator.topo import RailSpec
+    GPUs' ports sit on the rails too, dark until one takes over a rank. At ``time_dilation``
+    k > 1 TCP's minimum retransmission timeout is k x the kernel's on the rank routes: the links
+    run k times slower, and an undilated 200 ms floor fired spuriously at k = 16, where one
+    queued segment takes 68-93 ms a hop (docs/performance.md, "Spurious retransmissions")."""
+    from emulator.topo import LINUX_TCP_RTO_MIN_MS, RailSpec
 
     electrical = cfg.mode == "baseline" or cfg.effective_semantics == RAIL_STATE
     return RailSpec(servers=servers, gpus_per_server=gpus_per_server,
@@ -151,7 +154,9 @@ def rail_spec(cfg: RunSettings, servers: int, gpus_per_server: int, link_mbps: f
                     mode="electrical" if electrical else "ocs",
                     switching_delay=0.0 if cfg.mode == "baseline" else cfg.switching_delay,
                     shadow_rails=shadow_rails, spares_per_server=spares_per_server,
-                    spare_servers=spare_servers)
+                    spare_servers=spare_servers,
+                    tcp_rto_min_ms=LINUX_TCP_RTO_MIN_MS * time_dilation
+                    if time_dilation > 1 else None)
 
 
 def spec_ports(spec: RailSpec) -> dict[int, RankPorts]:
@@ -182,7 +187,7 @@ def run_emulated(prep: Prepared, out: Path, say: Say = say_stderr) -> dict[str, 
                      shadow_rails=cluster.gpus_per_server * cfg.workload.parallel.pp
                      if rail_state else 0,
                      spares_per_server=cfg.spares_per_server if spares else 0,
-                     spare_servers=cfg.spare_servers if spares else 0)
+                     spare_servers=cfg.spare_servers if spares else 0, time_dilation=k)
     try:
         job = plan.job("train", spec_ports(spec))
     except PlanError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -136,6 +137,23 @@ def test_route_commands_use_local_interface_and_peer_mac() -> None:
         "ip route replace 198.19.0.6/32 dev ot1a2g2-eth2 src 198.19.0.3",
     ]
     assert cmds == route_to(P, 2, 1, 5, 0)
+
+
+def test_a_dilated_run_dilates_tcps_minimum_retransmission_timeout() -> None:
+    """At k > 1 the links run k times slower; TCP's 200 ms floor would stay on the wall and
+    fire spuriously (k = 16: 14 timeouts at 128 ranks, every one DSACKed), so the rank routes
+    carry k x 200 ms; at k = 1 they keep the kernel's."""
+    from testbed.emulated.runner import rail_spec
+    from testbed.experiment.config import load_experiment
+
+    local = RankPort(rank=2, rail=0, port_index=1, port=6)
+    peer = RankPort(rank=5, rail=0, port_index=0, port=9)
+    assert route_commands(P, local, peer, rto_min_ms=3200.0)[1].endswith(" rto_min 3200ms")
+    cfg = load_experiment(Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml")
+    assert rail_spec(cfg, 2, 2, 10.0).tcp_rto_min_ms is None
+    assert rail_spec(cfg, 2, 2, 10.0, time_dilation=16).tcp_rto_min_ms == 3200.0
+    with pytest.raises(ValueError, match="tcp_rto_min_ms"):
+        RailSpec(servers=2, gpus_per_server=1, tcp_rto_min_ms=0.5)
 
 
 # --- static routes ---------------------------------------------------------------------------
