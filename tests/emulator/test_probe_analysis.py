@@ -20,6 +20,7 @@ from emulator.probe import (
     parse_frame,
     probe_arrivals,
     send_many,
+    turns_per_wakeup,
 )
 
 DST = bytes.fromhex("ffffffffffff")
@@ -160,3 +161,13 @@ def test_a_port_without_a_readable_counter_is_never_busy(tmp_path: Path) -> None
 def test_the_sender_rejects_counters_that_do_not_match_its_targets() -> None:
     with pytest.raises(ValueError, match="2 counters for 1 targets"):
         send_many([("/proc/self/ns/net", "lo")], 1000.0, 0.01, 1, ["a", "b"])
+
+
+@pytest.mark.parametrize("ports, interval_us, batch", [(4, 500.0, 4), (16, 2000.0, 8),
+                                                      (32, 4000.0, 8), (4, 4000.0, 1),
+                                                      (1, 1000.0, 1), (0, 1000.0, 1)])
+def test_the_sender_wakes_at_most_a_thousand_times_a_second_each_port_once(
+        ports: int, interval_us: float, batch: int) -> None:
+    assert turns_per_wakeup(ports, interval_us) == batch
+    assert batch <= max(1, ports)  # never two probes of one port at one wake-up
+    assert max(1, ports) / (interval_us / 1e6) / batch <= 1000.0 or batch == max(1, ports)
