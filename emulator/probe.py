@@ -148,7 +148,7 @@ def send_many(targets: Sequence[tuple[str, str]], interval_us: float, duration_s
     switch and the ranks need. ``counters`` (one per target, or None) are packet counter
     files of each port (:class:`BusyPort`): a port that carried data since its last turn is not
     probed that turn, since its data already shows its circuit on the wire (docs/wire.md,
-    "Cost"). ``stats`` receives the counts; ``stop_flag[0]`` set stops the loop. Returns the
+    "Cheaper probes"). ``stats`` receives the counts; ``stop_flag[0]`` set stops the loop. Returns the
     frames sent."""
     from emulator.netns import enter_netns
 
@@ -202,9 +202,9 @@ def turns_per_wakeup(ports: int, interval_us: float) -> int:
     """Ports served at each wake-up of :func:`send_many`: one, unless that would wake it more
     than :data:`MAX_WAKEUPS_PER_S` times a second; then as few as keep within it, and no more
     than every port once. Each port is still probed once an interval (its brackets on the wire
-    are unchanged); a wake-up of the
-    Python loop costs more CPU than the frame it sends (16 ports every 2 ms on loopback: 0.15
-    cores at 8,000 wake-ups a second, 0.05 at 1,000; docs/wire.md "Cost")."""
+    are unchanged); a wake-up of the Python loop costs more CPU than the frame it sends (16
+    ports every 2 ms on loopback: 0.15 cores at 8,000 wake-ups a second, 0.05 at 1,000;
+    docs/wire.md "Cheaper probes")."""
     per_s = max(1, ports) / (interval_us / 1e6)
     return max(1, min(ports, math.ceil(per_s / MAX_WAKEUPS_PER_S)))
 
