@@ -148,8 +148,8 @@ def send_many(targets: Sequence[tuple[str, str]], interval_us: float, duration_s
     switch and the ranks need. ``counters`` (one per target, or None) are packet counter
     files of each port (:class:`BusyPort`): a port that carried data since its last turn is not
     probed that turn, since its data already shows its circuit on the wire (docs/wire.md,
-    "Cheaper probes"). ``stats`` receives the counts; ``stop_flag[0]`` set stops the loop. Returns the
-    frames sent."""
+    "Cheaper probes"). ``stats`` receives the counts; ``stop_flag[0]`` set stops the loop.
+    Returns the frames sent."""
     from emulator.netns import enter_netns
 
     if counters is not None and len(counters) != len(targets):
