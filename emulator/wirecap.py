@@ -5,11 +5,12 @@ bridge, on the switch side (the bridge port interface in the root namespace), wr
 heads (:data:`SNAP_BYTES`) with kernel timestamps to ``out_dir/<interface>.pcap``. With
 ``probe_interval_ms`` every rank's and spare's rail interface also sends a low-rate stream of
 probe frames (:mod:`emulator.probe`), so that a port is observed across a switch even when its
-rank has nothing to send. Spares' ports are captured and probed too: when a spare takes a
-rank over its NIC takes the rank's addresses, which the analysis follows from the runner's
-takeover record.
-On the way out the senders and captures are stopped (by pid, SIGTERM: tcpdump then flushes its
-file and prints its counters), and :attr:`WireCapture.ports` and each
+rank has nothing to send; a port that carried data since its last turn is not probed that turn
+(its data frames mark its circuit's edges: :func:`probe_counters`). Spares' ports are captured
+and probed too: when a spare takes a rank over its NIC takes the rank's addresses, which the
+analysis follows from the runner's takeover record. On the way out the senders and captures
+are stopped (by pid, SIGTERM: tcpdump then flushes its file and prints its counters; the
+sender its frames sent and skipped), and :attr:`WireCapture.ports` and each
 capture's kernel drop count are written to ``out_dir/wire.json``: what the analysis
 (:mod:`testbed.metrics.wire`) needs besides the pcap files, i.e. which port each interface is,
 which rank sits behind it, and its NIC's address (a frame whose source is that address entered
@@ -96,12 +97,14 @@ class WireCapture:
     kernel_drops: dict[str, int] = field(default_factory=dict)  # interface -> frames
     errors: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)  # the captures' and the probe sender's
+    probe_frames: dict[str, int] = field(default_factory=dict)  # "sent", "skipped" (busy)
 
     def to_json(self) -> dict[str, Any]:
         return {"snap_bytes": SNAP_BYTES, "probe_interval_ms": self.probe_interval_ms,
                 "probe_stream": PROBE_STREAM, "ports": [asdict(p) for p in self.ports],
                 "delays_ms": {str(r): d for r, d in self.delays_ms.items()},
-                "kernel_drops": self.kernel_drops, "errors": self.errors}
+                "probe_frames": self.probe_frames, "kernel_drops": self.kernel_drops,
+                "errors": self.errors}
 
 
 def captured_ports(net: EmulatedRails) -> list[CapturedPort]:
@@ -136,6 +139,20 @@ def probe_targets(net: EmulatedRails) -> list[tuple[str, str]]:
     return [(f"/proc/{net.node(host).pid}/ns/net",
              spec.host_rail_intf(net.prefix, host, p.port_index))
             for host in range(spec.num_hosts) for p in spec.host_ports(host)]
+
+
+def probe_counters(net: EmulatedRails) -> list[str]:
+    """The packet counter of each probe target's port, in :func:`probe_targets`' order: the
+    bridge side's ``rx_packets`` (root namespace), which counts every frame the target sent
+    into the switch. The sender skips a port's probe when it carried data since its last turn
+    (:class:`emulator.probe.BusyPort`)."""
+    spec = net.spec
+    if spec.mode != "ocs":
+        intfs = [p.intf for p in shadow_captured_ports(net.prefix, spec.shadow_ids)]
+    else:
+        intfs = [naming.bridge_port_intf(net.prefix, p.rail, p.port)
+                 for host in range(spec.num_hosts) for p in spec.host_ports(host)]
+    return [f"/sys/class/net/{intf}/statistics/rx_packets" for intf in intfs]
 
 
 def _host_mac(num_ranks: int, host: int, port_index: int) -> str:
@@ -196,6 +213,7 @@ def wire_capture(net: EmulatedRails, out_dir: Path, *, probe_interval_ms: float 
                    "--interval-us", str(probe_interval_ms * 1e3), "--duration-s", "86400",
                    "--stream", str(PROBE_STREAM)]
             cmd += [f"--target={ns}:{intf}" for ns, intf in probe_targets(net)]
+            cmd += [f"--counter={c}" for c in probe_counters(net)]
             sender = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       env=_child_env())
             net.record.add_process(sender.pid, "emulator.probe send-many")
@@ -211,8 +229,7 @@ def wire_capture(net: EmulatedRails, out_dir: Path, *, probe_interval_ms: float 
             if proc.poll() is None:
                 proc.terminate()
         for proc in senders:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+            cap.probe_frames.update(_sender_counts(proc))
         for proc in dumps.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -229,6 +246,22 @@ def wire_capture(net: EmulatedRails, out_dir: Path, *, probe_interval_ms: float 
                 cap.errors.append(f"{intf}: tcpdump printed no counters: {err[-200:].strip()}")
             cap.kernel_drops[intf] = stats.get("dropped by kernel", 0)
         (out_dir / "wire.json").write_text(json.dumps(cap.to_json(), indent=1))
+
+
+def _sender_counts(proc: subprocess.Popen[Any]) -> dict[str, int]:
+    """The probe sender's closing line (frames sent and skipped), once it stopped; {} when it
+    printed none."""
+    try:
+        out = proc.communicate(timeout=5)[0] or b""
+    except subprocess.TimeoutExpired:
+        runstate.stop_process(proc.pid, "emulator.probe send-many")
+        return {}
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        with contextlib.suppress(ValueError):
+            counts = json.loads(line)
+            if isinstance(counts, dict) and "sent" in counts:
+                return {k: int(v) for k, v in counts.items()}
+    return {}
 
 
 def _child_env() -> dict[str, str]:

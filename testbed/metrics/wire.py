@@ -50,7 +50,7 @@ import bisect
 import json
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +486,8 @@ class WireCheck:
     ports_seen: int = 0  # of which carried a frame during the run
     standing: int = 0  # circuits installed outside the controller's log (the static plane)
     takeovers: int = 0  # ports whose NIC took on another host's address (a spare)
+    #: the probe sender's frames: "sent", and "skipped" on ports that carried data meanwhile
+    probe_frames: Mapping[str, int] = field(default_factory=dict)
 
     def _range_ms(self, rail: int) -> Interval:
         low, high = self.expected.range_ms(rail)
@@ -550,6 +552,7 @@ class WireCheck:
                 "probe_interval_ms": self.probe_interval_ms, "scale": self.scale,
                 "ports": self.ports, "ports_seen": self.ports_seen,
                 "standing_circuits": self.standing, "ports_taken_over": self.takeovers,
+                "probe_frames": dict(self.probe_frames),
                 "resolution_ms": ErrorStats.of(
                     1e3 * ((w.dark_upper_s or 0.0) - (w.dark_lower_s or 0.0)) / 2
                     for w in measured).to_summary(),
@@ -603,7 +606,9 @@ def check_wire(capture_dir: Path, controller_events: Sequence[Record],
                      meta.get("probe_interval_ms"), scale, tuple(problems), total,
                      ports=len(ports), ports_seen=len({(f.rail, f.port) for f in frames}),
                      standing=sum(len(c.added) for c in standing),
-                     takeovers=sum(len(v) - 1 for v in timeline.values()))
+                     takeovers=sum(len(v) - 1 for v in timeline.values()),
+                     probe_frames={k: int(v) for k, v in
+                                   (meta.get("probe_frames") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -719,8 +724,36 @@ def skipped_summary(reason: str, controller_events: Iterable[Record]) -> dict[st
             "observed": 0}
 
 
+def wire_cost(cpu: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """What the check itself cost the run, from its CPU breakdown (``summary["cpu"]``): the
+    cores of its captures and probe sender, and of the OCS switches (ovs-vswitchd), which
+    forward or drop every probe frame (their share of it shows against a run without the
+    check: docs/wire.md, "Cost"). None: no breakdown, or no wire check in it."""
+    parts = (cpu or {}).get("component_cores_mean") or {}
+    if "wire check" not in parts:
+        return None
+    return {"wire_check_cores": round(float(parts["wire check"]), 3),
+            "vswitchd_cores": round(sum(float(v) for k, v in parts.items()
+                                        if k.startswith("ovs-vswitchd")), 3)}
+
+
+def cost_text(wire: Mapping[str, Any]) -> str:
+    """The check's own cost, as the wire line ends: cores, and the probes sent and skipped."""
+    cost, probes = wire.get("cost") or {}, wire.get("probe_frames") or {}
+    parts = []
+    if cost:
+        parts.append(f"{cost['wire_check_cores']:.2f} cores (tcpdump + probe sender; the "
+                     f"vswitchds, which forward the probes, {cost['vswitchd_cores']:.2f})")
+    if probes:
+        every = wire.get("probe_interval_ms")
+        parts.append(f"{probes.get('sent', 0)} probes sent"
+                     + (f" (every {every:g} ms a port)" if every else "")
+                     + f", {probes.get('skipped', 0)} skipped on ports busy with data")
+    return "; check's cost: " + ", ".join(parts) if parts else ""
+
+
 def wire_text(wire: Mapping[str, Any] | None) -> str:
-    """The summary's line on the wire check (``summary["wire"]``)."""
+    """The summary's line on the wire check (``summary["wire"]``), its own cost last."""
     if not wire:
         return "not checked"
     if wire.get("skipped"):
@@ -747,4 +780,4 @@ def wire_text(wire: Mapping[str, Any] | None) -> str:
              f"{wire['lost_frames']} lost outside switches")
     if wire.get("problems"):
         text += "; capture problems: " + "; ".join(wire["problems"])
-    return text
+    return text + cost_text(wire)

@@ -44,7 +44,7 @@ from testbed.metrics.fidelity import (
     overrun_reason,
 )
 from testbed.metrics.startgate import gate_summary
-from testbed.metrics.wire import WireVerdict, wire_text
+from testbed.metrics.wire import WireVerdict, wire_cost, wire_text
 from testbed.results import store
 
 #: Where every ``summary.json`` field is described: (file from the repository root, heading
@@ -168,7 +168,8 @@ def finish_run(out: Path, prep: RunFacts, seen: Observed, manifest: dict[str, An
                "compute_scale": workload.compute_scale if workload else None,
                "dark_error_ms": dark.to_summary(windows) if dark is not None else None,
                "dark_overrun_bound": bound.to_summary() if bound is not None else None,
-               "wire": seen.wire.to_summary() if seen.wire is not None else seen.wire_skipped,
+               "wire": (_with_cost(seen.wire.to_summary(), cpu) if seen.wire is not None
+                        else seen.wire_skipped),
                "wall_s": seen.wall_s,
                **(dilation_keys(prep, seen, dark, windows, k) if spec.dilates else {}),
                "call_cost_bound": call_costs.to_summary() if call_costs is not None else None,
@@ -404,6 +405,13 @@ def windows_text(summary: dict[str, Any]) -> str:
     if empty:
         text += f"; {empty} empty (<= 0)"
     return text + ")"
+
+
+def _with_cost(wire: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+    """``summary["wire"]`` with the check's own cost (:func:`~testbed.metrics.wire.wire_cost`)
+    beside its figures, never only inside them."""
+    cost = wire_cost(cpu)
+    return {**wire, "cost": cost} if cost is not None else wire
 
 
 def cpu_parts_text(cores: dict[str, float], cpu: dict[str, Any] | None = None) -> str:

@@ -59,6 +59,10 @@ def test_honest_app_agrees_with_the_wire(tmp_path: Path, no_leftovers: list[str]
     if shorter == 0:
         assert not [r for r in _wire_reasons(summary) if "shorter dark periods" in r], summary
     assert wire["kernel_drops"] == 0 and not wire["problems"], wire
+    # the check's own cost stands beside its figures: its cores, and the probes it sent and
+    # skipped on ports that carried data meanwhile (tiny's ranks send on every port)
+    assert wire["cost"]["wire_check_cores"] > 0, wire
+    assert wire["probe_frames"]["sent"] > 0 and wire["probe_frames"]["skipped"] > 0, wire
 
 
 @pytest.mark.parametrize("lie, caught_by", [("early", "light early"),

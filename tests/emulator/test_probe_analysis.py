@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -11,12 +12,15 @@ import pytest
 from emulator.probe import (
     MAGIC,
     PROBE_ETHERTYPE,
+    BusyPort,
     Frame,
     dark_gaps_s,
     load_frames,
     missing_seqs,
     parse_frame,
     probe_arrivals,
+    send_many,
+    turns_per_wakeup,
 )
 
 DST = bytes.fromhex("ffffffffffff")
@@ -122,3 +126,48 @@ def test_missing_seqs_lists_holes_between_first_and_last() -> None:
 @pytest.mark.parametrize("arrivals", [[], [(0.0, 5)], [(0.0, 1), (0.1, 2), (0.2, 3)]])
 def test_missing_seqs_none(arrivals: list[tuple[float, int]]) -> None:
     assert missing_seqs(arrivals) == []
+
+
+def _counter(path: Path, value: int) -> None:
+    path.write_text(f"{value}\n")
+
+
+def test_a_port_is_busy_only_when_its_counter_grew_past_its_own_probes(tmp_path: Path) -> None:
+    path = tmp_path / "rx_packets"
+    _counter(path, 100)
+    port = BusyPort(os.open(path, os.O_RDONLY))
+    assert not port.busy()  # the first look has nothing to compare with
+    port.probes_since = 1
+    _counter(path, 101)  # only its own probe
+    assert not port.busy()
+    port.probes_since = 1
+    _counter(path, 103)  # its probe and two data frames
+    assert port.busy()
+    _counter(path, 103)  # idle since
+    assert not port.busy()
+
+
+def test_a_port_without_a_readable_counter_is_never_busy(tmp_path: Path) -> None:
+    assert not BusyPort(None).busy()
+    path = tmp_path / "rx_packets"
+    _counter(path, 1)
+    fd = os.open(path, os.O_RDONLY)
+    port = BusyPort(fd)
+    assert not port.busy()
+    os.close(fd)
+    assert not port.busy()
+
+
+def test_the_sender_rejects_counters_that_do_not_match_its_targets() -> None:
+    with pytest.raises(ValueError, match="2 counters for 1 targets"):
+        send_many([("/proc/self/ns/net", "lo")], 1000.0, 0.01, 1, ["a", "b"])
+
+
+@pytest.mark.parametrize("ports, interval_us, batch", [(4, 500.0, 4), (16, 2000.0, 8),
+                                                      (32, 4000.0, 8), (4, 4000.0, 1),
+                                                      (1, 1000.0, 1), (0, 1000.0, 1)])
+def test_the_sender_wakes_at_most_a_thousand_times_a_second_each_port_once(
+        ports: int, interval_us: float, batch: int) -> None:
+    assert turns_per_wakeup(ports, interval_us) == batch
+    assert batch <= max(1, ports)  # never two probes of one port at one wake-up
+    assert max(1, ports) / (interval_us / 1e6) / batch <= 1000.0 or batch == max(1, ports)

@@ -1,16 +1,22 @@
 """The wire capture's pure parts (:mod:`emulator.wirecap`): the probe interval a run's
-switching delay calls for, and tcpdump's closing counters."""
+switching delay calls for, tcpdump's closing counters, and each probe target's counter."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from emulator.topo import RailSpec
 from emulator.wirecap import (
     PROBE_BUDGET_FPS,
     PROBE_INTERVAL_MAX_MS,
     PROBE_INTERVAL_MS,
+    captured_ports,
     parse_tcpdump_stats,
+    probe_counters,
     probe_interval_ms,
+    probe_targets,
 )
 
 
@@ -43,3 +49,17 @@ def test_tcpdump_counters_are_read_from_its_closing_lines() -> None:
            "13 packets received by filter\n1 packet dropped by kernel\n")
     assert parse_tcpdump_stats(err) == {"captured": 12, "received by filter": 13,
                                         "dropped by kernel": 1}
+
+
+@pytest.mark.parametrize("spec", [RailSpec(servers=2, gpus_per_server=2, ports_per_rank=2,
+                                           spares_per_server=1),
+                                  RailSpec(servers=2, gpus_per_server=2, mode="electrical",
+                                           shadow_rails=2)])
+def test_each_probe_target_has_its_own_ports_counter_in_order(spec: RailSpec) -> None:
+    """The sender skips a target's probe by the counter at the same position: the bridge side
+    of the very port the target sends into (ranks' and spares' ports: spares probe too)."""
+    net = SimpleNamespace(spec=spec, prefix="otx", node=lambda h: SimpleNamespace(pid=100 + h))
+    targets, counters = probe_targets(net), probe_counters(net)  # type: ignore[arg-type]
+    sending = [p for p in captured_ports(net) if p.host < spec.num_hosts]  # type: ignore[arg-type]
+    assert len(counters) == len(targets) == len(sending) > 0
+    assert counters == [f"/sys/class/net/{p.intf}/statistics/rx_packets" for p in sending]
