@@ -192,12 +192,14 @@ class Run:
         AUTO, "Emulation: model time x k on the wall (`auto` or k >= 1; docs/validation.md).",
         parse=parse_time_dilation, type_text="a number >= 1 or `auto`",
         default_text="`auto`")
-    wire_check: bool = option(True, "Emulated OCS runs: tcpdump captures every OCS port and "
+    wire_check: bool = option(False, "Emulated OCS runs: tcpdump captures every OCS port and "
                               "the verdict judges each switch's dark period and the one-to-one "
-                              "rule from the capture (testbed.metrics.wire, docs/wire.md). "
-                              "Baselines, simulated runs, rail-state and failover runs have no "
-                              "capture (their summary says why); without tcpdump the run goes "
-                              "on without it, saying so. false: off.")
+                              "rule from the capture (testbed.metrics.wire, docs/wire.md). Off "
+                              "by default: on a saturated 2-core machine its CPU starved ranks "
+                              "and two configurations read false early light (docs/wire.md); "
+                              "`make demo` turns it on. Electrical baselines and simulated runs "
+                              "have no capture; without tcpdump the run goes on without it, "
+                              "saying so.")
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ def run_demo(out: Path, say: Say, delay: float | str | None = None,
         cfg = cfg.replace(switching_delay=delay)
     if time_dilation is not None:
         cfg = cfg.replace(time_dilation=time_dilation)
+    cfg = cfg.replace(wire_check=True)  # the showcase is judged by the wire too (docs/wire.md)
     cfg = shared_dilation(cfg.replace(mode="on-demand"), EMU, say).replace(mode=cfg.mode)
     delay_ms = cfg.replace(mode="on-demand").switching_delay_ms
     artifact_cfg = load_experiment(ARTIFACT_CONFIG).replace(switching_delay=delay_ms)

@@ -57,7 +57,7 @@ def _assert_resumed_fully(summary: dict[str, Any]) -> None:
 
 def test_a_killed_rank_moves_to_the_spare_and_the_run_completes(
         tmp_path: Path, no_leftovers: list[str], fidelity_gate: FidelityGate) -> None:
-    cfg = load_experiment(FAILOVER)
+    cfg = load_experiment(FAILOVER).replace(wire_check=True)
     out = tmp_path / "failover"
     summary = _run(cfg, out, no_leftovers)
     assert summary["failovers"] == 1 and summary["restarts"] == 0

@@ -87,7 +87,7 @@ def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
     the OCS app's), the ranks' plan-based predictions reach the controller, and teardown leaves
     no shadow bridge."""
     cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state",
-                                        switching_delay=50.0)
+                                        switching_delay=50.0, wire_check=True)
     out = tmp_path / "rail-state"
     summary = run_emulated(prepare(cfg), out, say=lambda _m: None)
     no_leftovers.append(_prefix(out))  # covers ot<xxx>s<id> bridges and their ports
@@ -102,7 +102,7 @@ def test_rail_state_run_end_to_end(tmp_path: Path, no_leftovers: list[str],
     assert any(e["event"] == "speculative_intent" for e in events)  # predictions arrived
     ocs = [json.loads(line) for line in (out / "emulator" / "ocs-events.jsonl").open()]
     assert {e["rail"] for e in ocs if e.get("event") == "light"} == {1, 2}
-    # the wire check is on by default and watches the shadow rails' ports (veths whose far
+    # the wire check (on here) watches the shadow rails' ports (veths whose far
     # ends, in the run's shadow namespace, send the probes: emulator.shadowports): it sees
     # their switches, and no frame crosses a circuit that was not commanded (docs/wire.md)
     assert cfg.wire_check

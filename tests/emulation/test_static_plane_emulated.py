@@ -42,7 +42,7 @@ def test_static_plane_relays_every_byte_one_to_one(tmp_path: Path, no_leftovers:
                                                    fidelity_gate: Callable[..., None]) -> None:
     path = tmp_path / "tiny-ep.yaml"
     path.write_text(TINY_EP)
-    cfg = load_experiment(path)
+    cfg = load_experiment(path).replace(wire_check=True)
     out = tmp_path / "run"
     said: list[str] = []
     summary = run_emulated(prepare(cfg), out, say=said.append)

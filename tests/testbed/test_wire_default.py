@@ -26,9 +26,9 @@ EVENTS = [
 ]
 
 
-def test_an_emulated_ocs_run_has_the_wire_check_unless_told_otherwise() -> None:
-    cfg = load_experiment(TINY).replace(mode="on-demand")
-    assert cfg.wire_check is True
+def test_the_wire_check_is_off_unless_asked_and_judges_an_emulated_ocs_run_when_on() -> None:
+    assert load_experiment(TINY).wire_check is False  # (docs/wire.md: its CPU on 2 cores)
+    cfg = load_experiment(TINY).replace(mode="on-demand", wire_check=True)
     spec = rail_spec(cfg, 2, 2, 8.0)
     assert wire_skip_reason(cfg, spec) is None
     off = cfg.replace(wire_check=False)
@@ -38,7 +38,7 @@ def test_an_emulated_ocs_run_has_the_wire_check_unless_told_otherwise() -> None:
 
 
 def test_a_baseline_has_no_capture_and_no_wire_record() -> None:
-    cfg = load_experiment(TINY).replace(mode="baseline")
+    cfg = load_experiment(TINY).replace(mode="baseline", wire_check=True)
     spec = rail_spec(cfg, 2, 2, 8.0)
     assert wire_skip_reason(cfg, spec) == "no OCS rail to observe (electrical rails)"
     assert wire_skipped(cfg, spec, []) is None
@@ -47,7 +47,8 @@ def test_a_baseline_has_no_capture_and_no_wire_record() -> None:
 def test_rail_state_is_wire_checked_on_its_shadow_rails() -> None:
     """Rail-state's switches happen on shadow rails, whose ports are now veths the capture
     watches (emulator.shadowports): no reason to skip."""
-    cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state")
+    cfg = load_experiment(TINY).replace(mode="provisioning", semantics="rail-state",
+                                        wire_check=True)
     spec = rail_spec(cfg, 2, 2, 8.0, shadow_rails=2)
     assert spec.mode != "ocs" and len(spec.shadow_ids) == 2
     assert wire_skip_reason(cfg, spec) is None
@@ -60,7 +61,7 @@ def test_rail_state_is_wire_checked_on_its_shadow_rails() -> None:
 def test_without_tcpdump_the_run_goes_on_without_the_capture_saying_why(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
-    cfg = load_experiment(TINY).replace(mode="on-demand")
+    cfg = load_experiment(TINY).replace(mode="on-demand", wire_check=True)
     spec = rail_spec(cfg, 2, 2, 8.0)
     reason = wire_skip_reason(cfg, spec)
     assert reason is not None and "tcpdump is not installed" in reason

@@ -179,11 +179,12 @@ def test_a_static_install_is_judged_one_to_one_and_times_no_switch(tmp_path: Pat
 
 
 def test_the_static_plane_and_failover_runs_are_wire_checked() -> None:
-    static = load_experiment(ROOT / "examples" / "tiny.yaml").replace(mode="on-demand")
+    static = load_experiment(ROOT / "examples" / "tiny.yaml").replace(mode="on-demand",
+                                                                      wire_check=True)
     static = static.replace(control_plane="static")
     assert static.rival_plane
     assert wire_skip_reason(static, rail_spec(static, 2, 2, 8.0)) is None
-    failover = load_experiment(ROOT / "examples" / "failover.yaml")
+    failover = load_experiment(ROOT / "examples" / "failover.yaml").replace(wire_check=True)
     spec = rail_spec(failover, 4, 1, 8.0, spare_servers=1)
     assert spec.spares and failover.faults
     assert wire_skip_reason(failover, spec) is None
